@@ -1,0 +1,65 @@
+// Autograd graph nodes: each differentiable op's result points at the Node that knows its backward.
+// A Node holds one edge per input (the producing Node, or the leaf tensor that accumulates a gradient)
+// and returns one gradient per input, an undefined Tensor where none flows.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "opsnn/core/tensor.h"
+
+namespace opsnn::autograd {
+
+class Node;
+
+struct Edge {
+  std::shared_ptr<Node> function;   // set when the input came from another op
+  std::shared_ptr<TensorImpl> leaf; // set when the input is a leaf that requires grad
+  bool active() const { return function != nullptr || leaf != nullptr; }
+};
+
+class Node {
+ public:
+  virtual ~Node() = default;
+  virtual std::string name() const = 0;
+  // grad_output has the output's shape; returns one gradient per input edge, each with that input's
+  // shape (or undefined when the input needs none).
+  virtual std::vector<Tensor> backward(const Tensor& grad_output) = 0;
+  // Frees saved tensors after a backward pass; a second backward through the node is then an error.
+  virtual void release() {}
+
+  std::vector<Edge> inputs;
+  Shape output_shape;
+  DType output_dtype = DType::f32;
+  bool released = false;
+  // Asks whether input i needs a gradient, so backward can skip work.
+  bool needs_grad(size_t i) const { return i < inputs.size() && inputs[i].active(); }
+};
+
+// True unless a NoGradGuard is alive on this thread.
+bool grad_mode_enabled();
+
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// True if grad mode is on and any input requires grad: the op must then record a node.
+bool any_requires_grad(const std::vector<Tensor>& inputs);
+
+// Attaches node to result: fills node->inputs from `inputs`, sets result's grad_fn and requires_grad.
+// Does nothing (and returns result unchanged) when no input requires grad or grad mode is off.
+Tensor record(Tensor result, std::shared_ptr<Node> node, const std::vector<Tensor>& inputs);
+
+// Runs backward from root with the given seed gradient (root's shape). Gradients accumulate into the
+// .grad of leaves that require grad (in place when .grad exists, so arena views stay arena views).
+void run_backward(const Tensor& root, const Tensor& seed);
+
+}  // namespace opsnn::autograd

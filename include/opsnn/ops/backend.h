@@ -1,0 +1,101 @@
+// The kernel interface every compute backend implements (cpu/ with Eigen + OpenMP, cuda/ with cuBLAS,
+// cuDNN and own kernels), and the registry the functional ops dispatch through by tensor device.
+// Kernels receive contiguous tensors (except where noted) and preallocated outputs of the right shape
+// and dtype; the functional layer (ops.h) validates arguments and records autograd history.
+#pragma once
+
+#include <memory>
+
+#include "opsnn/core/tensor.h"
+
+namespace opsnn::ops {
+
+enum class BinaryOp : uint8_t { add, sub, mul, div };
+
+struct Conv2dGeometry {
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t pad_h = 0, pad_w = 0;
+};
+
+struct Pool2dGeometry {
+  int64_t kernel_h = 2, kernel_w = 2;
+  int64_t stride_h = 2, stride_w = 2;
+  int64_t pad_h = 0, pad_w = 0;
+  bool count_include_pad = true;  // average pooling: divide by the full window (PyTorch's default)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // ---- dense algebra ----
+  // out[M,N] = alpha * op(a) * op(b) + beta * out, all 2-D row-major contiguous.
+  virtual void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& out,
+                    double alpha, double beta) = 0;
+
+  // ---- elementwise ----
+  // out = a (op) b where a and b are strided views already broadcast to out's shape (stride 0 on
+  // broadcast dimensions); out is contiguous.
+  virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) = 0;
+  // out = x * scale + shift
+  virtual void affine(const Tensor& x, double scale, double shift, Tensor& out) = 0;
+  virtual void relu(const Tensor& x, Tensor& out) = 0;
+  // grad_in = grad_out where x > 0, else 0
+  virtual void relu_backward(const Tensor& grad_out, const Tensor& x, Tensor& grad_in) = 0;
+
+  // ---- reductions ----
+  // out has x's shape with every dimension in `reduce_dims` set to 1 (keepdim); sums over them.
+  virtual void sum(const Tensor& x, const std::vector<int64_t>& reduce_dims, Tensor& out) = 0;
+
+  // ---- convolution (NCHW input, OIHW weight) ----
+  virtual void conv2d_forward(const Tensor& input, const Tensor& weight, const Tensor& bias, Tensor& out,
+                              const Conv2dGeometry& geometry) = 0;  // bias may be undefined
+  virtual void conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, Tensor& grad_input,
+                                     const Conv2dGeometry& geometry) = 0;
+  virtual void conv2d_backward_weight(const Tensor& grad_out, const Tensor& input, Tensor& grad_weight,
+                                      const Conv2dGeometry& geometry) = 0;
+
+  // ---- batch normalization over N, H, W per channel (input [N, C, ...]) ----
+  // Training: normalizes with batch statistics, saves mean and 1/sqrt(var + eps), and updates running
+  // stats: running = (1 - momentum) * running + momentum * batch (unbiased variance), as PyTorch.
+  virtual void batch_norm_forward_train(const Tensor& input, const Tensor& gamma, const Tensor& beta,
+                                        Tensor& running_mean, Tensor& running_var, double momentum,
+                                        double eps, Tensor& out, Tensor& save_mean, Tensor& save_invstd) = 0;
+  virtual void batch_norm_forward_eval(const Tensor& input, const Tensor& gamma, const Tensor& beta,
+                                       const Tensor& running_mean, const Tensor& running_var, double eps,
+                                       Tensor& out) = 0;
+  // Backward of the training forward; grad_gamma / grad_beta may be undefined when not needed.
+  virtual void batch_norm_backward(const Tensor& grad_out, const Tensor& input, const Tensor& gamma,
+                                   const Tensor& save_mean, const Tensor& save_invstd, Tensor& grad_input,
+                                   Tensor& grad_gamma, Tensor& grad_beta) = 0;
+
+  // ---- pooling (NCHW) ----
+  // indices (i64, out's shape) hold the flat h*W+w position of each window's maximum (first on ties).
+  virtual void max_pool2d_forward(const Tensor& input, Tensor& out, Tensor& indices,
+                                  const Pool2dGeometry& geometry) = 0;
+  virtual void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, Tensor& grad_input) = 0;
+  virtual void avg_pool2d_forward(const Tensor& input, Tensor& out, const Pool2dGeometry& geometry) = 0;
+  virtual void avg_pool2d_backward(const Tensor& grad_out, Tensor& grad_input, const Pool2dGeometry& geometry) = 0;
+
+  // ---- softmax and loss (logits [N, K]) ----
+  virtual void log_softmax_forward(const Tensor& logits, Tensor& out) = 0;
+  virtual void log_softmax_backward(const Tensor& grad_out, const Tensor& out, Tensor& grad_logits) = 0;
+  // Mean over N of the smoothed negative log-likelihood: target i64 [N]; out is a 1-element tensor.
+  // loss_i = -(1 - s) * logp[i, t_i] - s / K * sum_k logp[i, k]
+  virtual void nll_loss_forward(const Tensor& log_probs, const Tensor& target, double label_smoothing,
+                                Tensor& out) = 0;
+  virtual void nll_loss_backward(double grad_scale, const Tensor& target, double label_smoothing,
+                                 Tensor& grad_log_probs) = 0;
+
+  // ---- embedding ----
+  // out[i, :] = weight[indices[i], :]; indices i64, any count; out [n, D].
+  virtual void embedding_forward(const Tensor& weight, const Tensor& indices, Tensor& out) = 0;
+  // grad_weight[indices[i], :] += grad_out[i, :] (duplicates accumulate; deterministic on the CPU).
+  virtual void embedding_backward_dense(const Tensor& grad_out, const Tensor& indices, Tensor& grad_weight) = 0;
+};
+
+void register_backend(DeviceType type, std::unique_ptr<Backend> backend);
+// The backend for the tensor's device; throws DeviceError listing what is compiled in.
+Backend& backend_for(Device device);
+
+}  // namespace opsnn::ops

@@ -1,0 +1,56 @@
+// The differentiable functional API: each function validates its arguments (messages name both sides),
+// runs the kernel of the tensor's device (backend.h) and records its backward for autograd.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "opsnn/core/tensor.h"
+#include "opsnn/ops/backend.h"
+
+namespace opsnn::ops {
+
+// ---- dense algebra ----
+Tensor matmul(const Tensor& a, const Tensor& b);                                 // [M,K] x [K,N]
+Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias);    // x W^T + b; bias optional
+
+// ---- elementwise with broadcasting (NumPy rules) ----
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor scale(const Tensor& x, double factor);  // x * factor
+Tensor relu(const Tensor& x);
+Shape broadcast_shapes(const Shape& a, const Shape& b);  // throws ShapeError naming both shapes
+
+// ---- reductions ----
+Tensor sum(const Tensor& x);                                                  // all elements -> scalar
+Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
+Tensor mean(const Tensor& x);
+Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
+
+// ---- shape ----
+Tensor reshape(const Tensor& x, const Shape& shape);  // one dimension may be -1
+Tensor flatten(const Tensor& x, int64_t start_dim = 1, int64_t end_dim = -1);
+
+// ---- convolution, normalization, pooling (NCHW) ----
+Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Conv2dGeometry& geometry = {});
+// training: batch statistics, updates running_mean/running_var in place; eval: running statistics.
+Tensor batch_norm(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
+                  Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5);
+Tensor max_pool2d(const Tensor& input, const Pool2dGeometry& geometry);
+Tensor avg_pool2d(const Tensor& input, const Pool2dGeometry& geometry);
+Tensor global_avg_pool2d(const Tensor& input);  // [N, C, H, W] -> [N, C]
+
+// ---- softmax and losses ----
+Tensor log_softmax(const Tensor& logits);  // over the last dimension of [N, K]
+// Mean cross-entropy of logits [N, K] against class indices (i64 [N]), with optional label smoothing.
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_smoothing = 0.0);
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, double label_smoothing = 0.0);
+
+// ---- embedding ----
+// weight [V, D], indices i64 of any shape -> indices.shape + [D]. If weight.sparse_grad(), backward
+// appends a RowSparseGrad to the weight instead of a dense gradient.
+Tensor embedding(const Tensor& weight, const Tensor& indices);
+
+}  // namespace opsnn::ops

@@ -1,0 +1,121 @@
+// The backward engine: orders the graph reachable from the root topologically (dependency counts),
+// runs each node once with the sum of the gradients flowing into it, and accumulates leaf gradients.
+#include <unordered_map>
+#include <vector>
+
+#include "opsnn/autograd/node.h"
+
+namespace opsnn::autograd {
+namespace {
+
+thread_local bool grad_enabled = true;
+
+// Adds gradient into the leaf's .grad: in place when one exists (arena views stay views), else a copy.
+void accumulate_into_leaf(TensorImpl& leaf, const Tensor& gradient) {
+  Tensor leaf_view(std::shared_ptr<TensorImpl>(&leaf, [](TensorImpl*) {}));
+  check_same_shape(leaf_view, gradient, "gradient accumulation");
+  if (leaf.grad) {
+    Tensor existing(leaf.grad);
+    Tensor converted = gradient.to(existing.dtype());
+    existing.add_(converted);
+  } else {
+    leaf.grad = gradient.contiguous().clone().to(leaf.dtype).impl_ptr();
+  }
+}
+
+}  // namespace
+
+bool grad_mode_enabled() { return grad_enabled; }
+
+NoGradGuard::NoGradGuard() : previous_(grad_enabled) { grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { grad_enabled = previous_; }
+
+bool any_requires_grad(const std::vector<Tensor>& inputs) {
+  if (!grad_enabled) return false;
+  for (const Tensor& input : inputs)
+    if (input.defined() && input.requires_grad()) return true;
+  return false;
+}
+
+Tensor record(Tensor result, std::shared_ptr<Node> node, const std::vector<Tensor>& inputs) {
+  if (!any_requires_grad(inputs)) return result;
+  node->inputs.clear();
+  for (const Tensor& input : inputs) {
+    Edge edge;
+    if (input.defined() && input.requires_grad()) {
+      if (input.grad_fn()) edge.function = input.grad_fn();
+      else edge.leaf = input.impl_ptr();
+    }
+    node->inputs.push_back(std::move(edge));
+  }
+  node->output_shape = result.shape();
+  node->output_dtype = result.dtype();
+  result.impl()->requires_grad = true;
+  result.impl()->grad_fn = std::move(node);
+  return result;
+}
+
+void run_backward(const Tensor& root, const Tensor& seed) {
+  OPSNN_CHECK(root.requires_grad(), "backward() on a tensor that does not require grad (",
+              root.str(), "): no parameter or input was marked requires_grad, or it was computed under NoGradGuard");
+  check_same_shape(root, seed, "backward seed gradient");
+  check_same_device(root, seed, "backward seed gradient");
+  if (!root.grad_fn()) {  // backward on a leaf: its gradient is the seed
+    accumulate_into_leaf(*root.impl(), seed);
+    return;
+  }
+  // Count, for every node, how many edges from other reachable nodes point at it.
+  std::unordered_map<Node*, int> dependencies;
+  std::vector<Node*> stack{root.grad_fn().get()};
+  dependencies[root.grad_fn().get()] = 0;
+  while (!stack.empty()) {
+    Node* node = stack.back();
+    stack.pop_back();
+    for (const Edge& edge : node->inputs) {
+      if (!edge.function) continue;
+      auto [it, inserted] = dependencies.try_emplace(edge.function.get(), 0);
+      ++it->second;
+      if (inserted) stack.push_back(edge.function.get());
+    }
+  }
+  std::unordered_map<Node*, Tensor> pending;  // summed incoming gradient of each node
+  pending[root.grad_fn().get()] = seed;
+  std::vector<std::shared_ptr<Node>> ready{root.grad_fn()};
+  while (!ready.empty()) {
+    std::shared_ptr<Node> node = std::move(ready.back());
+    ready.pop_back();
+    OPSNN_CHECK(!node->released, "backward through the graph a second time (", node->name(),
+                "): its saved tensors were freed by the first backward; run the forward pass again");
+    Tensor grad_output = std::move(pending[node.get()]);
+    pending.erase(node.get());
+    std::vector<Tensor> grad_inputs =
+        grad_output.defined() ? node->backward(grad_output) : std::vector<Tensor>(node->inputs.size());
+    OPSNN_CHECK(grad_inputs.size() == node->inputs.size(), node->name(), " backward returned ", grad_inputs.size(),
+                " gradients for ", node->inputs.size(), " inputs");
+    for (size_t i = 0; i < node->inputs.size(); ++i) {
+      const Edge& edge = node->inputs[i];
+      const Tensor& gradient = grad_inputs[i];
+      if (edge.function) {
+        Node* next = edge.function.get();
+        if (gradient.defined()) {
+          auto it = pending.find(next);
+          if (it == pending.end() || !it->second.defined()) {
+            pending[next] = gradient;
+          } else {
+            // Sum into a fresh buffer: the first gradient may alias a saved tensor of another node.
+            Tensor sum = it->second.contiguous().clone();
+            sum.add_(gradient.to(sum.dtype()));
+            it->second = sum;
+          }
+        }
+        if (--dependencies[next] == 0) ready.push_back(edge.function);
+      } else if (edge.leaf && gradient.defined()) {
+        accumulate_into_leaf(*edge.leaf, gradient);
+      }
+    }
+    node->release();
+    node->released = true;
+  }
+}
+
+}  // namespace opsnn::autograd

@@ -1,0 +1,105 @@
+// CPU memory and byte-level primitives: aligned allocation, memcpy, strided gather with dtype
+// conversion (round to nearest even through half.h), fill and axpy-style accumulation.
+#include "core/cpu_services.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "opsnn/core/error.h"
+
+namespace opsnn {
+namespace {
+
+template <typename To, typename From>
+void strided_copy_typed(To* destination, const From* source, int dim, const int64_t* shape, const int64_t* strides) {
+  int64_t total = 1;
+  for (int d = 0; d < dim; ++d) total *= shape[d];
+  if (total == 0) return;
+  // Inner dimension handled as a tight loop; outer positions decoded from the flat row index.
+  int64_t inner = dim > 0 ? shape[dim - 1] : 1;
+  int64_t inner_stride = dim > 0 ? strides[dim - 1] : 1;
+  int64_t rows = total / inner;
+#pragma omp parallel for schedule(static) if (total > 32768)
+  for (int64_t row = 0; row < rows; ++row) {
+    int64_t source_offset = 0, remaining = row;
+    for (int d = dim - 2; d >= 0; --d) {
+      source_offset += (remaining % shape[d]) * strides[d];
+      remaining /= shape[d];
+    }
+    To* out = destination + row * inner;
+    const From* in = source + source_offset;
+    for (int64_t i = 0; i < inner; ++i) out[i] = convert_value<To>(in[i * inner_stride]);
+  }
+}
+
+class CpuServices final : public DeviceServices {
+ public:
+  void* allocate(size_t bytes, int) override {
+    size_t rounded = (bytes + kCpuAlignmentBytes - 1) / kCpuAlignmentBytes * kCpuAlignmentBytes;
+    void* pointer = std::aligned_alloc(kCpuAlignmentBytes, rounded);
+    if (pointer == nullptr) throw Error(detail::concat("out of host memory allocating ", bytes, " bytes"));
+    return pointer;
+  }
+  void deallocate(void* pointer, size_t, int) override { std::free(pointer); }
+  void copy_to_host(void* host_destination, const void* source, size_t bytes, int) override {
+    std::memcpy(host_destination, source, bytes);
+  }
+  void copy_from_host(void* destination, const void* host_source, size_t bytes, int) override {
+    std::memcpy(destination, host_source, bytes);
+  }
+  void copy_within(void* destination, const void* source, size_t bytes, int) override {
+    std::memmove(destination, source, bytes);
+  }
+  void strided_copy(void* destination, DType destination_dtype, const void* source, DType source_dtype, int dim,
+                    const int64_t* shape, const int64_t* source_strides, int) override {
+    cpu_strided_copy(destination, destination_dtype, source, source_dtype, dim, shape, source_strides);
+  }
+  void fill(void* destination, DType dtype, double value, int64_t count, int) override {
+    visit_dtype(dtype, [&](auto tag) {
+      using T = decltype(tag);
+      T converted = convert_value<T>(value);
+      T* out = static_cast<T*>(destination);
+#pragma omp parallel for schedule(static) if (count > 65536)
+      for (int64_t i = 0; i < count; ++i) out[i] = converted;
+    });
+  }
+  void accumulate(void* destination, const void* source, DType dtype, double alpha, int64_t count, int) override {
+    visit_dtype(dtype, [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+        T* out = static_cast<T*>(destination);
+        const T* in = static_cast<const T*>(source);
+        const T factor = static_cast<T>(alpha);
+#pragma omp parallel for simd schedule(static) if (count > 65536)
+        for (int64_t i = 0; i < count; ++i) out[i] += factor * in[i];
+      } else if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+        T* out = static_cast<T*>(destination);
+        const T* in = static_cast<const T*>(source);
+        for (int64_t i = 0; i < count; ++i)
+          out[i] = T(static_cast<float>(out[i]) + static_cast<float>(alpha) * static_cast<float>(in[i]));
+      } else {
+        throw TypeError(detail::concat("gradient accumulation needs a floating dtype, got ", dtype_name(dtype)));
+      }
+    });
+  }
+  void synchronize(int) override {}
+  int device_count() override { return 1; }
+};
+
+}  // namespace
+
+void cpu_strided_copy(void* destination, DType destination_dtype, const void* source, DType source_dtype, int dim,
+                      const int64_t* shape, const int64_t* source_strides) {
+  visit_dtype(destination_dtype, [&](auto out_tag) {
+    using To = decltype(out_tag);
+    visit_dtype(source_dtype, [&](auto in_tag) {
+      using From = decltype(in_tag);
+      strided_copy_typed(static_cast<To*>(destination), static_cast<const From*>(source), dim, shape, source_strides);
+    });
+  });
+}
+
+std::unique_ptr<DeviceServices> make_cpu_services() { return std::make_unique<CpuServices>(); }
+
+}  // namespace opsnn

@@ -1,0 +1,123 @@
+// The CUDA DeviceServices: stream-ordered allocation from each device's default memory pool (with a
+// release threshold so freed memory is reused, not returned to the driver), copies and the primitive
+// kernels of device_kernels.cu. All work goes to the legacy default stream of the current device.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/device_kernels.h"
+#include "opsnn/core/storage.h"
+
+namespace opsnn {
+namespace {
+
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int index) {
+    OPSNN_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != index) OPSNN_CUDA_CHECK(cudaSetDevice(index));
+    changed_ = previous_ != index;
+  }
+  ~DeviceGuard() {
+    if (changed_) cudaSetDevice(previous_);
+  }
+
+ private:
+  int previous_ = 0;
+  bool changed_ = false;
+};
+
+class CudaServices final : public DeviceServices {
+ public:
+  CudaServices() {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+      cudaGetLastError();  // no driver or no GPU: report zero devices
+      count = 0;
+    }
+    count_ = count;
+    pool_configured_.assign(static_cast<size_t>(count_), false);
+  }
+
+  void* allocate(size_t bytes, int index) override {
+    DeviceGuard guard(index);
+    configure_pool(index);
+    void* pointer = nullptr;
+    cudaError_t status = cudaMallocAsync(&pointer, bytes, nullptr);
+    if (status != cudaSuccess) {
+      cudaGetLastError();
+      throw Error(detail::concat("out of GPU memory on cuda:", index, " allocating ", bytes, " bytes (",
+                                 cudaGetErrorString(status), ")"));
+    }
+    return pointer;
+  }
+  void deallocate(void* pointer, size_t, int index) override {
+    DeviceGuard guard(index);
+    cudaFreeAsync(pointer, nullptr);
+  }
+  void copy_to_host(void* host_destination, const void* source, size_t bytes, int index) override {
+    DeviceGuard guard(index);
+    OPSNN_CUDA_CHECK(cudaMemcpy(host_destination, source, bytes, cudaMemcpyDeviceToHost));
+  }
+  void copy_from_host(void* destination, const void* host_source, size_t bytes, int index) override {
+    DeviceGuard guard(index);
+    OPSNN_CUDA_CHECK(cudaMemcpy(destination, host_source, bytes, cudaMemcpyHostToDevice));
+  }
+  void copy_within(void* destination, const void* source, size_t bytes, int index) override {
+    DeviceGuard guard(index);
+    OPSNN_CUDA_CHECK(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDeviceToDevice, nullptr));
+  }
+  void strided_copy(void* destination, DType destination_dtype, const void* source, DType source_dtype, int dim,
+                    const int64_t* shape, const int64_t* source_strides, int index) override {
+    OPSNN_CHECK(dim <= cuda::kMaxDims, "strided copy of a ", dim, "-dimensional tensor on the GPU (at most ",
+                cuda::kMaxDims, ")");
+    DeviceGuard guard(index);
+    cuda::launch_strided_copy(destination, destination_dtype, source, source_dtype, dim, shape, source_strides,
+                              nullptr);
+    OPSNN_CUDA_CHECK(cudaGetLastError());
+  }
+  void fill(void* destination, DType dtype, double value, int64_t count, int index) override {
+    DeviceGuard guard(index);
+    cuda::launch_fill(destination, dtype, value, count, nullptr);
+    OPSNN_CUDA_CHECK(cudaGetLastError());
+  }
+  void accumulate(void* destination, const void* source, DType dtype, double alpha, int64_t count,
+                  int index) override {
+    OPSNN_CHECK_AS(TypeError, is_floating(dtype), "gradient accumulation needs a floating dtype, got ",
+                   dtype_name(dtype));
+    DeviceGuard guard(index);
+    cuda::launch_accumulate(destination, source, dtype, alpha, count, nullptr);
+    OPSNN_CUDA_CHECK(cudaGetLastError());
+  }
+  void synchronize(int index) override {
+    DeviceGuard guard(index);
+    OPSNN_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  int device_count() override { return count_; }
+
+ private:
+  void configure_pool(int index) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (pool_configured_[static_cast<size_t>(index)]) return;
+    cudaMemPool_t pool;
+    OPSNN_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, index));
+    uint64_t keep_all = std::numeric_limits<uint64_t>::max();
+    OPSNN_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all));
+    pool_configured_[static_cast<size_t>(index)] = true;
+  }
+
+  int count_ = 0;
+  std::mutex mutex_;
+  std::vector<bool> pool_configured_;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceServices> make_cuda_services() { return std::make_unique<CudaServices>(); }
+
+}  // namespace opsnn

@@ -1,0 +1,45 @@
+// The compute-backend registry that the functional ops dispatch through, and the one place that
+// registers every backend compiled into the library (the only OPSNN_WITH_CUDA switch in the tree).
+#include "opsnn/ops/backend.h"
+
+#include <array>
+
+#include "core/cpu_services.h"
+#include "ops/cpu/cpu_backend.h"
+#if OPSNN_WITH_CUDA
+#include "ops/cuda/cuda_backend.h"
+#endif
+
+namespace opsnn {
+
+// Called once, lazily, by the device-services registry on first use.
+void load_builtin_backends() {
+  register_device_services(DeviceType::cpu, make_cpu_services());
+  ops::register_backend(DeviceType::cpu, ops::make_cpu_backend());
+#if OPSNN_WITH_CUDA
+  ops::register_cuda_backend();
+#endif
+}
+
+}  // namespace opsnn
+
+namespace opsnn::ops {
+namespace {
+std::array<std::unique_ptr<Backend>, 2>& backends() {
+  static std::array<std::unique_ptr<Backend>, 2> instance;
+  return instance;
+}
+}  // namespace
+
+void register_backend(DeviceType type, std::unique_ptr<Backend> backend) {
+  backends()[static_cast<size_t>(type)] = std::move(backend);
+}
+
+Backend& backend_for(Device device) {
+  device_services(device);  // loads the backends, and throws a clear error for an absent device
+  Backend* backend = backends()[static_cast<size_t>(device.type)].get();
+  OPSNN_CHECK_AS(DeviceError, backend != nullptr, "no compute kernels are registered for ", device.str());
+  return *backend;
+}
+
+}  // namespace opsnn::ops
