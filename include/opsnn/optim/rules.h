@@ -1,0 +1,150 @@
+// The per-element optimizer update rules, shared by the CPU kernels (OpenMP + SIMD) and the CUDA kernels:
+// one source of truth for the math (DESIGN.md decision 3). Header-only, no third-party includes, every
+// function OPSNN_HD (__host__ __device__ under nvcc). Gradients reaching these rules are already unscaled
+// (1/loss_scale) and clipped; all arithmetic is fp32 whatever the storage type of states and parameters.
+// Formulas: ../shared/REFERENCE.md; Adam: Kingma & Ba 2015 (Alg. 1); AdamW: Loshchilov & Hutter 2019
+// (Alg. 2, decoupled decay); LAMB: You et al. 2020 (Alg. 2); SGD/Nesterov: PyTorch's torch.optim.SGD.
+#pragma once
+
+#include <cmath>
+
+#include "opsnn/core/half.h"
+#include "opsnn/core/macros.h"
+
+namespace opsnn::optim {
+
+// ---- storage of states: fp32 math, fp32/fp16/bf16 storage ----
+OPSNN_HD float load_value(float x) { return x; }
+OPSNN_HD float load_value(Half x) { return half_bits_to_float(x.bits); }
+OPSNN_HD float load_value(BFloat16 x) { return bf16_bits_to_float(x.bits); }
+OPSNN_HD void store_value(float& out, float x) { out = x; }
+OPSNN_HD void store_value(Half& out, float x) { out.bits = float_to_half_bits(x); }
+OPSNN_HD void store_value(BFloat16& out, float x) { out.bits = float_to_bf16_bits(x); }
+
+// ---- safe arithmetic ----
+// eps auto-scaling (reference document): eps_t = max(eps, |p| * eps_relative); eps_relative = 0 is plain eps.
+OPSNN_HD float scaled_eps(float eps, float eps_relative, float param) {
+  return fmaxf(eps, fabsf(param) * eps_relative);
+}
+// sqrt of a non-negative clamp, plus eps: never below eps, never NaN from a tiny negative rounding error.
+OPSNN_HD float safe_denominator(float second_moment_hat, float eps) { return sqrtf(fmaxf(second_moment_hat, 0.0f)) + eps; }
+
+// ---- scalars of one step, computed once per step from the step state (never pow per element) ----
+struct AdamScalars {
+  float lr;                      // learning rate of this step (schedule and group multiplier applied)
+  float beta1, beta2;
+  float one_minus_beta1, one_minus_beta2;
+  float inv_bias_correction1;    // 1 / (1 - beta1^t), from the running product beta1^t
+  float inv_bias_correction2;    // 1 / (1 - beta2^t)
+  float eps, eps_relative;
+  float weight_decay;            // 0 when the parameter's group has decay off
+  bool decoupled;                // AdamW: p *= 1 - lr*wd; Adam: g += wd*p (L2)
+  bool amsgrad;
+};
+
+// One Adam/AdamW element. p is the fp32 master weight; m, v, v_max are fp32 values of the states.
+OPSNN_HD void adam_element(float& p, float& m, float& v, float& v_max, float g, const AdamScalars& s) {
+  float eps = scaled_eps(s.eps, s.eps_relative, p);
+  if (s.decoupled) {
+    p *= 1.0f - s.lr * s.weight_decay;
+  } else {
+    g = fmaf(s.weight_decay, p, g);
+  }
+  m = fmaf(s.beta1, m, s.one_minus_beta1 * g);
+  v = fmaf(s.beta2, v, s.one_minus_beta2 * g * g);
+  float v_used = v;
+  if (s.amsgrad) {
+    v_max = fmaxf(v_max, v);
+    v_used = v_max;
+  }
+  float m_hat = m * s.inv_bias_correction1;
+  float v_hat = v_used * s.inv_bias_correction2;
+  p -= s.lr * m_hat / safe_denominator(v_hat, eps);
+}
+
+struct SgdScalars {
+  float lr;
+  float momentum;       // 0: plain SGD, no buffer
+  float dampening;
+  float weight_decay;   // L2: g += wd * p
+  bool nesterov;
+  bool first_step;      // the momentum buffer starts as g (PyTorch semantics)
+};
+
+OPSNN_HD void sgd_element(float& p, float& buffer, float g, const SgdScalars& s) {
+  g = fmaf(s.weight_decay, p, g);
+  float direction = g;
+  if (s.momentum != 0.0f) {
+    buffer = s.first_step ? g : fmaf(s.momentum, buffer, (1.0f - s.dampening) * g);
+    direction = s.nesterov ? fmaf(s.momentum, buffer, g) : buffer;
+  }
+  p -= s.lr * direction;
+}
+
+// LAMB, phase 1: update the moments and return the raw update r = m_hat/(sqrt(v_hat)+eps) + wd*p; the
+// caller accumulates ||r||^2 and ||p||^2 per tensor (segment) for the trust ratio.
+OPSNN_HD float lamb_phase1_element(float p, float& m, float& v, float g, const AdamScalars& s) {
+  float eps = scaled_eps(s.eps, s.eps_relative, p);
+  m = fmaf(s.beta1, m, s.one_minus_beta1 * g);
+  v = fmaf(s.beta2, v, s.one_minus_beta2 * g * g);
+  float m_hat = m * s.inv_bias_correction1;
+  float v_hat = v * s.inv_bias_correction2;
+  return m_hat / safe_denominator(v_hat, eps) + s.weight_decay * p;
+}
+
+// LAMB trust ratio of one tensor: phi(||p||)/||r|| with phi clamping to [lower, upper]; 1 if a norm is 0.
+OPSNN_HD float lamb_trust_ratio(float param_norm, float update_norm, float lower, float upper) {
+  if (!(param_norm > 0.0f) || !(update_norm > 0.0f)) return 1.0f;
+  float clamped = fminf(fmaxf(param_norm, lower), upper);
+  return clamped / update_norm;
+}
+
+// LAMB, phase 2: recompute r from the updated moments (no extra buffer) and apply p -= lr * trust * r.
+OPSNN_HD void lamb_phase2_element(float& p, float m, float v, float trust, const AdamScalars& s) {
+  float eps = scaled_eps(s.eps, s.eps_relative, p);
+  float r = m * s.inv_bias_correction1 / safe_denominator(v * s.inv_bias_correction2, eps) + s.weight_decay * p;
+  p -= s.lr * trust * r;
+}
+
+// ---- learning-rate schedules, evaluated from the count of applied steps ----
+enum class ScheduleKind : int { constant = 0, warmup_cosine = 1, step_decay = 2, linear_decay = 3 };
+
+struct ScheduleParams {
+  ScheduleKind kind = ScheduleKind::constant;
+  double base_lr = 1e-3;
+  double min_lr = 0.0;
+  long long warmup_steps = 0;  // linear warmup lr*(s+1)/W for s < W (all schedules)
+  long long total_steps = 0;   // cosine and linear decay reach min_lr here
+  long long step_size = 1;     // step decay: multiply by gamma every step_size steps after warmup
+  double gamma = 0.1;
+};
+
+// lr for the step with zero-based index s (s = number of steps applied before it). Goyal et al. 2017
+// gradual warmup; cosine as SGDR (Loshchilov & Hutter 2017) without restarts.
+OPSNN_HD double schedule_lr(const ScheduleParams& p, long long s) {
+  if (s < p.warmup_steps) return p.base_lr * static_cast<double>(s + 1) / static_cast<double>(p.warmup_steps);
+  long long after = s - p.warmup_steps;
+  long long span = p.total_steps - p.warmup_steps;
+  switch (p.kind) {
+    case ScheduleKind::constant: return p.base_lr;
+    case ScheduleKind::warmup_cosine: {
+      if (span <= 0 || after >= span) return p.min_lr;
+      double progress = static_cast<double>(after) / static_cast<double>(span);
+      return p.min_lr + (p.base_lr - p.min_lr) * 0.5 * (1.0 + cos(3.14159265358979323846 * progress));
+    }
+    case ScheduleKind::step_decay: {
+      long long drops = p.step_size > 0 ? after / p.step_size : 0;
+      double lr = p.base_lr;
+      for (long long i = 0; i < drops && lr > p.min_lr; ++i) lr *= p.gamma;
+      return lr > p.min_lr ? lr : p.min_lr;
+    }
+    case ScheduleKind::linear_decay: {
+      if (span <= 0 || after >= span) return p.min_lr;
+      double progress = static_cast<double>(after) / static_cast<double>(span);
+      return p.base_lr + (p.min_lr - p.base_lr) * progress;
+    }
+  }
+  return p.base_lr;
+}
+
+}  // namespace opsnn::optim
