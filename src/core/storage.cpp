@@ -57,7 +57,8 @@ DeviceServices& device_services(Device device) {
 }
 
 Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
-  data_ = bytes == 0 ? nullptr : device_services(device).allocate(bytes, device.index);
+  DeviceServices& services = device_services(device);  // throws for an absent device, even for 0 bytes
+  data_ = bytes == 0 ? nullptr : services.allocate(bytes, device.index);
 }
 
 Storage::~Storage() {

@@ -373,6 +373,16 @@ void Tensor::rehome(std::shared_ptr<Storage> new_storage, int64_t new_offset) co
   t.strides = contiguous_strides(t.shape);
 }
 
+void Tensor::set_data(const Tensor& source) const {
+  const TensorImpl& from = source.checked();
+  TensorImpl& t = checked();
+  t.storage = from.storage;
+  t.shape = from.shape;
+  t.strides = from.strides;
+  t.offset = from.offset;
+  t.dtype = from.dtype;
+}
+
 void check_same_shape(const Tensor& a, const Tensor& b, const char* what) {
   OPSNN_CHECK_AS(ShapeError, a.shape() == b.shape(), what, ": shape mismatch, ", shape_str(a.shape()), " vs ",
                  shape_str(b.shape()));

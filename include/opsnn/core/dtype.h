@@ -1,6 +1,7 @@
 // Element types a Tensor can hold, their sizes and names, and the C++ type behind each.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -71,6 +72,17 @@ template <typename Fn> decltype(auto) visit_dtype(DType dtype, Fn&& fn) {
   return fn(float{});
 }
 
+// double -> float rounded to odd (truncate, then set the last bit if inexact). A second rounding to
+// f16/bf16, which keep far fewer bits, then rounds as if from the exact double: plain double -> float
+// -> f16 rounds twice and gets ties wrong (1 + 2^-11 + 2^-40 would become 1 instead of 1 + 2^-10).
+inline float double_to_float_round_to_odd(double value) {
+  float rounded = static_cast<float>(value);
+  if (std::isnan(value) || static_cast<double>(rounded) == value) return rounded;
+  uint32_t bits = float_bits(rounded);
+  if (std::fabs(static_cast<double>(rounded)) > std::fabs(value)) --bits;  // toward zero (sign-magnitude)
+  return bits_float(bits | 1u);
+}
+
 // Value conversions through float/double with the rounding rules of half.h.
 template <typename To, typename From> To convert_value(From value) {
   if constexpr (std::is_same_v<To, From>) {
@@ -78,7 +90,8 @@ template <typename To, typename From> To convert_value(From value) {
   } else if constexpr (std::is_same_v<From, Half> || std::is_same_v<From, BFloat16>) {
     return convert_value<To>(static_cast<float>(value));
   } else if constexpr (std::is_same_v<To, Half> || std::is_same_v<To, BFloat16>) {
-    return To(static_cast<float>(value));
+    if constexpr (std::is_same_v<From, float>) return To(value);
+    else return To(double_to_float_round_to_odd(static_cast<double>(value)));
   } else {
     return static_cast<To>(value);
   }

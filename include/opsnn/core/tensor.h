@@ -137,6 +137,9 @@ class Tensor {
   // Moves this tensor's data into `storage` at element `offset` (copying the current values) and makes
   // it a contiguous view there. Every handle sharing this TensorImpl sees the new location.
   void rehome(std::shared_ptr<Storage> storage, int64_t offset) const;
+  // Points this TensorImpl at source's data (storage, shape, strides, offset, dtype), keeping its own
+  // autograd fields and name, so every handle sees the new data (nn::Module::to moves tensors so).
+  void set_data(const Tensor& source) const;
 
  private:
   TensorImpl& checked() const {

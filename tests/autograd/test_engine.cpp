@@ -1,0 +1,213 @@
+// Tests of src/autograd/engine.cpp: topological order, gradient accumulation (a tensor used twice,
+// two backward calls, in place into arena views), NoGradGuard, and the errors for misuse. The first
+// cases use tiny test-local nodes so the engine is checked on its own; the last ones use ops.h.
+#include <catch2/catch.hpp>
+
+#include <memory>
+#include <vector>
+
+#include "opsnn/autograd/node.h"
+#include "opsnn/core/tensor.h"
+#include "opsnn/ops/ops.h"
+
+using namespace opsnn;
+using autograd::Node;
+
+namespace {
+
+// Elementwise f32 helpers on CPU tensors of one shape, outside the op library.
+Tensor zip(const Tensor& a, const Tensor& b, float (*combine)(float, float)) {
+  std::vector<float> x = a.to_vector<float>(), y = b.to_vector<float>();
+  for (size_t i = 0; i < x.size(); ++i) x[i] = combine(x[i], y[i]);
+  return Tensor::from_vector(x, a.shape());
+}
+Tensor times(const Tensor& a, const Tensor& b) { return zip(a, b, [](float x, float y) { return x * y; }); }
+Tensor plus(const Tensor& a, const Tensor& b) { return zip(a, b, [](float x, float y) { return x + y; }); }
+
+// c = a * b, counting its backward calls and recording whether release() ran.
+struct MulNode final : Node {
+  Tensor saved_a, saved_b;
+  int* backward_calls = nullptr;
+  std::string name() const override { return "MulNode"; }
+  std::vector<Tensor> backward(const Tensor& grad_output) override {
+    if (backward_calls) ++*backward_calls;
+    return {needs_grad(0) ? times(grad_output, saved_b) : Tensor(),
+            needs_grad(1) ? times(grad_output, saved_a) : Tensor()};
+  }
+  void release() override {
+    saved_a = Tensor();
+    saved_b = Tensor();
+  }
+};
+
+// c = a + b; its backward hands the same gradient tensor to both inputs (as real add does), which the
+// engine must not accumulate into in place.
+struct AddNode final : Node {
+  std::string name() const override { return "AddNode"; }
+  std::vector<Tensor> backward(const Tensor& grad_output) override { return {grad_output, grad_output}; }
+};
+
+// s = sum(x) as a one-element [1] tensor.
+struct SumNode final : Node {
+  Shape input_shape;
+  std::string name() const override { return "SumNode"; }
+  std::vector<Tensor> backward(const Tensor& grad_output) override {
+    return {Tensor::full(input_shape, grad_output.item())};
+  }
+};
+
+Tensor mul(const Tensor& a, const Tensor& b, int* calls = nullptr) {
+  auto node = std::make_shared<MulNode>();
+  node->saved_a = a.detach();
+  node->saved_b = b.detach();
+  node->backward_calls = calls;
+  return autograd::record(times(a, b), node, {a, b});
+}
+
+Tensor add(const Tensor& a, const Tensor& b) { return autograd::record(plus(a, b), std::make_shared<AddNode>(), {a, b}); }
+
+Tensor sum(const Tensor& x) {
+  double total = 0;
+  for (float v : x.to_vector<float>()) total += v;
+  auto node = std::make_shared<SumNode>();
+  node->input_shape = x.shape();
+  return autograd::record(Tensor::full({1}, total), node, {x});
+}
+
+Tensor leaf(std::vector<float> values) {
+  Shape shape{static_cast<int64_t>(values.size())};
+  Tensor t = Tensor::from_vector(values, shape);
+  t.set_requires_grad(true);
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("a tensor used twice receives the sum of both gradients", "[autograd]") {
+  Tensor x = leaf({1, 2, 3});
+  sum(mul(x, x)).backward();  // d/dx sum(x^2) = 2x
+  CHECK(x.grad().to_vector<float>() == std::vector<float>{2, 4, 6});
+
+  Tensor y = leaf({1, 2, 3});
+  sum(add(y, y)).backward();  // both edges of one node point at y
+  CHECK(y.grad().to_vector<float>() == std::vector<float>{2, 2, 2});
+}
+
+TEST_CASE("gradients accumulate across backward calls and into existing (arena) buffers", "[autograd]") {
+  Tensor x = leaf({1, 2});
+  Tensor w = leaf({3, 4});
+  sum(mul(x, w)).backward();
+  CHECK(x.grad().to_vector<float>() == std::vector<float>{3, 4});
+  sum(mul(x, w)).backward();
+  CHECK(x.grad().to_vector<float>() == std::vector<float>{6, 8});
+  CHECK(w.grad().to_vector<float>() == std::vector<float>{2, 4});
+
+  // A gradient that is a view of an arena is accumulated in place: same handle, same memory.
+  auto arena = std::make_shared<Storage>(8 * sizeof(float), kCPU);
+  Tensor arena_view = Tensor::view_of(arena, 4, {2}, DType::f32);
+  arena_view.fill_(10.0);
+  w.set_grad(arena_view);
+  sum(mul(x, w)).backward();
+  CHECK(w.grad().same(arena_view));
+  CHECK(Tensor::view_of(arena, 4, {2}, DType::f32).to_vector<float>() == std::vector<float>{11, 12});
+}
+
+TEST_CASE("the engine runs each node once, after all of its consumers", "[autograd]") {
+  // x -> a = x*x -> b = a*x -> c = a*b: a feeds b and c, so a's backward must wait for both.
+  Tensor x = leaf({2});
+  int a_calls = 0, b_calls = 0, c_calls = 0;
+  Tensor a = mul(x, x, &a_calls);
+  Tensor b = mul(a, x, &b_calls);
+  Tensor c = mul(a, b, &c_calls);
+  sum(c).backward();  // c = x^5, dc/dx = 5 x^4 = 80
+  CHECK(x.grad().to_vector<float>() == std::vector<float>{80});
+  CHECK(a_calls == 1);
+  CHECK(b_calls == 1);
+  CHECK(c_calls == 1);
+  CHECK(c.grad_fn()->released);
+  CHECK(a.grad_fn()->released);
+  // Intermediate results get no .grad; only leaves do.
+  CHECK_FALSE(a.grad().defined());
+}
+
+TEST_CASE("gradients reach only the inputs that require them", "[autograd]") {
+  Tensor x = leaf({1, 2});
+  Tensor constant = Tensor::from_vector<float>({5, 6}, {2});
+  Tensor y = mul(x, constant);
+  CHECK(y.requires_grad());
+  CHECK_FALSE(y.is_leaf());
+  sum(y).backward();
+  CHECK(x.grad().to_vector<float>() == std::vector<float>{5, 6});
+  CHECK_FALSE(constant.grad().defined());
+  // Nothing requires grad: no node is recorded.
+  Tensor plain = mul(constant, constant);
+  CHECK_FALSE(plain.requires_grad());
+  CHECK(plain.grad_fn() == nullptr);
+}
+
+TEST_CASE("NoGradGuard stops recording and restores the previous mode", "[autograd]") {
+  Tensor x = leaf({1, 2});
+  CHECK(autograd::grad_mode_enabled());
+  {
+    autograd::NoGradGuard guard;
+    CHECK_FALSE(autograd::grad_mode_enabled());
+    Tensor y = mul(x, x);
+    CHECK_FALSE(y.requires_grad());
+    CHECK(y.grad_fn() == nullptr);
+    CHECK_FALSE(autograd::any_requires_grad({x}));
+    {
+      autograd::NoGradGuard nested;
+      CHECK_FALSE(autograd::grad_mode_enabled());
+    }
+    CHECK_FALSE(autograd::grad_mode_enabled());  // the nested guard restores "off", not "on"
+    CHECK_THROWS_WITH(sum(y).backward(), Catch::Contains("does not require grad"));
+  }
+  CHECK(autograd::grad_mode_enabled());
+  CHECK(mul(x, x).requires_grad());
+}
+
+TEST_CASE("backward misuse gives clear errors", "[autograd]") {
+  Tensor x = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3}).set_requires_grad(true);
+  Tensor y = mul(x, x);
+  // A non-scalar without a gradient: the message names the shape.
+  CHECK_THROWS_AS(y.backward(), ShapeError);
+  CHECK_THROWS_WITH(y.backward(), Catch::Contains("[2, 3]") && Catch::Contains("gradient"));
+  // A gradient of the wrong shape: both shapes named.
+  CHECK_THROWS_WITH(y.backward(Tensor::ones({3, 2})), Catch::Contains("[2, 3]") && Catch::Contains("[3, 2]"));
+  // With a gradient of the right shape it works.
+  y.backward(Tensor::ones({2, 3}));
+  CHECK(x.grad().to_vector<float>() == std::vector<float>{2, 4, 6, 8, 10, 12});
+  // A second backward through the freed graph.
+  CHECK_THROWS_WITH(y.backward(Tensor::ones({2, 3})), Catch::Contains("second time") && Catch::Contains("MulNode"));
+  // A tensor that does not require grad.
+  Tensor plain = Tensor::ones({1});
+  CHECK_THROWS_WITH(plain.backward(), Catch::Contains("does not require grad") && Catch::Contains("f32[1]"));
+}
+
+TEST_CASE("backward on a leaf seeds its own gradient", "[autograd]") {
+  Tensor x = leaf({1, 2, 3});
+  x.backward(Tensor::full({3}, 2.0));
+  CHECK(x.grad().to_vector<float>() == std::vector<float>{2, 2, 2});
+  Tensor scalar = Tensor::scalar(4.0).set_requires_grad(true);
+  scalar.backward();
+  CHECK(scalar.grad().item() == 1.0);
+}
+
+// ---- the same behaviour through the real differentiable ops ----
+
+TEST_CASE("ops: accumulation for a tensor used twice and across backward calls", "[autograd]") {
+  Tensor x = Tensor::from_vector<float>({1, -2, 3}, {3}).set_requires_grad(true);
+  ops::sum(ops::add(ops::mul(x, x), x)).backward();  // d/dx (x^2 + x) = 2x + 1
+  CHECK(x.grad().to_vector<float>() == std::vector<float>{3, -3, 7});
+  ops::sum(ops::mul(x, x)).backward();
+  CHECK(x.grad().to_vector<float>() == std::vector<float>{5, -7, 13});
+  Tensor y = ops::mul(x, x);
+  CHECK_THROWS_WITH(y.backward(), Catch::Contains("[3]"));
+  Tensor total = ops::sum(y);
+  total.backward();
+  CHECK_THROWS_WITH(total.backward(), Catch::Contains("second time"));
+  {
+    autograd::NoGradGuard guard;
+    CHECK_FALSE(ops::add(x, x).requires_grad());
+  }
+}
