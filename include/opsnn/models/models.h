@@ -1,0 +1,48 @@
+// The model zoo and its registry: mlp, small_cnn, resnet18/34/50 (basic and bottleneck blocks, imagenet
+// or cifar stem) and ctr (sparse embeddings + MLP). Models are nn::Modules built from ModelOptions;
+// architecture files under models/ (YAML) fill ModelOptions through the config loader.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "opsnn/core/rng.h"
+#include "opsnn/nn/module.h"
+
+namespace opsnn::models {
+
+struct ModelOptions {
+  std::string arch = "small_cnn";
+  int64_t in_channels = 1;
+  int64_t num_classes = 10;
+  int64_t image_size = 28;                    // height = width of the input images (mlp, small_cnn)
+  std::vector<int64_t> hidden = {256, 128, 100};  // mlp hidden widths; ctr's MLP on the embeddings
+  int64_t width = 0;                          // base channel count (resnet 64, small_cnn 16); 0 = default
+  std::string stem = "imagenet";              // resnet: imagenet (7x7/2 + max-pool) | cifar (3x3/1, no pool)
+  bool zero_init_residual = false;            // resnet: last BatchNorm of each block starts at weight 0
+  std::vector<int64_t> field_vocab_sizes;     // ctr: categories of each field
+  int64_t embedding_dim = 16;                 // ctr
+  bool sparse_embeddings = true;              // ctr: row-sparse embedding gradients
+};
+
+using ModelBuilder = std::function<std::shared_ptr<nn::Module>(const ModelOptions&, Generator&)>;
+
+// Registers a builder under a name (the built-in models register themselves on first use).
+void register_model(const std::string& name, ModelBuilder builder);
+// Builds options.arch; an unknown name throws ConfigError listing the known ones.
+std::shared_ptr<nn::Module> build_model(const ModelOptions& options, Generator& generator);
+std::vector<std::string> known_models();
+
+// The individual builders, usable directly.
+std::shared_ptr<nn::Module> make_mlp(const ModelOptions& options, Generator& generator);
+std::shared_ptr<nn::Module> make_small_cnn(const ModelOptions& options, Generator& generator);
+// depth 18, 34 (basic blocks) or 50 (bottleneck blocks), torchvision layout and initialisation.
+std::shared_ptr<nn::Module> make_resnet(int depth, const ModelOptions& options, Generator& generator);
+std::shared_ptr<nn::Module> make_ctr(const ModelOptions& options, Generator& generator);
+
+int64_t count_parameters(const nn::Module& module);
+
+}  // namespace opsnn::models

@@ -1,0 +1,55 @@
+// The model registry: name -> builder, with the built-in models registered on first use.
+#include <map>
+#include <mutex>
+
+#include "opsnn/core/error.h"
+#include "opsnn/models/models.h"
+
+namespace opsnn::models {
+namespace {
+
+std::map<std::string, ModelBuilder>& registry() {
+  static std::map<std::string, ModelBuilder> builders;
+  static std::once_flag builtins;
+  std::call_once(builtins, [] {
+    builders["mlp"] = make_mlp;
+    builders["small_cnn"] = make_small_cnn;
+    builders["resnet18"] = [](const ModelOptions& o, Generator& g) { return make_resnet(18, o, g); };
+    builders["resnet34"] = [](const ModelOptions& o, Generator& g) { return make_resnet(34, o, g); };
+    builders["resnet50"] = [](const ModelOptions& o, Generator& g) { return make_resnet(50, o, g); };
+    builders["ctr"] = make_ctr;
+  });
+  return builders;
+}
+
+}  // namespace
+
+void register_model(const std::string& name, ModelBuilder builder) { registry()[name] = std::move(builder); }
+
+std::vector<std::string> known_models() {
+  std::vector<std::string> names;
+  for (const auto& [name, builder] : registry()) names.push_back(name);
+  return names;
+}
+
+std::shared_ptr<nn::Module> build_model(const ModelOptions& options, Generator& generator) {
+  auto found = registry().find(options.arch);
+  if (found == registry().end()) {
+    std::string list;
+    for (const std::string& name : known_models()) list += (list.empty() ? "" : ", ") + name;
+    throw ConfigError(detail::concat("unknown model '", options.arch, "' (known: ", list, ")"));
+  }
+  OPSNN_CHECK_AS(ConfigError, options.num_classes >= 1, "model.num_classes must be at least 1, got ",
+                 options.num_classes);
+  OPSNN_CHECK_AS(ConfigError, options.in_channels >= 1, "model.in_channels must be at least 1, got ",
+                 options.in_channels);
+  return found->second(options, generator);
+}
+
+int64_t count_parameters(const nn::Module& module) {
+  int64_t total = 0;
+  for (const auto& [name, tensor] : module.named_parameters()) total += tensor.numel();
+  return total;
+}
+
+}  // namespace opsnn::models

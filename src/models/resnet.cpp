@@ -1,0 +1,144 @@
+// ResNet-18/34 (basic blocks) and ResNet-50 (bottleneck blocks), He et al. 2016, laid out and initialised
+// as torchvision's (stride on the 3x3 convolution of a bottleneck, "v1.5"; parameter names match, so a
+// checkpoint maps onto torchvision's state dict). Stems: imagenet (7x7/2 conv + 3x3/2 max-pool) or cifar
+// (3x3/1 conv, no pool) for small images. ResNet-50 with the imagenet stem and 1000 classes has exactly
+// 25,557,032 parameters.
+#include "opsnn/core/error.h"
+#include "opsnn/models/models.h"
+#include "opsnn/nn/init.h"
+#include "opsnn/nn/layers.h"
+#include "opsnn/nn/sequential.h"
+#include "opsnn/ops/ops.h"
+
+namespace opsnn::models {
+namespace {
+
+std::shared_ptr<nn::Conv2d> conv(int64_t in, int64_t out, int64_t kernel, int64_t stride, Generator& generator) {
+  auto layer = std::make_shared<nn::Conv2d>(
+      nn::Conv2dOptions(in, out, kernel).stride(stride).padding(kernel / 2).bias(false), generator);
+  nn::init::kaiming_normal_(layer->weight(), generator, 0.0, nn::init::FanMode::fan_out, nn::init::Nonlinearity::relu);
+  return layer;
+}
+
+// The projection shortcut: 1x1 conv with the block's stride + BatchNorm, named "downsample.0/1".
+std::shared_ptr<nn::Sequential> projection(int64_t in, int64_t out, int64_t stride, Generator& generator) {
+  auto shortcut = std::make_shared<nn::Sequential>();
+  shortcut->push_back(conv(in, out, 1, stride, generator));
+  shortcut->push_back(std::make_shared<nn::BatchNorm2d>(out));
+  return shortcut;
+}
+
+class BasicBlock : public nn::Module {
+ public:
+  static constexpr int64_t kExpansion = 1;
+  BasicBlock(int64_t in, int64_t planes, int64_t stride, bool zero_init_residual, Generator& generator)
+      : Module("BasicBlock") {
+    conv1_ = register_module("conv1", conv(in, planes, 3, stride, generator));
+    bn1_ = register_module("bn1", std::make_shared<nn::BatchNorm2d>(planes));
+    conv2_ = register_module("conv2", conv(planes, planes, 3, 1, generator));
+    bn2_ = register_module("bn2", std::make_shared<nn::BatchNorm2d>(planes));
+    if (zero_init_residual) nn::init::zeros_(bn2_->weight());
+    if (stride != 1 || in != planes) downsample_ = register_module("downsample", projection(in, planes, stride, generator));
+  }
+  Tensor forward(const Tensor& input) override {
+    Tensor out = ops::relu(bn1_->forward(conv1_->forward(input)));
+    out = bn2_->forward(conv2_->forward(out));
+    Tensor identity = downsample_ ? downsample_->forward(input) : input;
+    return ops::relu(ops::add(out, identity));
+  }
+
+ private:
+  std::shared_ptr<nn::Conv2d> conv1_, conv2_;
+  std::shared_ptr<nn::BatchNorm2d> bn1_, bn2_;
+  std::shared_ptr<nn::Sequential> downsample_;
+};
+
+class Bottleneck : public nn::Module {
+ public:
+  static constexpr int64_t kExpansion = 4;
+  Bottleneck(int64_t in, int64_t planes, int64_t stride, bool zero_init_residual, Generator& generator)
+      : Module("Bottleneck") {
+    conv1_ = register_module("conv1", conv(in, planes, 1, 1, generator));
+    bn1_ = register_module("bn1", std::make_shared<nn::BatchNorm2d>(planes));
+    conv2_ = register_module("conv2", conv(planes, planes, 3, stride, generator));
+    bn2_ = register_module("bn2", std::make_shared<nn::BatchNorm2d>(planes));
+    conv3_ = register_module("conv3", conv(planes, planes * kExpansion, 1, 1, generator));
+    bn3_ = register_module("bn3", std::make_shared<nn::BatchNorm2d>(planes * kExpansion));
+    if (zero_init_residual) nn::init::zeros_(bn3_->weight());
+    if (stride != 1 || in != planes * kExpansion)
+      downsample_ = register_module("downsample", projection(in, planes * kExpansion, stride, generator));
+  }
+  Tensor forward(const Tensor& input) override {
+    Tensor out = ops::relu(bn1_->forward(conv1_->forward(input)));
+    out = ops::relu(bn2_->forward(conv2_->forward(out)));
+    out = bn3_->forward(conv3_->forward(out));
+    Tensor identity = downsample_ ? downsample_->forward(input) : input;
+    return ops::relu(ops::add(out, identity));
+  }
+
+ private:
+  std::shared_ptr<nn::Conv2d> conv1_, conv2_, conv3_;
+  std::shared_ptr<nn::BatchNorm2d> bn1_, bn2_, bn3_;
+  std::shared_ptr<nn::Sequential> downsample_;
+};
+
+class ResNet : public nn::Module {
+ public:
+  template <typename Block>
+  static std::shared_ptr<ResNet> build(const std::vector<int64_t>& blocks_per_stage, const ModelOptions& options,
+                                       Generator& generator) {
+    auto net = std::make_shared<ResNet>();
+    bool imagenet_stem = options.stem == "imagenet";
+    OPSNN_CHECK_AS(ConfigError, imagenet_stem || options.stem == "cifar", "model.stem: unknown stem '", options.stem,
+                   "' (accepted: imagenet, cifar)");
+    OPSNN_CHECK_AS(ConfigError, options.width >= 0, "model.width must not be negative, got ", options.width);
+    int64_t base = options.width > 0 ? options.width : 64;
+    net->stem_ = net->register_module("conv1", conv(options.in_channels, base, imagenet_stem ? 7 : 3,
+                                                    imagenet_stem ? 2 : 1, generator));
+    net->bn1_ = net->register_module("bn1", std::make_shared<nn::BatchNorm2d>(base));
+    if (imagenet_stem)
+      net->pool_ = net->register_module(
+          "maxpool", std::make_shared<nn::MaxPool2d>(nn::MaxPool2dOptions(3).stride(2).padding(1)));
+    int64_t in = base;
+    const int64_t planes[4] = {base, 2 * base, 4 * base, 8 * base};
+    for (size_t stage = 0; stage < 4; ++stage) {
+      auto layer = std::make_shared<nn::Sequential>();
+      for (int64_t b = 0; b < blocks_per_stage[stage]; ++b) {
+        int64_t stride = (stage > 0 && b == 0) ? 2 : 1;
+        layer->push_back(std::make_shared<Block>(in, planes[stage], stride, options.zero_init_residual, generator));
+        in = planes[stage] * Block::kExpansion;
+      }
+      net->stages_.push_back(net->register_module("layer" + std::to_string(stage + 1), layer));
+    }
+    net->fc_ = net->register_module("fc", std::make_shared<nn::Linear>(in, options.num_classes, generator));
+    return net;
+  }
+
+  ResNet() : Module("ResNet") {}
+  Tensor forward(const Tensor& input) override {
+    Tensor x = ops::relu(bn1_->forward(stem_->forward(input)));
+    if (pool_) x = pool_->forward(x);
+    for (const auto& stage : stages_) x = stage->forward(x);
+    return fc_->forward(ops::global_avg_pool2d(x));
+  }
+
+ private:
+  std::shared_ptr<nn::Conv2d> stem_;
+  std::shared_ptr<nn::BatchNorm2d> bn1_;
+  std::shared_ptr<nn::MaxPool2d> pool_;
+  std::vector<std::shared_ptr<nn::Sequential>> stages_;
+  std::shared_ptr<nn::Linear> fc_;
+};
+
+}  // namespace
+
+std::shared_ptr<nn::Module> make_resnet(int depth, const ModelOptions& options, Generator& generator) {
+  switch (depth) {
+    case 18: return ResNet::build<BasicBlock>({2, 2, 2, 2}, options, generator);
+    case 34: return ResNet::build<BasicBlock>({3, 4, 6, 3}, options, generator);
+    case 50: return ResNet::build<Bottleneck>({3, 4, 6, 3}, options, generator);
+    default: throw ConfigError(detail::concat("resnet depth ", depth, " is not built in (18, 34, 50)"));
+  }
+}
+
+}  // namespace opsnn::models
