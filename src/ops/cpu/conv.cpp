@@ -1,0 +1,247 @@
+// CPU conv2d kernels (NCHW input, OIHW weight): forward and the input/weight gradients, each an
+// im2col (or, for 1x1 stride-1 unpadded kernels, the input itself) multiplied by Eigen's GEMM, with
+// col2im scattering the input gradient back.
+#include <omp.h>
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "ops/cpu/cpu_backend.h"
+#include "ops/cpu/kernel_support.h"
+
+namespace opsnn::ops {
+namespace {
+
+template <typename T>
+using RowMajorMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <typename T> using MatrixMap = Eigen::Map<RowMajorMatrix<T>>;
+template <typename T> using ConstMatrixMap = Eigen::Map<const RowMajorMatrix<T>>;
+
+// Every size of one convolution, read from the (already validated) tensors.
+struct ConvShape {
+  int64_t batch, in_channels, in_h, in_w;
+  int64_t out_channels, kernel_h, kernel_w;
+  int64_t out_h, out_w;
+  Conv2dGeometry geometry;
+
+  ConvShape(const Shape& input, const Shape& weight, const Shape& output, const Conv2dGeometry& g)
+      : batch(input[0]), in_channels(input[1]), in_h(input[2]), in_w(input[3]), out_channels(weight[0]),
+        kernel_h(weight[2]), kernel_w(weight[3]), out_h(output[2]), out_w(output[3]), geometry(g) {}
+
+  int64_t in_plane() const { return in_h * in_w; }
+  int64_t out_plane() const { return out_h * out_w; }
+  int64_t col_rows() const { return in_channels * kernel_h * kernel_w; }
+  // A 1x1 stride-1 unpadded convolution is a plain GEMM on the input image: no im2col needed.
+  bool pointwise() const {
+    return kernel_h == 1 && kernel_w == 1 && geometry.stride_h == 1 && geometry.stride_w == 1 &&
+           geometry.pad_h == 0 && geometry.pad_w == 0;
+  }
+};
+
+// Below this many column elements, im2col/col2im stay on one thread.
+constexpr int64_t kParallelColElements = 1 << 16;
+
+// Spreading samples over threads (each GEMM then single-threaded: Eigen does not nest inside an OpenMP
+// region) keeps every thread's im2col buffer in its own cache and needs no synchronisation inside a
+// sample. It pays when the batch divides well over the threads; otherwise samples run in turn and
+// Eigen's GEMM uses all threads.
+bool spread_samples_over_threads(int64_t batch) {
+  const int64_t threads = omp_get_max_threads();
+  if (omp_in_parallel() || threads < 2 || batch < threads) return false;
+  return batch % threads == 0 || batch >= 4 * threads;
+}
+
+template <typename Fn> void for_each_sample(int64_t batch, bool spread, Fn&& fn) {
+  if (spread) {
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < batch; ++n) fn(n);
+  } else {
+    for (int64_t n = 0; n < batch; ++n) fn(n);
+  }
+}
+
+// A per-thread im2col buffer that only grows: allocating (and page-faulting) megabytes on every call
+// costs a noticeable share of a convolution.
+template <typename T> T* thread_scratch(size_t count) {
+  thread_local std::vector<T> buffer;
+  if (buffer.size() < count) buffer.resize(count);
+  return buffer.data();
+}
+
+// The range [begin, end) of output columns whose input column ow*stride - pad + offset lies in [0, width).
+struct ValidRange {
+  int64_t begin, end;
+};
+ValidRange valid_outputs(int64_t width, int64_t out_width, int64_t stride, int64_t pad, int64_t offset) {
+  const int64_t shift = pad - offset;  // input index = ow * stride - shift
+  int64_t begin = shift <= 0 ? 0 : (shift + stride - 1) / stride;
+  int64_t end = width - 1 + shift < 0 ? 0 : (width - 1 + shift) / stride + 1;
+  begin = std::min(begin, out_width);
+  end = std::clamp(end, begin, out_width);
+  return {begin, end};
+}
+
+// col[(c * KH + kh) * KW + kw, oh * OW + ow] = image[c, oh * sh - ph + kh, ow * sw - pw + kw] (0 outside).
+template <typename T> void im2col(const T* image, const ConvShape& s, T* col) {
+  const Conv2dGeometry& g = s.geometry;
+  const int64_t kernel_area = s.kernel_h * s.kernel_w;
+#pragma omp parallel for schedule(static) if (!omp_in_parallel() && s.col_rows() * s.out_plane() > kParallelColElements)
+  for (int64_t row = 0; row < s.col_rows(); ++row) {
+    const int64_t channel = row / kernel_area, kh = (row / s.kernel_w) % s.kernel_h, kw = row % s.kernel_w;
+    const T* plane = image + channel * s.in_plane();
+    T* out_row = col + row * s.out_plane();
+    const ValidRange valid = valid_outputs(s.in_w, s.out_w, g.stride_w, g.pad_w, kw);
+    const int64_t iw_first = valid.begin * g.stride_w - g.pad_w + kw;
+    for (int64_t oh = 0; oh < s.out_h; ++oh) {
+      T* dst = out_row + oh * s.out_w;
+      const int64_t ih = oh * g.stride_h - g.pad_h + kh;
+      if (ih < 0 || ih >= s.in_h) {
+        std::fill(dst, dst + s.out_w, T(0));
+        continue;
+      }
+      std::fill(dst, dst + valid.begin, T(0));
+      std::fill(dst + valid.end, dst + s.out_w, T(0));
+      const T* src = plane + ih * s.in_w + iw_first;
+      if (g.stride_w == 1) {
+        std::memcpy(dst + valid.begin, src, static_cast<size_t>(valid.end - valid.begin) * sizeof(T));
+      } else {
+        for (int64_t ow = valid.begin; ow < valid.end; ++ow) dst[ow] = src[(ow - valid.begin) * g.stride_w];
+      }
+    }
+  }
+}
+
+// The adjoint of im2col: image (zeroed here) accumulates every column entry at its input position.
+// Threads take whole channels, so no two write the same plane.
+template <typename T> void col2im(const T* col, const ConvShape& s, T* image) {
+  const Conv2dGeometry& g = s.geometry;
+  const int64_t kernel_area = s.kernel_h * s.kernel_w;
+#pragma omp parallel for schedule(static) if (!omp_in_parallel() && s.col_rows() * s.out_plane() > kParallelColElements)
+  for (int64_t channel = 0; channel < s.in_channels; ++channel) {
+    T* plane = image + channel * s.in_plane();
+    std::fill(plane, plane + s.in_plane(), T(0));
+    for (int64_t k = 0; k < kernel_area; ++k) {
+      const int64_t kh = k / s.kernel_w, kw = k % s.kernel_w;
+      const T* in_row = col + (channel * kernel_area + k) * s.out_plane();
+      const ValidRange valid = valid_outputs(s.in_w, s.out_w, g.stride_w, g.pad_w, kw);
+      const int64_t iw_first = valid.begin * g.stride_w - g.pad_w + kw;
+      for (int64_t oh = 0; oh < s.out_h; ++oh) {
+        const int64_t ih = oh * g.stride_h - g.pad_h + kh;
+        if (ih < 0 || ih >= s.in_h) continue;
+        const T* src = in_row + oh * s.out_w;
+        T* dst = plane + ih * s.in_w + iw_first;
+        for (int64_t ow = valid.begin; ow < valid.end; ++ow) dst[(ow - valid.begin) * g.stride_w] += src[ow];
+      }
+    }
+  }
+}
+
+template <typename T>
+void forward_typed(const Tensor& input, const Tensor& weight, const Tensor& bias, Tensor& out, const ConvShape& s) {
+  const T* x = input.data<T>();
+  const T* b = bias.defined() ? bias.data<T>() : nullptr;
+  T* y = out.data<T>();
+  const ConstMatrixMap<T> weights(weight.data<T>(), s.out_channels, s.col_rows());
+  for_each_sample(s.batch, spread_samples_over_threads(s.batch), [&](int64_t n) {
+    MatrixMap<T> result(y + n * s.out_channels * s.out_plane(), s.out_channels, s.out_plane());
+    const T* image = x + n * s.in_channels * s.in_plane();
+    if (s.pointwise()) {
+      result.noalias() = weights * ConstMatrixMap<T>(image, s.in_channels, s.in_plane());
+    } else {
+      T* col = thread_scratch<T>(static_cast<size_t>(s.col_rows() * s.out_plane()));
+      im2col(image, s, col);
+      result.noalias() = weights * ConstMatrixMap<T>(col, s.col_rows(), s.out_plane());
+    }
+    if (b != nullptr)
+      for (int64_t o = 0; o < s.out_channels; ++o) result.row(o).array() += b[o];
+  });
+}
+
+template <typename T>
+void backward_input_typed(const Tensor& grad_out, const Tensor& weight, Tensor& grad_input, const ConvShape& s) {
+  const T* dy = grad_out.data<T>();
+  T* dx = grad_input.data<T>();
+  const ConstMatrixMap<T> weights(weight.data<T>(), s.out_channels, s.col_rows());
+  for_each_sample(s.batch, spread_samples_over_threads(s.batch), [&](int64_t n) {
+    const ConstMatrixMap<T> grad_result(dy + n * s.out_channels * s.out_plane(), s.out_channels, s.out_plane());
+    T* image_grad = dx + n * s.in_channels * s.in_plane();
+    if (s.pointwise()) {
+      MatrixMap<T>(image_grad, s.in_channels, s.in_plane()).noalias() = weights.transpose() * grad_result;
+    } else {
+      T* col = thread_scratch<T>(static_cast<size_t>(s.col_rows() * s.out_plane()));
+      MatrixMap<T>(col, s.col_rows(), s.out_plane()).noalias() = weights.transpose() * grad_result;
+      col2im(col, s, image_grad);
+    }
+  });
+}
+
+template <typename T>
+void backward_weight_typed(const Tensor& grad_out, const Tensor& input, Tensor& grad_weight, const ConvShape& s) {
+  const T* dy = grad_out.data<T>();
+  const T* x = input.data<T>();
+  const int64_t weight_size = s.out_channels * s.col_rows();
+  auto accumulate_sample = [&](int64_t n, T* accumulator) {
+    MatrixMap<T> grad_weights(accumulator, s.out_channels, s.col_rows());
+    const ConstMatrixMap<T> grad_result(dy + n * s.out_channels * s.out_plane(), s.out_channels, s.out_plane());
+    const T* image = x + n * s.in_channels * s.in_plane();
+    if (s.pointwise()) {
+      grad_weights.noalias() += grad_result * ConstMatrixMap<T>(image, s.in_channels, s.in_plane()).transpose();
+    } else {
+      T* col = thread_scratch<T>(static_cast<size_t>(s.col_rows() * s.out_plane()));
+      im2col(image, s, col);
+      grad_weights.noalias() += grad_result * ConstMatrixMap<T>(col, s.col_rows(), s.out_plane()).transpose();
+    }
+  };
+  T* dw = grad_weight.data<T>();
+  std::fill(dw, dw + weight_size, T(0));
+  if (!spread_samples_over_threads(s.batch)) {
+    for (int64_t n = 0; n < s.batch; ++n) accumulate_sample(n, dw);
+    return;
+  }
+  // Each thread sums its samples into its own buffer (thread 0 straight into the result); the partial
+  // sums are then added in thread order, so the result does not depend on timing.
+  const int threads = omp_get_max_threads();
+  std::vector<std::vector<T>> partials(static_cast<size_t>(threads - 1));
+#pragma omp parallel num_threads(threads)
+  {
+    const int thread = omp_get_thread_num();
+    T* accumulator = dw;
+    if (thread > 0) {
+      partials[static_cast<size_t>(thread - 1)].assign(static_cast<size_t>(weight_size), T(0));
+      accumulator = partials[static_cast<size_t>(thread - 1)].data();
+    }
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < s.batch; ++n) accumulate_sample(n, accumulator);
+  }
+#pragma omp parallel for schedule(static) if (weight_size > cpu::kParallelMinElements)
+  for (int64_t i = 0; i < weight_size; ++i)
+    for (const std::vector<T>& partial : partials)
+      if (!partial.empty()) dw[i] += partial[static_cast<size_t>(i)];
+}
+
+}  // namespace
+
+void CpuBackend::conv2d_forward(const Tensor& input, const Tensor& weight, const Tensor& bias, Tensor& out,
+                                const Conv2dGeometry& geometry) {
+  const ConvShape shape(input.shape(), weight.shape(), out.shape(), geometry);
+  cpu::visit_floating(input.dtype(), "conv2d_forward",
+                      [&](auto tag) { forward_typed<decltype(tag)>(input, weight, bias, out, shape); });
+}
+
+void CpuBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, Tensor& grad_input,
+                                       const Conv2dGeometry& geometry) {
+  const ConvShape shape(grad_input.shape(), weight.shape(), grad_out.shape(), geometry);
+  cpu::visit_floating(grad_out.dtype(), "conv2d_backward_input",
+                      [&](auto tag) { backward_input_typed<decltype(tag)>(grad_out, weight, grad_input, shape); });
+}
+
+void CpuBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& input, Tensor& grad_weight,
+                                        const Conv2dGeometry& geometry) {
+  const ConvShape shape(input.shape(), grad_weight.shape(), grad_out.shape(), geometry);
+  cpu::visit_floating(grad_out.dtype(), "conv2d_backward_weight",
+                      [&](auto tag) { backward_weight_typed<decltype(tag)>(grad_out, input, grad_weight, shape); });
+}
+
+}  // namespace opsnn::ops

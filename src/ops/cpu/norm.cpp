@@ -1,0 +1,161 @@
+// CPU batch normalization kernels over [N, C, ...] inputs (statistics per channel over N and every
+// trailing dimension): training forward with running-stat update, eval forward, and backward.
+// Statistics accumulate in double whatever the input dtype.
+#include <cmath>
+
+#include "ops/cpu/cpu_backend.h"
+#include "ops/cpu/kernel_support.h"
+
+namespace opsnn::ops {
+namespace {
+
+// A channel's elements sit at sample * C * inner + channel * inner + [0, inner).
+struct ChannelLayout {
+  int64_t batch, channels, inner;
+  explicit ChannelLayout(const Tensor& input)
+      : batch(input.size(0)), channels(input.size(1)), inner(input.numel() / (input.size(0) * input.size(1))) {}
+  int64_t count() const { return batch * inner; }  // elements per channel
+  int64_t start(int64_t sample, int64_t channel) const { return (sample * channels + channel) * inner; }
+  bool parallel() const { return batch * channels * inner > cpu::kParallelMinElements; }
+};
+
+// out = (x - center) * scale + shift over channel `channel`; centering first keeps precision when the
+// mean is large next to the spread.
+template <typename T>
+void normalize_channel(const T* x, T* out, const ChannelLayout& layout, int64_t channel, double center, double scale,
+                       double shift) {
+  const T center_t = static_cast<T>(center), scale_t = static_cast<T>(scale), shift_t = static_cast<T>(shift);
+  for (int64_t n = 0; n < layout.batch; ++n) {
+    const int64_t start = layout.start(n, channel);
+    for (int64_t i = start; i < start + layout.inner; ++i) out[i] = (x[i] - center_t) * scale_t + shift_t;
+  }
+}
+
+template <typename T>
+void forward_train_typed(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
+                         Tensor& running_var, double momentum, double eps, Tensor& out, Tensor& save_mean,
+                         Tensor& save_invstd) {
+  const ChannelLayout layout(input);
+  const T* x = input.data<T>();
+  const T* weight = gamma.data<T>();
+  const T* bias = beta.data<T>();
+  T* y = out.data<T>();
+  T* mean_out = save_mean.data<T>();
+  T* invstd_out = save_invstd.data<T>();
+  T* run_mean = running_mean.data<T>();
+  T* run_var = running_var.data<T>();
+  const double count = static_cast<double>(layout.count());
+#pragma omp parallel for schedule(static) if (layout.parallel())
+  for (int64_t c = 0; c < layout.channels; ++c) {
+    // Two passes (mean, then squared deviations) avoid the cancellation of E[x^2] - E[x]^2.
+    double sum = 0.0;
+    for (int64_t n = 0; n < layout.batch; ++n) {
+      const int64_t start = layout.start(n, c);
+      for (int64_t i = start; i < start + layout.inner; ++i) sum += static_cast<double>(x[i]);
+    }
+    const double mean = sum / count;
+    double squared = 0.0;
+    for (int64_t n = 0; n < layout.batch; ++n) {
+      const int64_t start = layout.start(n, c);
+      for (int64_t i = start; i < start + layout.inner; ++i) {
+        const double deviation = static_cast<double>(x[i]) - mean;
+        squared += deviation * deviation;
+      }
+    }
+    const double variance = squared / count;
+    const double invstd = 1.0 / std::sqrt(variance + eps);
+    normalize_channel(x, y, layout, c, mean, static_cast<double>(weight[c]) * invstd, static_cast<double>(bias[c]));
+    mean_out[c] = static_cast<T>(mean);
+    invstd_out[c] = static_cast<T>(invstd);
+    // Running variance takes the unbiased estimate, as PyTorch does.
+    run_mean[c] = static_cast<T>((1.0 - momentum) * static_cast<double>(run_mean[c]) + momentum * mean);
+    run_var[c] = static_cast<T>((1.0 - momentum) * static_cast<double>(run_var[c]) + momentum * squared / (count - 1.0));
+  }
+}
+
+template <typename T>
+void forward_eval_typed(const Tensor& input, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                        const Tensor& running_var, double eps, Tensor& out) {
+  const ChannelLayout layout(input);
+  const T* x = input.data<T>();
+  const T* weight = gamma.data<T>();
+  const T* bias = beta.data<T>();
+  const T* run_mean = running_mean.data<T>();
+  const T* run_var = running_var.data<T>();
+  T* y = out.data<T>();
+#pragma omp parallel for schedule(static) if (layout.parallel())
+  for (int64_t c = 0; c < layout.channels; ++c) {
+    const double scale = static_cast<double>(weight[c]) / std::sqrt(static_cast<double>(run_var[c]) + eps);
+    normalize_channel(x, y, layout, c, static_cast<double>(run_mean[c]), scale, static_cast<double>(bias[c]));
+  }
+}
+
+// With xhat = (x - mean) * invstd and g the output gradient, per channel over its M elements:
+//   grad_beta = sum g,  grad_gamma = sum g * xhat,
+//   grad_x = gamma * invstd * (g - sum g / M - xhat * sum(g * xhat) / M).
+template <typename T>
+void backward_typed(const Tensor& grad_out, const Tensor& input, const Tensor& gamma, const Tensor& save_mean,
+                    const Tensor& save_invstd, Tensor& grad_input, Tensor& grad_gamma, Tensor& grad_beta) {
+  const ChannelLayout layout(input);
+  const T* g = grad_out.data<T>();
+  const T* x = input.data<T>();
+  const T* weight = gamma.data<T>();
+  const T* mean_in = save_mean.data<T>();
+  const T* invstd_in = save_invstd.data<T>();
+  T* dx = grad_input.data<T>();
+  T* dgamma = grad_gamma.defined() ? grad_gamma.data<T>() : nullptr;
+  T* dbeta = grad_beta.defined() ? grad_beta.data<T>() : nullptr;
+  const double count = static_cast<double>(layout.count());
+#pragma omp parallel for schedule(static) if (layout.parallel())
+  for (int64_t c = 0; c < layout.channels; ++c) {
+    const double mean = static_cast<double>(mean_in[c]), invstd = static_cast<double>(invstd_in[c]);
+    double sum_grad = 0.0, sum_grad_centered = 0.0;
+    for (int64_t n = 0; n < layout.batch; ++n) {
+      const int64_t start = layout.start(n, c);
+      for (int64_t i = start; i < start + layout.inner; ++i) {
+        sum_grad += static_cast<double>(g[i]);
+        sum_grad_centered += static_cast<double>(g[i]) * (static_cast<double>(x[i]) - mean);
+      }
+    }
+    if (dbeta != nullptr) dbeta[c] = static_cast<T>(sum_grad);
+    if (dgamma != nullptr) dgamma[c] = static_cast<T>(sum_grad_centered * invstd);
+    const double k = static_cast<double>(weight[c]) * invstd;
+    const double projection = sum_grad_centered * invstd * invstd / count;
+    const T k_t = static_cast<T>(k), mean_t = static_cast<T>(mean), mean_grad_t = static_cast<T>(sum_grad / count);
+    const T slope = static_cast<T>(k * projection);
+    for (int64_t n = 0; n < layout.batch; ++n) {
+      const int64_t start = layout.start(n, c);
+      for (int64_t i = start; i < start + layout.inner; ++i)
+        dx[i] = k_t * (g[i] - mean_grad_t) - slope * (x[i] - mean_t);
+    }
+  }
+}
+
+}  // namespace
+
+void CpuBackend::batch_norm_forward_train(const Tensor& input, const Tensor& gamma, const Tensor& beta,
+                                          Tensor& running_mean, Tensor& running_var, double momentum, double eps,
+                                          Tensor& out, Tensor& save_mean, Tensor& save_invstd) {
+  cpu::visit_floating(input.dtype(), "batch_norm_forward_train", [&](auto tag) {
+    forward_train_typed<decltype(tag)>(input, gamma, beta, running_mean, running_var, momentum, eps, out, save_mean,
+                                       save_invstd);
+  });
+}
+
+void CpuBackend::batch_norm_forward_eval(const Tensor& input, const Tensor& gamma, const Tensor& beta,
+                                         const Tensor& running_mean, const Tensor& running_var, double eps,
+                                         Tensor& out) {
+  cpu::visit_floating(input.dtype(), "batch_norm_forward_eval", [&](auto tag) {
+    forward_eval_typed<decltype(tag)>(input, gamma, beta, running_mean, running_var, eps, out);
+  });
+}
+
+void CpuBackend::batch_norm_backward(const Tensor& grad_out, const Tensor& input, const Tensor& gamma,
+                                     const Tensor& save_mean, const Tensor& save_invstd, Tensor& grad_input,
+                                     Tensor& grad_gamma, Tensor& grad_beta) {
+  cpu::visit_floating(grad_out.dtype(), "batch_norm_backward", [&](auto tag) {
+    backward_typed<decltype(tag)>(grad_out, input, gamma, save_mean, save_invstd, grad_input, grad_gamma, grad_beta);
+  });
+}
+
+}  // namespace opsnn::ops

@@ -1,0 +1,143 @@
+// batch_norm of the functional API: validation, training (batch statistics, running-stat update)
+// and eval (running statistics) forward on the device's kernels, and both backwards for autograd.
+#include <memory>
+
+#include "opsnn/autograd/node.h"
+#include "opsnn/ops/ops.h"
+#include "ops/op_support.h"
+
+namespace opsnn::ops {
+namespace {
+
+// Checks a per-channel tensor (gamma, beta, running stats) against the input; undefined passes.
+void check_channel_tensor(const Tensor& input, const Tensor& tensor, const char* what) {
+  if (!tensor.defined()) return;
+  const int64_t channels = input.size(1);
+  OPSNN_CHECK_AS(ShapeError, tensor.dim() == 1 && tensor.size(0) == channels, "batch_norm: ", what, " ",
+                 shape_str(tensor.shape()), " does not match input ", shape_str(input.shape()), " (expected [",
+                 channels, "])");
+  check_same_dtype(input, tensor, (std::string("batch_norm input vs ") + what).c_str());
+  check_same_device(input, tensor, (std::string("batch_norm input vs ") + what).c_str());
+}
+
+void check_running_stat(const Tensor& input, const Tensor& stat, const char* what, bool training) {
+  OPSNN_CHECK(stat.defined() || training, "batch_norm: eval mode needs ", what, " (got an undefined tensor)");
+  check_channel_tensor(input, stat, what);
+  OPSNN_CHECK(!stat.defined() || stat.is_contiguous(), "batch_norm: ", what, " must be contiguous: it is updated in place");
+}
+
+Tensor defined_or(const Tensor& tensor, double fill, const Tensor& input) {
+  if (tensor.defined()) return tensor.contiguous().detach();
+  return Tensor::full({input.size(1)}, fill, input.dtype(), input.device());
+}
+
+// Training mode: gradients through the batch statistics.
+class BatchNormBackward final : public autograd::Node {
+ public:
+  BatchNormBackward(Tensor input, Tensor gamma, Tensor save_mean, Tensor save_invstd)
+      : input_(std::move(input)), gamma_(std::move(gamma)), save_mean_(std::move(save_mean)),
+        save_invstd_(std::move(save_invstd)) {}
+  std::string name() const override { return "BatchNormBackward"; }
+
+  std::vector<Tensor> backward(const Tensor& grad_output) override {
+    const Tensor grad_out = internal::contiguous_grad(grad_output, input_.dtype());
+    std::vector<Tensor> grads(3);
+    // The kernel always writes grad_input; the per-channel sums are cheap next to it.
+    grads[0] = Tensor::empty(input_.shape(), input_.dtype(), input_.device());
+    if (needs_grad(1)) grads[1] = Tensor::empty(gamma_.shape(), gamma_.dtype(), gamma_.device());
+    if (needs_grad(2)) grads[2] = Tensor::empty(gamma_.shape(), gamma_.dtype(), gamma_.device());
+    backend_for(grad_out.device())
+        .batch_norm_backward(grad_out, input_, gamma_, save_mean_, save_invstd_, grads[0], grads[1], grads[2]);
+    if (!needs_grad(0)) grads[0] = Tensor();
+    return grads;
+  }
+  void release() override { input_ = gamma_ = save_mean_ = save_invstd_ = Tensor(); }
+
+ private:
+  Tensor input_, gamma_, save_mean_, save_invstd_;
+};
+
+// Eval mode: out = (x - running_mean) * invstd * gamma + beta with invstd = 1 / sqrt(running_var + eps)
+// constant, so grad_x = g * gamma * invstd, grad_gamma = sum g * (x - running_mean) * invstd and
+// grad_beta = sum g. These reuse the two batch-norm kernels: the eval forward applied to g with zero
+// shift gives grad_x, and the training backward given (running_mean, invstd) as the saved statistics
+// gives exactly grad_gamma and grad_beta.
+class BatchNormEvalBackward final : public autograd::Node {
+ public:
+  BatchNormEvalBackward(Tensor input, Tensor gamma, Tensor running_mean, Tensor running_var, double eps)
+      : input_(std::move(input)), gamma_(std::move(gamma)), running_mean_(std::move(running_mean)),
+        running_var_(std::move(running_var)), eps_(eps) {}
+  std::string name() const override { return "BatchNormEvalBackward"; }
+
+  std::vector<Tensor> backward(const Tensor& grad_output) override {
+    const Tensor grad_out = internal::contiguous_grad(grad_output, input_.dtype());
+    Backend& backend = backend_for(grad_out.device());
+    const Tensor zeros = Tensor::zeros(gamma_.shape(), gamma_.dtype(), gamma_.device());
+    std::vector<Tensor> grads(3);
+    Tensor grad_input = Tensor::empty(input_.shape(), input_.dtype(), input_.device());
+    if (needs_grad(1) || needs_grad(2)) {
+      const Tensor ones = Tensor::ones(gamma_.shape(), gamma_.dtype(), gamma_.device());
+      Tensor invstd = Tensor::empty({1, gamma_.size(0)}, gamma_.dtype(), gamma_.device());
+      backend.batch_norm_forward_eval(ones.view({1, gamma_.size(0)}), ones, zeros, zeros, running_var_, eps_, invstd);
+      if (needs_grad(1)) grads[1] = Tensor::empty(gamma_.shape(), gamma_.dtype(), gamma_.device());
+      if (needs_grad(2)) grads[2] = Tensor::empty(gamma_.shape(), gamma_.dtype(), gamma_.device());
+      backend.batch_norm_backward(grad_out, input_, gamma_, running_mean_, invstd.view({gamma_.size(0)}), grad_input,
+                                  grads[1], grads[2]);
+    }
+    if (needs_grad(0)) {
+      backend.batch_norm_forward_eval(grad_out, gamma_, zeros, zeros, running_var_, eps_, grad_input);
+      grads[0] = grad_input;
+    }
+    return grads;
+  }
+  void release() override { input_ = gamma_ = running_mean_ = running_var_ = Tensor(); }
+
+ private:
+  Tensor input_, gamma_, running_mean_, running_var_;
+  double eps_;
+};
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
+                  Tensor& running_var, bool training, double momentum, double eps) {
+  OPSNN_CHECK_AS(ShapeError, input.dim() >= 2 && input.numel() > 0,
+                 "batch_norm: input must be a non-empty [N, C] or [N, C, ...], got ", input.str());
+  check_channel_tensor(input, gamma, "gamma");
+  check_channel_tensor(input, beta, "beta");
+  check_running_stat(input, running_mean, "running_mean", training);
+  check_running_stat(input, running_var, "running_var", training);
+  OPSNN_CHECK(eps >= 0.0, "batch_norm: eps must not be negative, got ", eps);
+  OPSNN_CHECK(momentum >= 0.0 && momentum <= 1.0, "batch_norm: momentum must lie in [0, 1], got ", momentum);
+  const Tensor input_data = input.contiguous().detach();
+  // Without affine parameters the kernels see gamma = 1 and beta = 0.
+  const Tensor gamma_data = defined_or(gamma, 1.0, input);
+  const Tensor beta_data = defined_or(beta, 0.0, input);
+  Backend& backend = backend_for(input.device());
+  Tensor out = Tensor::empty(input.shape(), input.dtype(), input.device());
+  const int64_t channels = input.size(1);
+
+  if (!training) {
+    backend.batch_norm_forward_eval(input_data, gamma_data, beta_data, running_mean, running_var, eps, out);
+    if (!autograd::any_requires_grad({input, gamma, beta})) return out;
+    // Snapshots: a later training step updates the running statistics in place.
+    auto node = std::make_shared<BatchNormEvalBackward>(input_data, gamma_data, running_mean.clone(),
+                                                        running_var.clone(), eps);
+    return autograd::record(out, std::move(node), {input, gamma, beta});
+  }
+
+  OPSNN_CHECK_AS(ShapeError, input.numel() / channels > 1,
+                 "batch_norm: training needs more than one value per channel, input ", shape_str(input.shape()));
+  // Without running statistics (track_running_stats off) the update goes to throwaway buffers.
+  Tensor mean_buffer = running_mean.defined() ? running_mean : Tensor::zeros({channels}, input.dtype(), input.device());
+  Tensor var_buffer = running_var.defined() ? running_var : Tensor::ones({channels}, input.dtype(), input.device());
+  Tensor save_mean = Tensor::empty({channels}, input.dtype(), input.device());
+  Tensor save_invstd = Tensor::empty({channels}, input.dtype(), input.device());
+  backend.batch_norm_forward_train(input_data, gamma_data, beta_data, mean_buffer, var_buffer, momentum, eps, out,
+                                   save_mean, save_invstd);
+  if (!autograd::any_requires_grad({input, gamma, beta})) return out;
+  auto node = std::make_shared<BatchNormBackward>(input_data, gamma_data, save_mean, save_invstd);
+  return autograd::record(out, std::move(node), {input, gamma, beta});
+}
+
+}  // namespace opsnn::ops

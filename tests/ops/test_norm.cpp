@@ -1,0 +1,197 @@
+// Tests of ops::batch_norm (src/ops/norm.cpp, src/ops/cpu/norm.cpp): training and eval values,
+// running-statistic updates, finite-difference gradients, f32 precision and argument errors.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "opsnn/core/rng.h"
+#include "opsnn/ops/ops.h"
+#include "ops/op_test_helpers.h"
+
+using namespace opsnn;
+using namespace opsnn::testing;
+
+namespace {
+
+// Per-channel mean and biased variance of an [N, C, ...] tensor, in double.
+struct ChannelStats {
+  std::vector<double> mean, variance;
+  int64_t count = 0;
+};
+ChannelStats channel_stats(const Tensor& input) {
+  const std::vector<double> x = input.to_vector<double>();
+  const int64_t N = input.size(0), C = input.size(1), inner = input.numel() / (N * C);
+  ChannelStats stats{std::vector<double>(static_cast<size_t>(C)), std::vector<double>(static_cast<size_t>(C)), N * inner};
+  for (int64_t c = 0; c < C; ++c) {
+    double sum = 0, squared = 0;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t i = 0; i < inner; ++i) sum += x[static_cast<size_t>((n * C + c) * inner + i)];
+    const double mean = sum / static_cast<double>(stats.count);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t i = 0; i < inner; ++i) {
+        const double d = x[static_cast<size_t>((n * C + c) * inner + i)] - mean;
+        squared += d * d;
+      }
+    stats.mean[static_cast<size_t>(c)] = mean;
+    stats.variance[static_cast<size_t>(c)] = squared / static_cast<double>(stats.count);
+  }
+  return stats;
+}
+
+// (x - mean[c]) / sqrt(var[c] + eps) * gamma[c] + beta[c] element by element.
+std::vector<double> reference_normalize(const Tensor& input, const std::vector<double>& mean,
+                                        const std::vector<double>& variance, const std::vector<double>& gamma,
+                                        const std::vector<double>& beta, double eps) {
+  const std::vector<double> x = input.to_vector<double>();
+  const int64_t C = input.size(1), inner = input.numel() / (input.size(0) * C);
+  std::vector<double> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const size_t c = static_cast<size_t>((static_cast<int64_t>(i) / inner) % C);
+    out[i] = (x[i] - mean[c]) / std::sqrt(variance[c] + eps) * gamma[c] + beta[c];
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("batch_norm training normalizes with batch statistics and updates running stats", "[ops]") {
+  for (const Shape& shape : {Shape{4, 3, 5, 2}, Shape{6, 4}}) {
+    INFO("input " << shape_str(shape));
+    Generator generator(3);
+    Tensor input = Tensor::uniform(shape, -2, 3, generator, DType::f64);
+    const int64_t C = shape[1];
+    Tensor gamma = Tensor::uniform({C}, 0.5, 1.5, generator, DType::f64);
+    Tensor beta = Tensor::uniform({C}, -1, 1, generator, DType::f64);
+    Tensor running_mean = Tensor::uniform({C}, -1, 1, generator, DType::f64);
+    Tensor running_var = Tensor::uniform({C}, 0.5, 2, generator, DType::f64);
+    const std::vector<double> mean0 = running_mean.to_vector<double>(), var0 = running_var.to_vector<double>();
+
+    Tensor out = ops::batch_norm(input, gamma, beta, running_mean, running_var, true, 0.25, 1e-3);
+    const ChannelStats stats = channel_stats(input);
+    require_close(out.to_vector<double>(), reference_normalize(input, stats.mean, stats.variance,
+                                                               gamma.to_vector<double>(), beta.to_vector<double>(), 1e-3));
+    // running = 0.75 * running + 0.25 * batch, with the unbiased variance (count / (count - 1)).
+    std::vector<double> expected_mean, expected_var;
+    const double unbias = static_cast<double>(stats.count) / static_cast<double>(stats.count - 1);
+    for (size_t c = 0; c < static_cast<size_t>(C); ++c) {
+      expected_mean.push_back(0.75 * mean0[c] + 0.25 * stats.mean[c]);
+      expected_var.push_back(0.75 * var0[c] + 0.25 * stats.variance[c] * unbias);
+    }
+    require_close(running_mean.to_vector<double>(), expected_mean);
+    require_close(running_var.to_vector<double>(), expected_var);
+  }
+}
+
+TEST_CASE("batch_norm running stats follow the PyTorch defaults from zeros and ones", "[ops]") {
+  // One channel holding 1, 2, 3, 4: mean 2.5, unbiased variance 5/3; momentum 0.1.
+  Tensor input = Tensor::from_vector<float>({1, 2, 3, 4}, {4, 1});
+  Tensor running_mean = Tensor::zeros({1}), running_var = Tensor::ones({1});
+  ops::batch_norm(input, Tensor(), Tensor(), running_mean, running_var, true);
+  CHECK(running_mean.item() == Approx(0.25).epsilon(1e-6));
+  CHECK(running_var.item() == Approx(0.9 + 0.1 * 5.0 / 3.0).epsilon(1e-6));
+  ops::batch_norm(input, Tensor(), Tensor(), running_mean, running_var, true);
+  CHECK(running_mean.item() == Approx(0.9 * 0.25 + 0.25).epsilon(1e-6));
+}
+
+TEST_CASE("batch_norm eval uses the running statistics and leaves them alone", "[ops]") {
+  Generator generator(4);
+  Tensor input = Tensor::uniform({3, 2, 4, 4}, -1, 1, generator, DType::f64);
+  Tensor gamma = Tensor::from_vector<double>({2.0, 0.5}, {2}), beta = Tensor::from_vector<double>({0.1, -0.3}, {2});
+  Tensor running_mean = Tensor::from_vector<double>({0.2, -0.4}, {2});
+  Tensor running_var = Tensor::from_vector<double>({1.5, 0.25}, {2});
+  Tensor out = ops::batch_norm(input, gamma, beta, running_mean, running_var, false, 0.1, 1e-5);
+  require_close(out.to_vector<double>(),
+                reference_normalize(input, {0.2, -0.4}, {1.5, 0.25}, {2.0, 0.5}, {0.1, -0.3}, 1e-5));
+  REQUIRE(running_mean.to_vector<double>() == std::vector<double>{0.2, -0.4});
+  REQUIRE(running_var.to_vector<double>() == std::vector<double>{1.5, 0.25});
+}
+
+TEST_CASE("batch_norm gradients match finite differences", "[ops]") {
+  for (const Shape& shape : {Shape{3, 2, 3, 4}, Shape{5, 3}, Shape{2, 3, 5}}) {
+    for (bool training : {true, false}) {
+      INFO("input " << shape_str(shape) << (training ? " training" : " eval"));
+      Generator generator(11);
+      const int64_t C = shape[1];
+      Tensor input = random_leaf(shape, generator, -2, 2);
+      Tensor gamma = random_leaf({C}, generator, 0.5, 1.5);
+      Tensor beta = random_leaf({C}, generator);
+      Tensor running_mean = Tensor::uniform({C}, -0.5, 0.5, generator, DType::f64);
+      Tensor running_var = Tensor::uniform({C}, 0.5, 1.5, generator, DType::f64);
+      require_gradcheck(
+          [&](const std::vector<Tensor>& in) {
+            return ops::batch_norm(in[0], in[1], in[2], running_mean, running_var, training, 0.1, 1e-5);
+          },
+          {input, gamma, beta});
+    }
+  }
+}
+
+TEST_CASE("batch_norm gradient reaches the input alone when gamma and beta are absent or frozen", "[ops]") {
+  Generator generator(12);
+  Tensor input = random_leaf({4, 2, 3}, generator);
+  Tensor running_mean = Tensor::zeros({2}, DType::f64), running_var = Tensor::ones({2}, DType::f64);
+  require_gradcheck(
+      [&](const std::vector<Tensor>& in) {
+        return ops::batch_norm(in[0], Tensor(), Tensor(), running_mean, running_var, true);
+      },
+      {input});
+  Tensor frozen_gamma = Tensor::full({2}, 1.5, DType::f64);
+  Tensor out = ops::batch_norm(input.detach().set_requires_grad(true), frozen_gamma, Tensor(), running_mean,
+                               running_var, false);
+  out.backward(Tensor::ones(out.shape(), DType::f64));
+  REQUIRE_FALSE(frozen_gamma.grad().defined());
+}
+
+TEST_CASE("batch_norm in f32 keeps precision for inputs with a large mean", "[ops]") {
+  // Values 1000 + N(0, 1): E[x^2] - E[x]^2 in f32 would lose most digits of the variance.
+  Generator generator(21);
+  Tensor input = Tensor::normal({16, 2, 8, 8}, 1000.0, 1.0, generator, DType::f32);
+  Tensor input64 = input.to(DType::f64);
+  Tensor gamma = Tensor::ones({2}), beta = Tensor::zeros({2});
+  Tensor running_mean = Tensor::zeros({2}), running_var = Tensor::ones({2});
+  Tensor out = ops::batch_norm(input, gamma, beta, running_mean, running_var, true);
+  const ChannelStats stats = channel_stats(input64);
+  require_close(out.to_vector<double>(), reference_normalize(input64, stats.mean, stats.variance, {1, 1}, {0, 0}, 1e-5),
+                2e-4);
+  const double unbias = static_cast<double>(stats.count) / static_cast<double>(stats.count - 1);
+  require_close(running_var.to_vector<double>(),
+                {0.9 + 0.1 * stats.variance[0] * unbias, 0.9 + 0.1 * stats.variance[1] * unbias}, 1e-6);
+
+  // f32 gradients agree with f64 ones computed from the same values.
+  auto input_grad = [](const Tensor& x, DType dtype) {
+    Tensor leaf = x.to(dtype).set_requires_grad(true);
+    Tensor mean = Tensor::zeros({2}, dtype), var = Tensor::ones({2}, dtype);
+    Tensor y = ops::batch_norm(leaf, Tensor(), Tensor(), mean, var, true);
+    Generator weights_generator(5);
+    y.backward(Tensor::uniform(y.shape(), -1, 1, weights_generator, dtype));
+    return leaf.grad().to_vector<double>();
+  };
+  require_close(input_grad(input, DType::f32), input_grad(input64, DType::f64), 1e-4);
+}
+
+TEST_CASE("batch_norm rejects bad arguments with messages naming both sides", "[ops]") {
+  Tensor input = Tensor::zeros({4, 3, 2, 2});
+  Tensor mean = Tensor::zeros({3}), var = Tensor::ones({3});
+  CHECK_THAT(require_throws<ShapeError>(
+                 [&] { ops::batch_norm(input, Tensor::ones({5}), Tensor(), mean, var, true); }),
+             Catch::Contains("gamma [5]") && Catch::Contains("[4, 3, 2, 2]"));
+  Tensor short_var = Tensor::ones({2});
+  CHECK_THAT(require_throws<ShapeError>([&] { ops::batch_norm(input, Tensor(), Tensor(), mean, short_var, false); }),
+             Catch::Contains("running_var [2]") && Catch::Contains("[4, 3, 2, 2]"));
+  Tensor missing;
+  CHECK_THAT(require_throws<Error>([&] { ops::batch_norm(input, Tensor(), Tensor(), missing, var, false); }),
+             Catch::Contains("eval mode needs running_mean"));
+  CHECK_THAT(require_throws<ShapeError>([&] {
+               ops::batch_norm(Tensor::zeros({1, 3}), Tensor(), Tensor(), mean, var, true);
+             }),
+             Catch::Contains("more than one value per channel"));
+  CHECK_THAT(require_throws<TypeError>(
+                 [&] { ops::batch_norm(input, Tensor::ones({3}, DType::f64), Tensor(), mean, var, true); }),
+             Catch::Contains("f32") && Catch::Contains("f64"));
+  CHECK_THAT(require_throws<ShapeError>([&] { ops::batch_norm(Tensor::zeros({4}), Tensor(), Tensor(), mean, var, true); }),
+             Catch::Contains("[N, C]"));
+  // Training without running statistics (track_running_stats off) works.
+  Tensor none_mean, none_var;
+  REQUIRE(ops::batch_norm(input, Tensor(), Tensor(), none_mean, none_var, true).shape() == input.shape());
+}
