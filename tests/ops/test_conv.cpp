@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "opsnn/core/rng.h"
@@ -46,6 +47,34 @@ std::vector<double> reference_conv(const Tensor& input, const Tensor& weight, co
           out.push_back(total);
         }
   return out;
+}
+
+// Gradients of sum(out * grad_out) by the same direct loops: {grad_input, grad_weight}.
+std::pair<std::vector<double>, std::vector<double>> reference_conv_backward(const Tensor& input, const Tensor& weight,
+                                                                            const Tensor& grad_out,
+                                                                            const ops::Conv2dGeometry& g) {
+  const auto x = input.to_vector<double>(), w = weight.to_vector<double>(), dy = grad_out.to_vector<double>();
+  const int64_t N = input.size(0), C = input.size(1), H = input.size(2), W = input.size(3);
+  const int64_t O = weight.size(0), KH = weight.size(2), KW = weight.size(3);
+  const int64_t OH = grad_out.size(2), OW = grad_out.size(3);
+  std::vector<double> dx(x.size(), 0.0), dw(w.size(), 0.0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          const double d = dy[static_cast<size_t>(((n * O + o) * OH + oh) * OW + ow)];
+          for (int64_t c = 0; c < C; ++c)
+            for (int64_t kh = 0; kh < KH; ++kh)
+              for (int64_t kw = 0; kw < KW; ++kw) {
+                const int64_t ih = oh * g.stride_h - g.pad_h + kh, iw = ow * g.stride_w - g.pad_w + kw;
+                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                const size_t xi = static_cast<size_t>(((n * C + c) * H + ih) * W + iw);
+                const size_t wi = static_cast<size_t>(((o * C + c) * KH + kh) * KW + kw);
+                dx[xi] += d * w[wi];
+                dw[wi] += d * x[xi];
+              }
+        }
+  return {dx, dw};
 }
 
 ops::Conv2dGeometry geometry(int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w) {
@@ -132,6 +161,28 @@ TEST_CASE("conv2d gradients agree between the spread and one-sample-at-a-time pa
   const std::vector<double> single = run(1), spread = run(2);
   omp_set_num_threads(saved_threads);
   require_close(spread, single, 1e-13);
+}
+
+TEST_CASE("conv2d splits large images into row bands without changing the result", "[ops]") {
+  // 64 channels x 3x3 give 576 im2col rows; a 40-wide output then needs several bands of rows (the
+  // kernel keeps each band's im2col block near 512 KiB), including a short last band.
+  const int saved_threads = omp_get_max_threads();
+  for (int threads : {1, 2}) {
+    for (const auto& [batch, g] : std::vector<std::pair<int64_t, ops::Conv2dGeometry>>{
+             {1, geometry(1, 1, 1, 1)}, {2, geometry(2, 1, 1, 0)}}) {
+      INFO(threads << " thread(s), batch " << batch << ", stride " << g.stride_h << "x" << g.stride_w);
+      omp_set_num_threads(threads);
+      Tensor input = random_input({batch, 64, 83, 40}, 31), weight = random_input({3, 64, 3, 3}, 32);
+      Tensor out = ops::conv2d(input, weight, Tensor(), g);
+      require_close(out.to_vector<double>(), reference_conv(input, weight, Tensor(), g));
+      Tensor grad_out = random_input(out.shape(), 33).detach();
+      out.backward(grad_out);
+      const auto [grad_input, grad_weight] = reference_conv_backward(input, weight, grad_out, g);
+      require_close(input.grad().to_vector<double>(), grad_input);
+      require_close(weight.grad().to_vector<double>(), grad_weight);
+    }
+  }
+  omp_set_num_threads(saved_threads);
 }
 
 TEST_CASE("conv2d without any input requiring grad records no history", "[ops]") {
