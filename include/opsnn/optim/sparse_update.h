@@ -1,0 +1,108 @@
+// Row-sparse optimizer updates for Embedding tables: coalescing a RowSparseGrad (sort-and-reduce of
+// duplicate indices, deterministic for any thread count), sparse SGD with per-row momentum start, and
+// lazy Adam/AdamW that touch only the rows present in the gradient. Raw-array functions (so CUDA kernels
+// can mirror them) plus a thin Tensor-facing layer. The per-element math is rules.h; nothing is duplicated.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "opsnn/core/half.h"
+#include "opsnn/core/tensor.h"
+#include "opsnn/optim/rules.h"
+
+namespace opsnn::optim {
+
+// ---- coalescing ----
+
+// One appended piece of a row-sparse gradient: rows[i * width .. (i+1) * width) belongs to table row
+// indices[i]. Rows are fp32 (the Tensor layer converts f16/bf16 chunks).
+struct RowChunkView {
+  const int64_t* indices = nullptr;
+  const float* rows = nullptr;
+  int64_t count = 0;
+};
+
+// A coalesced row-sparse gradient: strictly increasing row indices, each with the sum of all its
+// occurrences, multiplied by `scale`. Reuse one object across steps to keep its buffers.
+struct CoalescedRows {
+  int64_t width = 0;
+  std::vector<int64_t> indices;    // sorted ascending, unique
+  std::vector<float> values;       // [indices.size(), width] row-major
+  // Sum of squares of the coalesced (scaled) values, accumulated in double, per row then over rows in
+  // index order: bit-identical for any thread count. Feeds the global grad norm and clipping.
+  double sum_of_squares = 0.0;
+  // Some coalesced value is inf or NaN (exactly when sum_of_squares is not finite).
+  bool non_finite = false;
+  int64_t row_count() const { return static_cast<int64_t>(indices.size()); }
+};
+
+// Sums duplicate rows of all chunks into `out`. The occurrences of one index are summed in occurrence
+// order (chunk order, then position within the chunk) in fp32 starting from the first occurrence, then
+// multiplied once by `scale` (e.g. 1/loss_scale): the same arithmetic as accumulating a dense gradient
+// row by row and unscaling it. Row indices outside [0, num_rows) throw opsnn::Error naming the first bad
+// index (in occurrence order), its chunk and position, and the table size.
+void coalesce_rows(const RowChunkView* chunks, int64_t chunk_count, int64_t num_rows, int64_t width, float scale,
+                   CoalescedRows& out);
+
+// ---- updates over coalesced rows (raw arrays) ----
+//
+// param, states: the whole table, row-major [num_rows, width] (e.g. a segment of the arena). rows:
+// `row_count` strictly increasing indices in [0, num_rows) (a coalesced gradient; checked, since rows are
+// updated in parallel); grad_rows: [row_count, width]. Each gradient value is multiplied by
+// `grad_multiplier` (a clip factor, for instance) before the rule sees it. Rows not listed are not read
+// or written: parameters and states of untouched rows stay bit-identical.
+
+// Sparse SGD. Weight decay (L2) applies to touched rows only. Momentum semantics ("per-row first step"):
+// dense SGD sets buf = g on its first step; here each row does so the first time it is touched, recorded
+// in row_initialized[row] (0: never touched, the buffer's content is ignored; set to 1 by this call).
+// After that the row's buffer follows buf = momentum*buf + (1-dampening)*g on the steps that touch it
+// only; it does not decay on steps that skip the row (lazy momentum, as lazy Adam). scalars.first_step is
+// ignored (the flags replace it). momentum_buffer and row_initialized may be null when momentum == 0.
+template <typename State>
+void sparse_sgd_step(float* param, State* momentum_buffer, uint8_t* row_initialized, int64_t num_rows,
+                     int64_t width, const int64_t* rows, const float* grad_rows, int64_t row_count,
+                     const SgdScalars& scalars, float grad_multiplier = 1.0f);
+
+// Lazy Adam/AdamW (as TensorFlow's LazyAdam): m, v (and v_max with amsgrad) and the parameter update only
+// on touched rows, with the bias corrections of the global step carried by `scalars` (a row touched
+// for the first time at step t is corrected with 1/(1-beta^t), not as if it were its own step 1). AdamW
+// decoupled decay and Adam L2 decay likewise apply to touched rows only. max_exp_avg_sq may be null
+// unless scalars.amsgrad.
+template <typename State>
+void lazy_adam_step(float* param, State* exp_avg, State* exp_avg_sq, State* max_exp_avg_sq, int64_t num_rows,
+                    int64_t width, const int64_t* rows, const float* grad_rows, int64_t row_count,
+                    const AdamScalars& scalars, float grad_multiplier = 1.0f);
+
+extern template void sparse_sgd_step<float>(float*, float*, uint8_t*, int64_t, int64_t, const int64_t*,
+                                            const float*, int64_t, const SgdScalars&, float);
+extern template void sparse_sgd_step<Half>(float*, Half*, uint8_t*, int64_t, int64_t, const int64_t*,
+                                           const float*, int64_t, const SgdScalars&, float);
+extern template void sparse_sgd_step<BFloat16>(float*, BFloat16*, uint8_t*, int64_t, int64_t, const int64_t*,
+                                               const float*, int64_t, const SgdScalars&, float);
+extern template void lazy_adam_step<float>(float*, float*, float*, float*, int64_t, int64_t, const int64_t*,
+                                           const float*, int64_t, const AdamScalars&, float);
+extern template void lazy_adam_step<Half>(float*, Half*, Half*, Half*, int64_t, int64_t, const int64_t*,
+                                          const float*, int64_t, const AdamScalars&, float);
+extern template void lazy_adam_step<BFloat16>(float*, BFloat16*, BFloat16*, BFloat16*, int64_t, int64_t,
+                                              const int64_t*, const float*, int64_t, const AdamScalars&, float);
+
+// ---- Tensor-facing layer (CPU tensors) ----
+
+// Coalesces a table's RowSparseGrad. Each chunk: indices i64 of any shape with n_k elements, rows
+// [n_k, width] in f32/f16/bf16 (non-f32 rows are converted to f32 first). Throws ShapeError/TypeError
+// naming the chunk on malformed input.
+void coalesce(const RowSparseGrad& grad, int64_t num_rows, int64_t width, float scale, CoalescedRows& out);
+CoalescedRows coalesce(const RowSparseGrad& grad, int64_t num_rows, int64_t width, float scale = 1.0f);
+
+// param: f32 [num_rows, width], contiguous. momentum_buffer: same shape, f32/f16/bf16 (undefined Tensor
+// when momentum == 0). row_initialized: u8 [num_rows] (undefined when momentum == 0).
+void sparse_sgd_step(const Tensor& param, const Tensor& momentum_buffer, const Tensor& row_initialized,
+                     const CoalescedRows& grad, const SgdScalars& scalars, float grad_multiplier = 1.0f);
+// exp_avg, exp_avg_sq (and max_exp_avg_sq with amsgrad, else undefined): param's shape, one dtype among
+// f32/f16/bf16.
+void lazy_adam_step(const Tensor& param, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                    const Tensor& max_exp_avg_sq, const CoalescedRows& grad, const AdamScalars& scalars,
+                    float grad_multiplier = 1.0f);
+
+}  // namespace opsnn::optim
