@@ -1,0 +1,66 @@
+// The Dataset interface every data source implements (Fashion-MNIST, synthetic images, synthetic CTR),
+// and the Batch the loader hands to the trainer.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "opsnn/core/dtype.h"
+#include "opsnn/core/tensor.h"
+
+namespace opsnn::data {
+
+// One batch on the host. Images: inputs f32 [B, C, H, W], labels i64 [B] (class ids).
+// CTR: inputs i64 [B, F] (one value id per field), labels f32 [B] (0 or 1).
+struct Batch {
+  Tensor inputs;
+  Tensor labels;
+  int64_t epoch = 0;  // where the loader produced it
+  int64_t index = 0;  // batch index within the epoch
+  int64_t size() const { return labels.defined() ? labels.size(0) : 0; }
+};
+
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+
+  // Short name for messages, e.g. "fashion_mnist/train".
+  virtual std::string name() const = 0;
+  virtual int64_t size() const = 0;
+  // Shape of one sample's input: [C, H, W] for images, [F] for CTR rows.
+  virtual Shape sample_shape() const = 0;
+  virtual DType input_dtype() const { return DType::f32; }
+  virtual DType label_dtype() const { return DType::i64; }
+  // Number of label classes (2 for the binary CTR label).
+  virtual int64_t num_classes() const = 0;
+  bool is_image() const { return sample_shape().size() == 3; }
+  // The value a black (empty) pixel of `channel` has after normalisation: the fill used by crop padding,
+  // so padded borders look like the dataset's own background.
+  virtual float background_value(int64_t channel) const { return 0.0f; }
+
+  // Writes sample indices[i] into row i of `inputs` ([n, sample_shape...], input_dtype(), contiguous, CPU)
+  // and of `labels` ([n], label_dtype()). Must be safe to call from several threads at once.
+  // Throws opsnn::Error naming the dataset when an index is out of range.
+  virtual void get_batch(std::span<const int64_t> indices, const Tensor& inputs, const Tensor& labels) const = 0;
+
+  // Allocates host tensors of the right shape and dtype for `count` samples.
+  Batch allocate_batch(int64_t count) const;
+  // allocate_batch + get_batch.
+  Batch get(std::span<const int64_t> indices) const;
+
+ protected:
+  // Checks buffer shapes/dtypes and index range; implementations call it first.
+  void check_batch_arguments(std::span<const int64_t> indices, const Tensor& inputs, const Tensor& labels) const;
+};
+
+// Per-dataset pixel normalisation: value = (pixel / 255 - mean) / std.
+struct Normalization {
+  float mean = 0.0f;
+  float std = 1.0f;
+  static Normalization none() { return {0.0f, 1.0f}; }
+  // Fashion-MNIST training-set statistics (REFERENCE.md).
+  static Normalization fashion_mnist() { return {0.2860f, 0.3530f}; }
+};
+
+}  // namespace opsnn::data

@@ -1,0 +1,155 @@
+// DataLoader: the epoch order, batch assembly, and the worker threads that fill the ready queue ahead
+// of the consumer (ordered delivery by sequence number, bounded by `prefetch`).
+#include "opsnn/data/loader.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "opsnn/core/error.h"
+
+namespace opsnn::data {
+
+DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions options, LoaderPosition start)
+    : dataset_(std::move(dataset)), options_(options) {
+  OPSNN_CHECK(dataset_ != nullptr, "DataLoader needs a dataset");
+  OPSNN_CHECK(options_.batch_size >= 1, "DataLoader batch_size must be >= 1, got ", options_.batch_size);
+  OPSNN_CHECK(options_.num_workers >= 0 && options_.num_workers <= 256, "DataLoader num_workers must be in [0, 256], got ",
+              options_.num_workers);
+  OPSNN_CHECK(options_.prefetch >= 1, "DataLoader prefetch must be >= 1, got ", options_.prefetch);
+  OPSNN_CHECK(options_.augment.crop_padding >= 0, "augment crop_padding must be >= 0, got ",
+              options_.augment.crop_padding);
+  OPSNN_CHECK(!options_.augment.any() || dataset_->is_image(), dataset_->name(),
+              ": crop/flip augmentation applies to [C, H, W] images only, samples are ",
+              shape_str(dataset_->sample_shape()));
+  const int64_t samples = dataset_->size();
+  batches_per_epoch_ = options_.drop_last ? samples / options_.batch_size
+                                          : (samples + options_.batch_size - 1) / options_.batch_size;
+  OPSNN_CHECK(batches_per_epoch_ >= 1, dataset_->name(), " has ", samples, " samples: not one batch of ",
+              options_.batch_size, options_.drop_last ? " (drop_last drops the partial one)" : "");
+  seek(start);
+}
+
+DataLoader::~DataLoader() { stop_workers(); }
+
+int64_t DataLoader::samples_per_epoch() const {
+  return options_.drop_last ? batches_per_epoch_ * options_.batch_size : dataset_->size();
+}
+
+std::shared_ptr<const std::vector<int64_t>> DataLoader::epoch_order(int64_t epoch) const {
+  std::lock_guard<std::mutex> lock(order_mutex_);
+  auto found = order_cache_.find(epoch);
+  if (found != order_cache_.end()) return found->second;
+  // Workers rarely straddle more than two epochs; keep a few orders and forget the oldest.
+  if (order_cache_.size() >= 3) order_cache_.erase(order_cache_.begin());
+  auto order = std::make_shared<const std::vector<int64_t>>(shuffled_indices(dataset_->size(), options_.seed, epoch));
+  order_cache_.emplace(epoch, order);
+  return order;
+}
+
+std::vector<int64_t> DataLoader::batch_indices(LoaderPosition position) const {
+  OPSNN_CHECK(position.epoch >= 0 && position.batch >= 0 && position.batch < batches_per_epoch_,
+              "DataLoader: no batch ", position.batch, " in epoch ", position.epoch, " (", batches_per_epoch_,
+              " batches per epoch)");
+  const int64_t begin = position.batch * options_.batch_size;
+  const int64_t end = std::min(begin + options_.batch_size, dataset_->size());
+  std::vector<int64_t> indices(static_cast<size_t>(end - begin));
+  if (options_.shuffle) {
+    const auto order = epoch_order(position.epoch);
+    std::copy(order->begin() + begin, order->begin() + end, indices.begin());
+  } else {
+    for (int64_t i = begin; i < end; ++i) indices[static_cast<size_t>(i - begin)] = i;
+  }
+  return indices;
+}
+
+Batch DataLoader::make_batch(LoaderPosition position) const {
+  const std::vector<int64_t> indices = batch_indices(position);
+  Batch batch = dataset_->get(indices);
+  augment_batch(batch, *dataset_, options_.augment, options_.seed, position.epoch, indices);
+  batch.epoch = position.epoch;
+  batch.index = position.batch;
+  return batch;
+}
+
+std::optional<Batch> DataLoader::next() {
+  if (options_.num_workers == 0) {
+    LoaderPosition position;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      position = position_of(consumer_sequence_++);
+    }
+    if (position.batch == batches_per_epoch_) return std::nullopt;
+    return make_batch(position);
+  }
+  Slot slot;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    slot_ready_.wait(lock, [&] { return ready_.count(consumer_sequence_) != 0; });
+    auto found = ready_.find(consumer_sequence_);
+    slot = std::move(found->second);
+    ready_.erase(found);
+    ++consumer_sequence_;
+  }
+  slot_taken_.notify_all();
+  if (slot.error) std::rethrow_exception(slot.error);
+  return std::move(slot.batch);
+}
+
+LoaderPosition DataLoader::position() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return position_of(consumer_sequence_);
+}
+
+void DataLoader::seek(LoaderPosition position) {
+  OPSNN_CHECK(position.epoch >= 0 && position.batch >= 0 && position.batch <= batches_per_epoch_,
+              "DataLoader: cannot seek to epoch ", position.epoch, " batch ", position.batch, " (",
+              batches_per_epoch_, " batches per epoch)");
+  stop_workers();
+  ready_.clear();
+  consumer_sequence_ = claim_sequence_ = sequence_of(position);
+  start_workers();
+}
+
+void DataLoader::start_workers() {
+  for (int64_t i = 0; i < options_.num_workers; ++i) workers_.emplace_back([this] { worker_loop(); });
+}
+
+void DataLoader::stop_workers() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  slot_taken_.notify_all();
+  for (std::thread& worker : workers_) worker.join();
+  workers_.clear();
+  std::lock_guard<std::mutex> lock(mutex_);
+  stopping_ = false;
+}
+
+void DataLoader::worker_loop() {
+  for (;;) {
+    int64_t sequence = 0;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      slot_taken_.wait(lock, [&] { return stopping_ || claim_sequence_ < consumer_sequence_ + options_.prefetch; });
+      if (stopping_) return;
+      sequence = claim_sequence_++;
+    }
+    Slot slot;
+    const LoaderPosition position = position_of(sequence);
+    if (position.batch < batches_per_epoch_) {
+      try {
+        slot.batch = make_batch(position);
+      } catch (...) {
+        slot.error = std::current_exception();
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ready_.emplace(sequence, std::move(slot));
+    }
+    slot_ready_.notify_all();
+  }
+}
+
+}  // namespace opsnn::data
