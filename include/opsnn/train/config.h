@@ -1,0 +1,213 @@
+// The training configuration: a typed struct mirroring the YAML schema (sections run, model, data, train,
+// optimizer, scheduler, monitor, logging, checkpoint), and the functions that load it from YAML with
+// key-by-key validation, apply `--set key.path=value` overrides and emit it back as YAML.
+// configs/reference.yaml documents every key; all problems raise opsnn::ConfigError with FILE:LINE:COL.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace opsnn::train {
+
+struct RunConfig {
+  std::string name;     // default: the config file's name without extension
+  std::string out_dir;  // default: runs/<name>
+  bool operator==(const RunConfig&) const = default;
+};
+
+struct ModelConfig {
+  std::string arch = "small_cnn";     // mlp | small_cnn | resnet18 | resnet34 | resnet50 | ctr
+  std::string file;                   // architecture YAML (models/...) whose keys this section overrides;
+                                      // stored as the absolute path found; "" = none
+  int64_t num_classes = 0;            // 0 = from the dataset
+  int64_t in_channels = 0;            // 0 = from the dataset
+  std::string stem = "cifar";         // resnets: imagenet (7x7/2 + max-pool) | cifar (3x3/1, no pool)
+  int64_t width = 0;                  // base channel count; 0 = the architecture's default
+  bool zero_init_residual = false;    // zero-init the last BatchNorm of each residual block
+  std::vector<int64_t> hidden_sizes;  // mlp / ctr hidden layers; empty = the architecture's default
+  int64_t embedding_dim = 16;         // ctr: width of each field's embedding
+  bool sparse_embeddings = true;      // ctr: row-sparse embedding gradients (false = dense)
+  bool operator==(const ModelConfig&) const = default;
+};
+
+struct AugmentConfig {
+  int64_t crop_padding = 0;  // random crop after zero padding by this many pixels; 0 = off
+  bool flip = false;         // random horizontal flip
+  bool operator==(const AugmentConfig&) const = default;
+};
+
+struct SyntheticDataConfig {  // data.dataset = synthetic
+  int64_t train_size = 10000;
+  int64_t test_size = 2000;
+  int64_t channels = 3;
+  int64_t height = 32;
+  int64_t width = 32;
+  int64_t num_classes = 10;
+  double noise = 1.0;
+  uint64_t seed = 0;
+  bool operator==(const SyntheticDataConfig&) const = default;
+};
+
+struct CtrDataConfig {  // data.dataset = ctr_synthetic
+  int64_t train_size = 100000;
+  int64_t test_size = 20000;
+  std::vector<int64_t> vocab_sizes = {1000, 1000, 100, 100, 50, 20, 10, 5};
+  double weight_scale = 0.5;
+  double bias = -1.0;
+  double value_skew = 2.0;
+  uint64_t seed = 0;
+  bool operator==(const CtrDataConfig&) const = default;
+};
+
+struct DataConfig {
+  std::string dataset = "fashion_mnist";  // fashion_mnist | synthetic | ctr_synthetic
+  std::string root = "/usr/share/datasets/fashion-mnist";
+  int64_t batch_size = 64;
+  int64_t eval_batch_size = 256;
+  bool shuffle = true;
+  bool drop_last = false;
+  bool normalize = true;
+  int64_t num_workers = 1;  // loader threads; 0 = load on the training thread
+  int64_t prefetch = 2;     // batches prepared ahead
+  AugmentConfig augment;
+  SyntheticDataConfig synthetic;
+  CtrDataConfig ctr;
+  bool operator==(const DataConfig&) const = default;
+};
+
+struct TrainLoopConfig {
+  int64_t epochs = 1;              // 0 = no epoch limit (max_steps must be set)
+  int64_t max_steps = 0;           // optimizer steps; 0 = no step limit
+  std::string device = "cpu";      // cpu | cuda | cuda:N
+  std::string precision = "fp32";  // fp32 | bf16 | fp16
+  uint64_t seed = 0;
+  int64_t grad_accumulation = 1;   // micro-batches per optimizer step
+  int64_t eval_every_steps = 0;    // 0 = evaluate at the end of each epoch only
+  double label_smoothing = 0.0;
+  bool operator==(const TrainLoopConfig&) const = default;
+};
+
+struct LossScalingConfig {
+  std::optional<bool> enabled;  // nullopt = auto: on exactly when train.precision is fp16
+  double initial_scale = 65536.0;
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+  bool operator==(const LossScalingConfig&) const = default;
+};
+
+struct SparsificationConfig {
+  std::string method = "none";    // none | topk
+  double density = 0.01;          // fraction of gradient elements kept after warm-up
+  double initial_density = 0.25;  // density at step 0 of the warm-up
+  int64_t warmup_steps = 0;       // geometric decay from initial_density to density over these steps
+  bool momentum_correction = true;
+  double sample_fraction = 0.01;  // share of scores sampled to estimate the top-k threshold
+  bool lr_compensation = false;
+  bool operator==(const SparsificationConfig&) const = default;
+};
+
+struct OptimizerSettings {
+  std::optional<double> fp32_weight_decay;  // weight decay computed in fp32 from the master weights
+  bool fp16_momentum = false;               // store optimizer states as fp16 (math stays fp32)
+  std::string state_dtype = "f32";          // f32 | f16 | bf16
+  double eps_relative = 0.0;                // eps_t = max(eps, |p| * eps_relative)
+  bool amsgrad = false;
+  double max_grad_norm = 0.0;               // clip the global grad norm; 0 = off
+  std::array<double, 2> lamb_trust_bounds = {1e-3, 10.0};
+  bool decay_bias_and_norm = false;         // apply weight decay to biases and normalisation parameters
+  LossScalingConfig loss_scaling;
+  SparsificationConfig sparsification;
+  bool operator==(const OptimizerSettings&) const = default;
+};
+
+struct OptimizerConfig {
+  std::string name = "adam";  // sgd | adam | adamw | lamb
+  double lr = 1e-3;
+  std::array<double, 2> betas = {0.9, 0.999};
+  double eps = 1e-8;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  bool nesterov = false;
+  double weight_decay = 0.0;
+  OptimizerSettings settings;
+  bool operator==(const OptimizerConfig&) const = default;
+};
+
+struct SchedulerConfig {
+  std::string name = "constant";  // constant | warmup_cosine | step | linear
+  int64_t warmup_steps = 0;
+  double warmup_epochs = 0.0;     // alternative to warmup_steps (converted with the steps per epoch)
+  double min_lr = 0.0;
+  int64_t step_size = 1000;       // step: multiply the lr by gamma every step_size steps
+  double gamma = 0.1;
+  bool operator==(const SchedulerConfig&) const = default;
+};
+
+struct MonitorConfig {
+  double grad_norm_threshold = 1e6;
+  std::string on_nonfinite = "skip";  // warn | skip | stop
+  bool operator==(const MonitorConfig&) const = default;
+};
+
+struct LoggingConfig {
+  int64_t every_steps = 50;
+  std::string progress = "auto";  // auto | bar | plain
+  std::string level = "info";     // debug | info | warn
+  bool operator==(const LoggingConfig&) const = default;
+};
+
+struct CheckpointConfig {
+  bool enabled = true;       // also saves at the end of training
+  int64_t every_steps = 0;   // 0 = off
+  int64_t every_epochs = 1;  // 0 = off
+  int64_t keep_last = 3;     // 0 = keep all
+  bool operator==(const CheckpointConfig&) const = default;
+};
+
+struct TrainConfig {
+  RunConfig run;
+  ModelConfig model;
+  DataConfig data;
+  TrainLoopConfig train;
+  OptimizerConfig optimizer;
+  SchedulerConfig scheduler;
+  MonitorConfig monitor;
+  LoggingConfig logging;
+  CheckpointConfig checkpoint;
+  // Where it came from (a path, or "<embedded quickstart.yaml>"); not part of the YAML.
+  std::string source;
+
+  bool operator==(const TrainConfig& other) const;  // compares the YAML-visible fields only
+
+  // Resolved views of settings that several keys influence.
+  double effective_weight_decay() const;   // settings.fp32_weight_decay when given, else weight_decay
+  std::string effective_state_dtype() const;  // "f16" when fp16_momentum, else settings.state_dtype
+  bool loss_scaling_enabled() const;          // settings.loss_scaling.enabled, auto = precision fp16
+};
+
+// Loads FILE, applies each "key.path=value" of `set_overrides` (values parsed as YAML) and validates.
+// Throws ConfigError ("FILE:LINE:COL: key 'a.b': ...") on any problem, including a missing file.
+TrainConfig load_config(const std::string& path, const std::vector<std::string>& set_overrides = {});
+// The same from YAML text; `source_name` is used in messages and for the default run name.
+TrainConfig load_config_text(const std::string& yaml_text, const std::string& source_name,
+                             const std::vector<std::string>& set_overrides = {});
+// The embedded default (configs/quickstart.yaml compiled into the library), used without --config.
+TrainConfig load_default_config(const std::vector<std::string>& set_overrides = {});
+const std::string& default_config_yaml();
+
+// The resolved config as YAML (every key, schema order); load_config_text(emit_config(c)) == c.
+std::string emit_config(const TrainConfig& config);
+
+// Every leaf key of the schema as a dotted path ("optimizer.settings.loss_scaling.initial_scale").
+std::vector<std::string> config_key_paths();
+
+// The names the config accepts. One place to change when the registries take over this check.
+const std::vector<std::string>& known_model_names();
+const std::vector<std::string>& known_optimizer_names();
+const std::vector<std::string>& known_dataset_names();
+
+}  // namespace opsnn::train

@@ -1,0 +1,393 @@
+// Loading a TrainConfig: parse YAML (yaml-cpp), apply --set overrides to the tree, walk it key by key
+// against the schema (unknown keys get a did-you-mean), then check the rules that span several keys.
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "opsnn/core/error.h"
+#include "opsnn/train/config.h"
+#include "train/config_schema.h"
+
+namespace opsnn::train {
+namespace {
+
+using detail::fail;
+using detail::Origin;
+
+constexpr const char* kEmbeddedSource = "<embedded quickstart.yaml>";
+
+// Names people reach for from other frameworks, mapped to ours (used for suggestions only).
+const std::map<std::string, std::string>& common_aliases() {
+  static const std::map<std::string, std::string> aliases{
+      {"learning_rate", "lr"},     {"wd", "weight_decay"},       {"beta1", "betas"},     {"beta2", "betas"},
+      {"epsilon", "eps"},          {"type", "name"},             {"model", "arch"},      {"architecture", "arch"},
+      {"lr_min", "min_lr"},        {"eta_min", "min_lr"},        {"warmup", "warmup_steps"},
+      {"steps", "max_steps"},      {"batch", "batch_size"},      {"workers", "num_workers"},
+      {"clip_grad_norm", "max_grad_norm"}, {"grad_clip", "max_grad_norm"}, {"accumulation_steps", "grad_accumulation"},
+      {"dataset_root", "root"},    {"data_dir", "root"},         {"path", "root"},
+  };
+  return aliases;
+}
+
+std::string join_path(const std::string& section, const std::string& name) {
+  return section.empty() ? name : section + "." + name;
+}
+
+std::string unknown_key_message(const std::string& section, const std::string& name) {
+  const std::string path = join_path(section, name);
+  const std::vector<std::string>& siblings = detail::section_children(section);
+  std::string suggestion = detail::closest_match(name, siblings);
+  if (suggestion.empty()) {
+    auto alias = common_aliases().find(name);
+    if (alias != common_aliases().end() &&
+        std::find(siblings.begin(), siblings.end(), alias->second) != siblings.end()) {
+      suggestion = alias->second;
+    }
+  }
+  if (!suggestion.empty()) return "unknown key '" + path + "' (did you mean '" + join_path(section, suggestion) + "'?)";
+  // The same name in another section: a key put in the wrong place.
+  for (const std::string& candidate : config_key_paths()) {
+    const size_t dot = candidate.rfind('.');
+    if (candidate.substr(dot + 1) == name) return "unknown key '" + path + "' (did you mean '" + candidate + "'?)";
+  }
+  std::string known;
+  for (const std::string& sibling : siblings) known += (known.empty() ? "" : ", ") + sibling;
+  return "unknown key '" + path + "'; the keys of " + (section.empty() ? "the top level" : "'" + section + "'") +
+         " are: " + known;
+}
+
+class ConfigReader {
+ public:
+  explicit ConfigReader(std::string source) : file_origin_{std::move(source), 0, 0} {}
+
+  YAML::Node parse(const std::string& text) const {
+    try {
+      return YAML::Load(text);
+    } catch (const YAML::Exception& error) {
+      Origin origin = file_origin_;
+      origin.line = error.mark.is_null() ? 0 : error.mark.line;
+      origin.column = error.mark.is_null() ? 0 : error.mark.column;
+      throw ConfigError(origin.text() + ": malformed YAML: " + error.msg);
+    }
+  }
+
+  // Applies one "key.path=value" to the tree.
+  void apply_override(YAML::Node& root, const std::string& argument) {
+    const Origin origin{"--set " + argument};
+    const size_t equals = argument.find('=');
+    if (equals == std::string::npos || equals == 0) {
+      throw ConfigError(origin.source + ": expected key.path=value, e.g. --set optimizer.lr=0.01");
+    }
+    const std::string path = argument.substr(0, equals);
+    const std::string value_text = argument.substr(equals + 1);
+    // Validate the path component by component so the error names the first unknown part.
+    std::string section;
+    size_t start = 0;
+    std::vector<std::string> components;
+    for (;;) {
+      const size_t dot = path.find('.', start);
+      const std::string name = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+      const std::vector<std::string>& children = detail::section_children(section);
+      if (name.empty() || std::find(children.begin(), children.end(), name) == children.end()) {
+        throw ConfigError(origin.text() + ": " + unknown_key_message(section, name));
+      }
+      if (dot != std::string::npos && !detail::is_section(join_path(section, name))) {
+        throw ConfigError(origin.text() + ": unknown key '" + path + "' ('" + join_path(section, name) +
+                          "' is a single value, not a section)");
+      }
+      components.push_back(name);
+      section = join_path(section, name);
+      if (dot == std::string::npos) break;
+      start = dot + 1;
+    }
+    YAML::Node value;
+    try {
+      value = YAML::Load(value_text);
+    } catch (const YAML::Exception& error) {
+      throw ConfigError(origin.text() + ": key '" + path + "': malformed value: " + error.msg);
+    }
+    if (!root.IsMap()) root = YAML::Node(YAML::NodeType::Map);
+    YAML::Node current = root;
+    std::string walked;
+    for (size_t i = 0; i + 1 < components.size(); ++i) {
+      walked = join_path(walked, components[i]);
+      YAML::Node child = current[components[i]];
+      if (!child.IsDefined() || child.IsNull()) {
+        child = YAML::Node(YAML::NodeType::Map);
+      } else if (!child.IsMap()) {
+        fail(detail::origin_of(child, file_origin_), walked, "expected a section (a mapping), got " + detail::describe(child));
+      }
+      current.reset(child);  // rebind the handle; assignment would overwrite the map entry
+    }
+    current[components.back()] = value;
+    // A later --set of a section replaces what earlier ones put beneath it.
+    for (auto it = override_origins_.begin(); it != override_origins_.end();) {
+      it = it->first.rfind(path + ".", 0) == 0 ? override_origins_.erase(it) : std::next(it);
+    }
+    override_origins_[path] = origin;
+  }
+
+  void read(const YAML::Node& root, TrainConfig& config) {
+    if (!root.IsDefined() || root.IsNull()) return;  // an empty file: all defaults
+    if (!root.IsMap()) {
+      throw ConfigError(detail::origin_of(root, file_origin_).text() +
+                        ": expected a mapping of sections (run, model, data, train, ...), got " + detail::describe(root));
+    }
+    walk(root, "", config);
+  }
+
+  // Where the value of `path` came from: an override covering it, or its place in the file.
+  Origin origin_for(const std::string& path, const YAML::Node& node) const {
+    std::string prefix = path;
+    for (;;) {
+      auto found = override_origins_.find(prefix);
+      if (found != override_origins_.end()) return found->second;
+      const size_t dot = prefix.rfind('.');
+      if (dot == std::string::npos) break;
+      prefix = prefix.substr(0, dot);
+    }
+    return detail::origin_of(node, file_origin_);
+  }
+
+  // The origin of a key that was set, else of the first set key among `fallbacks`, else the file.
+  Origin origin_of_key(const std::string& path, std::initializer_list<const char*> fallbacks = {}) const {
+    auto found = leaf_origins_.find(path);
+    if (found != leaf_origins_.end()) return found->second;
+    for (const char* fallback : fallbacks) {
+      found = leaf_origins_.find(fallback);
+      if (found != leaf_origins_.end()) return found->second;
+    }
+    return Origin{file_origin_.source};
+  }
+  bool was_set(const std::string& path) const { return leaf_origins_.count(path) != 0; }
+
+  // Reads a model architecture file: the keys of the model section, except `file` itself.
+  void read_model_file(const YAML::Node& root, TrainConfig& config) {
+    if (!root.IsDefined() || root.IsNull()) return;
+    if (!root.IsMap()) {
+      throw ConfigError(detail::origin_of(root, file_origin_).text() +
+                        ": expected a mapping of model keys (arch, width, ...), got " + detail::describe(root));
+    }
+    excluded_keys_ = {"model.file"};
+    walk(root, "model", config);
+  }
+
+  const std::map<std::string, Origin>& leaf_origins() const { return leaf_origins_; }
+  void inherit_leaf_origins(const std::map<std::string, Origin>& origins) { leaf_origins_ = origins; }
+
+ private:
+  void walk(const YAML::Node& map, const std::string& section, TrainConfig& config) {
+    std::map<std::string, Origin> seen;
+    for (auto it = map.begin(); it != map.end(); ++it) {
+      const YAML::Node key = it->first;  // copies: the iterator hands out a temporary pair
+      const YAML::Node value = it->second;
+      const Origin key_origin = origin_for(section, key);
+      if (!key.IsScalar()) {
+        throw ConfigError(key_origin.text() + ": keys must be plain names, got " + detail::describe(key) +
+                          (section.empty() ? "" : " in '" + section + "'"));
+      }
+      const std::string name = key.Scalar();
+      const std::string path = join_path(section, name);
+      if (auto previous = seen.find(name); previous != seen.end()) {
+        throw ConfigError(key_origin.text() + ": duplicate key '" + path + "' (first set at " + previous->second.text() + ")");
+      }
+      seen.emplace(name, key_origin);
+      const std::vector<std::string>& children = detail::section_children(section);
+      if (std::find(children.begin(), children.end(), name) == children.end()) {
+        throw ConfigError(origin_for(path, key).text() + ": " + unknown_key_message(section, name));
+      }
+      if (excluded_keys_.count(path) != 0) {
+        throw ConfigError(origin_for(path, key).text() + ": key '" + path + "' is not allowed here");
+      }
+      // An empty value is reported at its key (its own mark points past the end of the line).
+      const Origin value_origin = value.IsNull() ? origin_for(path, key) : origin_for(path, value);
+      if (detail::is_section(path)) {
+        if (value.IsNull()) continue;  // "monitor:" with nothing under it keeps the defaults
+        if (!value.IsMap()) {
+          std::string keys;
+          for (const std::string& child : detail::section_children(path)) keys += (keys.empty() ? "" : ", ") + child;
+          fail(value_origin, path, "expected a section (a mapping of " + keys + "), got " + detail::describe(value));
+        }
+        walk(value, path, config);
+        continue;
+      }
+      for (const detail::KeySpec& spec : detail::schema()) {
+        if (spec.path == path) {
+          spec.read(value, value_origin, config);
+          leaf_origins_[path] = value_origin;
+          break;
+        }
+      }
+    }
+  }
+
+  Origin file_origin_;
+  std::set<std::string> excluded_keys_;
+  std::map<std::string, Origin> override_origins_;  // dotted path -> the --set that supplied it
+  std::map<std::string, Origin> leaf_origins_;      // every key read, for cross-key messages
+};
+
+std::string format(double value) { return detail::format_number(value); }
+
+// Rules that involve more than one key.
+void check_consistency(const TrainConfig& config, const ConfigReader& reader) {
+  auto require = [&](bool condition, const std::string& path, std::initializer_list<const char*> fallbacks,
+                     const std::string& message) {
+    if (!condition) fail(reader.origin_of_key(path, fallbacks), path, message);
+  };
+  require(config.train.epochs > 0 || config.train.max_steps > 0, "train.epochs", {"train.max_steps"},
+          "train.epochs and train.max_steps are both 0; set at least one limit");
+  const OptimizerConfig& optimizer = config.optimizer;
+  require(!optimizer.nesterov || optimizer.name == "sgd", "optimizer.nesterov", {"optimizer.name"},
+          "nesterov applies to sgd only (optimizer.name is " + optimizer.name + ")");
+  require(!optimizer.nesterov || (optimizer.momentum > 0.0 && optimizer.dampening == 0.0), "optimizer.nesterov",
+          {"optimizer.momentum"}, "Nesterov momentum needs optimizer.momentum > 0 and optimizer.dampening = 0");
+  const OptimizerSettings& settings = optimizer.settings;
+  require(!settings.fp16_momentum || settings.state_dtype != "bf16", "optimizer.settings.state_dtype",
+          {"optimizer.settings.fp16_momentum"}, "bf16 conflicts with fp16_momentum: true (which stores states as f16)");
+  require(!settings.fp32_weight_decay || optimizer.weight_decay == 0.0 ||
+              optimizer.weight_decay == *settings.fp32_weight_decay,
+          "optimizer.weight_decay", {"optimizer.settings.fp32_weight_decay"},
+          "conflicts with optimizer.settings.fp32_weight_decay (" +
+              (settings.fp32_weight_decay ? format(*settings.fp32_weight_decay) : std::string()) + "); set only one");
+  require(settings.lamb_trust_bounds[0] < settings.lamb_trust_bounds[1], "optimizer.settings.lamb_trust_bounds", {},
+          "the lower bound must be below the upper bound");
+  require(settings.sparsification.initial_density >= settings.sparsification.density,
+          "optimizer.settings.sparsification.initial_density", {"optimizer.settings.sparsification.density"},
+          "must be >= density (" + format(settings.sparsification.density) + "): the warm-up starts dense");
+  const SchedulerConfig& scheduler = config.scheduler;
+  require(scheduler.warmup_steps == 0 || scheduler.warmup_epochs == 0.0, "scheduler.warmup_epochs",
+          {"scheduler.warmup_steps"}, "set scheduler.warmup_steps or scheduler.warmup_epochs, not both");
+  require(scheduler.min_lr <= optimizer.lr, "scheduler.min_lr", {"optimizer.lr"},
+          "must not exceed optimizer.lr (" + format(optimizer.lr) + ")");
+  const bool ctr_model = config.model.arch == "ctr", ctr_data = config.data.dataset == "ctr_synthetic";
+  require(ctr_model == ctr_data, "model.arch", {"data.dataset"},
+          ctr_model ? "model 'ctr' needs data.dataset ctr_synthetic (it is " + config.data.dataset + ")"
+                    : "model '" + config.model.arch + "' needs an image dataset (data.dataset is ctr_synthetic)");
+  require(!ctr_data || (config.data.augment.crop_padding == 0 && !config.data.augment.flip), "data.augment.crop_padding",
+          {"data.augment.flip"}, "crop/flip augmentation applies to image datasets, not ctr_synthetic");
+}
+
+// A run name from a file name: its stem, with characters a folder name should not hold replaced.
+std::string run_name_from(const std::string& source) {
+  std::string name = std::filesystem::path(source).stem().string();
+  for (char& c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '_';
+  }
+  return name.empty() || name == "." || name == ".." ? "run" : name;
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return {};
+  std::ostringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+// model.file names an architecture YAML holding model keys (models/*.yaml). Its keys are read first, so
+// keys written in the config's own model section override them. A relative path is looked up next to
+// the config file, then in the current folder; the path found is returned (absolute, so a resolved
+// config written elsewhere still finds it) and "" when there is no model file.
+std::string load_model_file(const YAML::Node& root, const std::string& source, ConfigReader& reader,
+                            TrainConfig& config) {
+  if (!root.IsMap()) return {};
+  const YAML::Node model = root["model"];  // const lookups: absent keys give invalid nodes, never insert
+  if (!model.IsDefined() || !model.IsMap()) return {};
+  const YAML::Node node = model["file"];
+  if (!node.IsDefined()) return {};
+  const Origin origin = reader.origin_for("model.file", node);
+  TrainConfig scratch;
+  for (const detail::KeySpec& spec : detail::schema()) {
+    if (spec.path == "model.file") spec.read(node, origin, scratch);  // type check
+  }
+  const std::string& written = scratch.model.file;
+  if (written.empty()) return {};
+  namespace fs = std::filesystem;
+  std::vector<fs::path> candidates;
+  const fs::path as_written(written);
+  if (as_written.is_relative() && origin.line >= 0) candidates.push_back(fs::path(source).parent_path() / as_written);
+  candidates.push_back(as_written);
+  std::error_code error;
+  for (const fs::path& candidate : candidates) {
+    if (!fs::is_regular_file(candidate, error)) continue;
+    const std::string path = fs::absolute(candidate, error).lexically_normal().string();
+    ConfigReader model_reader(path);
+    model_reader.read_model_file(model_reader.parse(read_text_file(path)), config);
+    reader.inherit_leaf_origins(model_reader.leaf_origins());
+    return path;
+  }
+  std::string tried;
+  for (const fs::path& candidate : candidates) tried += (tried.empty() ? "" : ", ") + candidate.string();
+  fail(origin, "model.file", "cannot read the architecture file (tried " + tried + ")");
+}
+
+TrainConfig load(const std::string& text, const std::string& source, const std::string& default_run_name,
+                 const std::vector<std::string>& set_overrides) {
+  ConfigReader reader(source);
+  YAML::Node root = reader.parse(text);
+  for (const std::string& argument : set_overrides) reader.apply_override(root, argument);
+  TrainConfig config;
+  const std::string model_file = load_model_file(root, source, reader, config);
+  reader.read(root, config);
+  if (!model_file.empty()) config.model.file = model_file;
+  if (config.run.name.empty()) config.run.name = default_run_name;
+  if (config.run.out_dir.empty()) config.run.out_dir = "runs/" + config.run.name;
+  check_consistency(config, reader);
+  config.source = source;
+  return config;
+}
+
+}  // namespace
+
+TrainConfig load_config(const std::string& path, const std::vector<std::string>& set_overrides) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) throw ConfigError(path + ": is a folder, not a config file");
+  std::ifstream file(path, std::ios::binary);
+  if (!file) throw ConfigError(path + ": cannot read config file (" + std::strerror(errno) + ")");
+  std::ostringstream text;
+  text << file.rdbuf();
+  return load(text.str(), path, run_name_from(path), set_overrides);
+}
+
+TrainConfig load_config_text(const std::string& yaml_text, const std::string& source_name,
+                             const std::vector<std::string>& set_overrides) {
+  return load(yaml_text, source_name, run_name_from(source_name), set_overrides);
+}
+
+TrainConfig load_default_config(const std::vector<std::string>& set_overrides) {
+  return load(default_config_yaml(), kEmbeddedSource, "quickstart", set_overrides);
+}
+
+const std::string& default_config_yaml() {
+  static const std::string text = detail::kQuickstartYaml;
+  return text;
+}
+
+bool TrainConfig::operator==(const TrainConfig& other) const {
+  return run == other.run && model == other.model && data == other.data && train == other.train &&
+         optimizer == other.optimizer && scheduler == other.scheduler && monitor == other.monitor &&
+         logging == other.logging && checkpoint == other.checkpoint;
+}
+
+double TrainConfig::effective_weight_decay() const {
+  return optimizer.settings.fp32_weight_decay.value_or(optimizer.weight_decay);
+}
+
+std::string TrainConfig::effective_state_dtype() const {
+  return optimizer.settings.fp16_momentum ? "f16" : optimizer.settings.state_dtype;
+}
+
+bool TrainConfig::loss_scaling_enabled() const {
+  return optimizer.settings.loss_scaling.enabled.value_or(train.precision == "fp16");
+}
+
+}  // namespace opsnn::train

@@ -1,0 +1,58 @@
+// Private to the config loader: the schema (one entry per leaf key, in emission order) with each key's
+// reader, writer and expectation text, plus the error-location helpers the readers share.
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "opsnn/train/config.h"
+
+namespace opsnn::train::detail {
+
+// Where a YAML node came from: FILE:LINE:COL, or the --set argument that supplied it.
+struct Origin {
+  std::string source;        // file name, or "--set key=value"
+  int line = -1, column = -1;  // 0-based as yaml-cpp reports them; -1 when unknown
+  std::string text() const;  // "FILE:LINE:COL" (1-based) or "--set ..."
+};
+
+// The location of `node` within `base` (the origin of the document or --set value holding it).
+Origin origin_of(const YAML::Node& node, const Origin& base);
+
+// Throws ConfigError "ORIGIN: key 'PATH': MESSAGE".
+[[noreturn]] void fail(const Origin& origin, const std::string& path, const std::string& message);
+
+// A short rendering of a node for "got ..." in messages: the scalar as written, or its kind.
+std::string describe(const YAML::Node& node);
+
+struct KeySpec {
+  std::string path;      // "optimizer.lr"
+  std::string expected;  // "a positive number", "one of: sgd, adam, adamw, lamb", ...
+  // Validates `node` (at `origin`) and stores it into the config; throws via fail().
+  std::function<void(const YAML::Node& node, const Origin& origin, TrainConfig& config)> read;
+  // The value as a YAML flow scalar or list.
+  std::function<std::string(const TrainConfig& config)> write;
+};
+
+// configs/quickstart.yaml, compiled in by CMake (config_quickstart.cpp.in).
+extern const char* const kQuickstartYaml;
+
+// Every leaf key, grouped by section in emission order.
+const std::vector<KeySpec>& schema();
+// The sections ("", "optimizer", "optimizer.settings", ...) and the names directly under each.
+bool is_section(const std::string& path);
+const std::vector<std::string>& section_children(const std::string& section);
+
+// Formatting shared by writers and messages.
+std::string format_number(double value);
+std::string format_string(const std::string& value);
+
+// Levenshtein distance, case-insensitive.
+size_t edit_distance(const std::string& a, const std::string& b);
+// The closest of `candidates` to `word` when close enough to be a plausible typo, else "".
+std::string closest_match(const std::string& word, const std::vector<std::string>& candidates);
+
+}  // namespace opsnn::train::detail

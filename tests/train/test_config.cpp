@@ -1,0 +1,295 @@
+// Config loading: every class of bad input gives a ConfigError naming the key and FILE:LINE:COL,
+// --set overrides, cross-key rules, the embedded default, and emit -> load round trips.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "opsnn/core/error.h"
+#include "opsnn/train/config.h"
+
+using namespace opsnn;
+using namespace opsnn::train;
+
+namespace {
+
+std::string error_of(const std::string& yaml, const std::vector<std::string>& sets = {}) {
+  try {
+    load_config_text(yaml, "test.yaml", sets);
+  } catch (const ConfigError& error) {
+    return error.what();
+  }
+  FAIL("expected a ConfigError for:\n" << yaml);
+  return "";
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+TEST_CASE("Config: an empty file gives the defaults, named after the file", "[config]") {
+  const TrainConfig config = load_config_text("", "experiments/my-run.yaml");
+  TrainConfig expected;
+  expected.run.name = "my-run";
+  expected.run.out_dir = "runs/my-run";
+  REQUIRE(config == expected);
+  REQUIRE(config.source == "experiments/my-run.yaml");
+  REQUIRE(config.model.arch == "small_cnn");
+  REQUIRE(config.optimizer.betas == std::array<double, 2>{0.9, 0.999});
+  REQUIRE(config.monitor.grad_norm_threshold == 1e6);
+  REQUIRE_FALSE(config.loss_scaling_enabled());
+}
+
+TEST_CASE("Config: malformed YAML names file, line and column", "[config]") {
+  const std::string message = error_of("train:\n  epochs: 1\n  seed: [1, 2\nmodel:\n  arch: mlp\n");
+  CHECK_THAT(message, Catch::StartsWith("test.yaml:") && Catch::Contains("malformed YAML"));
+  CHECK_THAT(error_of("optimizer:\n  name: adam\n   lr: 0.1\n"), Catch::StartsWith("test.yaml:3:") &&
+                                                                     Catch::Contains("malformed YAML"));
+  CHECK_THAT(error_of("- just\n- a list\n"), Catch::StartsWith("test.yaml:1:1: expected a mapping of sections"));
+}
+
+TEST_CASE("Config: unknown keys are refused with a did-you-mean", "[config]") {
+  CHECK(error_of("optimizer:\n  name: adam\n  lrr: 0.1\n") ==
+        "test.yaml:3:3: unknown key 'optimizer.lrr' (did you mean 'optimizer.lr'?)");
+  CHECK(error_of("optimiser:\n  name: adam\n") == "test.yaml:1:1: unknown key 'optimiser' (did you mean 'optimizer'?)");
+  CHECK(error_of("optimizer:\n  learning_rate: 0.1\n") ==
+        "test.yaml:2:3: unknown key 'optimizer.learning_rate' (did you mean 'optimizer.lr'?)");
+  // The right name in the wrong section.
+  CHECK(error_of("train:\n  weight_decay: 0.1\n") ==
+        "test.yaml:2:3: unknown key 'train.weight_decay' (did you mean 'optimizer.weight_decay'?)");
+  CHECK(error_of("optimizer:\n  settings:\n    loss_scaling:\n      initial_scal: 8\n") ==
+        "test.yaml:4:7: unknown key 'optimizer.settings.loss_scaling.initial_scal' (did you mean "
+        "'optimizer.settings.loss_scaling.initial_scale'?)");
+  CHECK_THAT(error_of("monitor:\n  zzqqxx: 1\n"),
+             Catch::Contains("test.yaml:2:3: unknown key 'monitor.zzqqxx'; the keys of 'monitor' are: "
+                             "grad_norm_threshold, on_nonfinite"));
+  CHECK_THAT(error_of("train:\n  epochs: 1\n  epochs: 2\n"),
+             Catch::Contains("test.yaml:3:3: duplicate key 'train.epochs' (first set at test.yaml:2:3)"));
+}
+
+TEST_CASE("Config: wrong types name the key, the expected type and the position", "[config]") {
+  CHECK(error_of("data:\n  batch_size: abc\n") ==
+        "test.yaml:2:15: key 'data.batch_size': expected an integer >= 1, got abc");
+  CHECK(error_of("data:\n  batch_size: 6.5\n") ==
+        "test.yaml:2:15: key 'data.batch_size': expected an integer >= 1, got 6.5");
+  CHECK(error_of("optimizer:\n  lr: \"0.1\"\n") ==
+        "test.yaml:2:7: key 'optimizer.lr': expected a positive number, got the quoted string '0.1'");
+  CHECK(error_of("optimizer:\n  nesterov: maybe\n") ==
+        "test.yaml:2:13: key 'optimizer.nesterov': expected true or false, got maybe");
+  CHECK(error_of("optimizer:\n  lr: [1, 2]\n") == "test.yaml:2:7: key 'optimizer.lr': expected a positive number, got a list");
+  CHECK(error_of("optimizer:\n  lr:\n") == "test.yaml:2:3: key 'optimizer.lr': expected a positive number, got an empty value");
+  CHECK(error_of("optimizer:\n  betas: 0.9\n") ==
+        "test.yaml:2:10: key 'optimizer.betas': expected a list of 2 numbers, each a number in [0, 1), got 0.9");
+  CHECK_THAT(error_of("optimizer: adam\n"),
+             Catch::StartsWith("test.yaml:1:12: key 'optimizer': expected a section (a mapping of name, lr,") &&
+                 Catch::EndsWith("got adam"));
+  CHECK(error_of("train:\n  device: gpu\n") == "test.yaml:2:11: key 'train.device': expected cpu, cuda or cuda:N, got gpu");
+  CHECK(error_of("run:\n  name: a/b\n") ==
+        "test.yaml:2:9: key 'run.name': expected a name of letters, digits, '.', '_' or '-', got a/b");
+}
+
+TEST_CASE("Config: out-of-range values", "[config]") {
+  CHECK(error_of("optimizer:\n  name: adam\n  lr: -0.1\n") ==
+        "test.yaml:3:7: key 'optimizer.lr': expected a positive number, got -0.1");
+  CHECK(error_of("optimizer:\n  betas: [0.9, 1.0]\n") ==
+        "test.yaml:2:16: key 'optimizer.betas[1]': expected a number in [0, 1), got 1.0");
+  CHECK(error_of("data:\n  batch_size: 0\n") == "test.yaml:2:15: key 'data.batch_size': expected an integer >= 1, got 0");
+  CHECK(error_of("optimizer:\n  eps: .nan\n") == "test.yaml:2:8: key 'optimizer.eps': expected a positive number, got .nan");
+  CHECK(error_of("optimizer:\n  settings:\n    loss_scaling:\n      backoff_factor: 1\n") ==
+        "test.yaml:4:23: key 'optimizer.settings.loss_scaling.backoff_factor': expected a number in (0, 1), got 1");
+  CHECK(error_of("data:\n  ctr:\n    vocab_sizes: [10, 0]\n") ==
+        "test.yaml:3:23: key 'data.ctr.vocab_sizes[1]': expected an integer >= 1, got 0");
+  CHECK(error_of("data:\n  ctr:\n    vocab_sizes: []\n") ==
+        "test.yaml:3:18: key 'data.ctr.vocab_sizes': expected a non-empty list of integers, each >= 1, got a list (empty)");
+  // Integers written as exact floating-point numbers are fine.
+  REQUIRE(load_config_text("train:\n  max_steps: 1e6\n", "t.yaml").train.max_steps == 1000000);
+}
+
+TEST_CASE("Config: unknown model, optimizer and dataset names list the known ones", "[config]") {
+  CHECK(error_of("model:\n  arch: resnet19\n") ==
+        "test.yaml:2:9: key 'model.arch': expected one of: mlp, small_cnn, resnet18, resnet34, resnet50, ctr, got "
+        "resnet19 (did you mean 'resnet18'?)");
+  CHECK(error_of("optimizer:\n  name: adan\n") ==
+        "test.yaml:2:9: key 'optimizer.name': expected one of: sgd, adam, adamw, lamb, got adan (did you mean 'adam'?)");
+  CHECK(error_of("data:\n  dataset: imagenet\n") ==
+        "test.yaml:2:12: key 'data.dataset': expected one of: fashion_mnist, synthetic, ctr_synthetic, got imagenet");
+  CHECK(error_of("scheduler:\n  name: cosine\n") ==
+        "test.yaml:2:9: key 'scheduler.name': expected one of: constant, warmup_cosine, step, linear, got cosine "
+        "(did you mean 'warmup_cosine'?)");
+}
+
+TEST_CASE("Config: a missing config file is a ConfigError naming it", "[config]") {
+  REQUIRE_THROWS_MATCHES(load_config("/no/such/dir/exp.yaml"), ConfigError,
+                         Catch::Matchers::Message("/no/such/dir/exp.yaml: cannot read config file (No such file or directory)"));
+  REQUIRE_THROWS_AS(load_config("/tmp"), ConfigError);
+}
+
+TEST_CASE("Config: rules spanning several keys", "[config]") {
+  CHECK(error_of("optimizer:\n  name: adam\n  nesterov: true\n") ==
+        "test.yaml:3:13: key 'optimizer.nesterov': nesterov applies to sgd only (optimizer.name is adam)");
+  CHECK(error_of("optimizer:\n  name: sgd\n  nesterov: true\n") ==
+        "test.yaml:3:13: key 'optimizer.nesterov': Nesterov momentum needs optimizer.momentum > 0 and "
+        "optimizer.dampening = 0");
+  REQUIRE(load_config_text("optimizer:\n  name: sgd\n  momentum: 0.9\n  nesterov: true\n", "t.yaml").optimizer.nesterov);
+  CHECK(error_of("train:\n  epochs: 0\n") ==
+        "test.yaml:2:11: key 'train.epochs': train.epochs and train.max_steps are both 0; set at least one limit");
+  CHECK(error_of("model:\n  arch: ctr\n") ==
+        "test.yaml:2:9: key 'model.arch': model 'ctr' needs data.dataset ctr_synthetic (it is fashion_mnist)");
+  CHECK(error_of("data:\n  dataset: ctr_synthetic\n") ==
+        "test.yaml:2:12: key 'model.arch': model 'small_cnn' needs an image dataset (data.dataset is ctr_synthetic)");
+  CHECK(error_of("optimizer:\n  lr: 0.01\nscheduler:\n  min_lr: 0.1\n") ==
+        "test.yaml:4:11: key 'scheduler.min_lr': must not exceed optimizer.lr (0.01)");
+  CHECK(error_of("scheduler:\n  warmup_steps: 10\n  warmup_epochs: 1\n") ==
+        "test.yaml:3:18: key 'scheduler.warmup_epochs': set scheduler.warmup_steps or scheduler.warmup_epochs, not both");
+  CHECK(error_of("optimizer:\n  weight_decay: 0.1\n  settings:\n    fp32_weight_decay: 0.01\n") ==
+        "test.yaml:2:17: key 'optimizer.weight_decay': conflicts with optimizer.settings.fp32_weight_decay (0.01); "
+        "set only one");
+  CHECK(error_of("optimizer:\n  settings:\n    fp16_momentum: true\n    state_dtype: bf16\n") ==
+        "test.yaml:4:18: key 'optimizer.settings.state_dtype': bf16 conflicts with fp16_momentum: true (which stores "
+        "states as f16)");
+}
+
+TEST_CASE("Config: the reference document's optimizer block is accepted as written", "[config]") {
+  const std::string block =
+      "optimizer:\n"
+      "  name: adam\n"
+      "  settings:\n"
+      "    fp32_weight_decay: 0.01\n"
+      "    fp16_momentum: true\n"
+      "    loss_scaling:\n"
+      "      initial_scale: 65536\n"
+      "      growth_interval: 2000\n";
+  const TrainConfig config = load_config_text(block, "doc.yaml");
+  REQUIRE(config.optimizer.name == "adam");
+  REQUIRE(config.optimizer.settings.fp32_weight_decay == 0.01);
+  REQUIRE(config.optimizer.settings.fp16_momentum);
+  REQUIRE(config.optimizer.settings.loss_scaling.initial_scale == 65536.0);
+  REQUIRE(config.optimizer.settings.loss_scaling.growth_interval == 2000);
+  REQUIRE(config.effective_weight_decay() == 0.01);
+  REQUIRE(config.effective_state_dtype() == "f16");
+  REQUIRE_FALSE(config.loss_scaling_enabled());  // auto: on with fp16 precision only
+  REQUIRE(load_config_text(block, "doc.yaml", {"train.precision=fp16"}).loss_scaling_enabled());
+  REQUIRE_FALSE(load_config_text(block, "doc.yaml", {"train.precision=fp16", "optimizer.settings.loss_scaling.enabled=false"})
+                    .loss_scaling_enabled());
+}
+
+TEST_CASE("Config: --set overrides keys, lists and whole sections", "[config]") {
+  const TrainConfig config = load_config_text(
+      "optimizer:\n  name: adam\n  lr: 0.1\n", "t.yaml",
+      {"optimizer.lr=3e-4", "optimizer.betas=[0.8, 0.95]", "optimizer.settings.loss_scaling.initial_scale=1024",
+       "data.augment={crop_padding: 4, flip: true}", "run.name=sweep-1", "optimizer.lr=5e-4"});
+  REQUIRE(config.optimizer.lr == 5e-4);  // the last --set of a key wins
+  REQUIRE(config.optimizer.betas == std::array<double, 2>{0.8, 0.95});
+  REQUIRE(config.optimizer.settings.loss_scaling.initial_scale == 1024.0);
+  REQUIRE(config.data.augment.crop_padding == 4);
+  REQUIRE(config.data.augment.flip);
+  REQUIRE(config.run.name == "sweep-1");
+  REQUIRE(config.run.out_dir == "runs/sweep-1");
+  // Paths absent from the file create their sections; a null value resets an optional key.
+  REQUIRE_FALSE(load_config_text("optimizer:\n  settings:\n    fp32_weight_decay: 0.1\n", "t.yaml",
+                                 {"optimizer.settings.fp32_weight_decay=null"})
+                    .optimizer.settings.fp32_weight_decay.has_value());
+}
+
+TEST_CASE("Config: --set errors name the --set argument", "[config]") {
+  CHECK(error_of("", {"optimizer.lrr=1"}) == "--set optimizer.lrr=1: unknown key 'optimizer.lrr' (did you mean 'optimizer.lr'?)");
+  CHECK(error_of("", {"optimizer.lr=-1"}) == "--set optimizer.lr=-1: key 'optimizer.lr': expected a positive number, got -1");
+  CHECK(error_of("", {"optimizer.betas=[0.9, 2]"}) ==
+        "--set optimizer.betas=[0.9, 2]: key 'optimizer.betas[1]': expected a number in [0, 1), got 2");
+  CHECK(error_of("", {"optimizer.lr"}) == "--set optimizer.lr: expected key.path=value, e.g. --set optimizer.lr=0.01");
+  CHECK_THAT(error_of("", {"optimizer.betas=[0.9,"}), Catch::StartsWith("--set optimizer.betas=[0.9,: key 'optimizer.betas': malformed value"));
+  CHECK(error_of("", {"optimizer.lr.x=1"}) ==
+        "--set optimizer.lr.x=1: unknown key 'optimizer.lr.x' ('optimizer.lr' is a single value, not a section)");
+  CHECK(error_of("", {"data.augment={crop_padding: -1}"}) ==
+        "--set data.augment={crop_padding: -1}: key 'data.augment.crop_padding': expected an integer in [0, 64], got -1");
+  CHECK(error_of("", {"model.arch=ctr"}) ==
+        "--set model.arch=ctr: key 'model.arch': model 'ctr' needs data.dataset ctr_synthetic (it is fashion_mnist)");
+  // An error in the file itself still points into the file.
+  CHECK(error_of("train:\n  seed: -3\n", {"optimizer.lr=0.5"}) ==
+        "test.yaml:2:9: key 'train.seed': expected an integer >= 0, got -3");
+}
+
+TEST_CASE("Config: emit -> load round-trips", "[config]") {
+  const std::vector<std::string> sets{
+      "run.out_dir=/tmp/some dir/x", "model.arch=resnet50", "model.stem=imagenet", "model.num_classes=1000",
+      "model.hidden_sizes=[256, 128]", "model.zero_init_residual=true", "data.dataset=synthetic",
+      "data.synthetic={height: 224, width: 224, num_classes: 1000, noise: 0.25}", "data.batch_size=256",
+      "train.precision=bf16", "train.device=cuda:1", "train.max_steps=12345", "train.label_smoothing=0.1",
+      "optimizer.name=adamw", "optimizer.lr=0.002", "optimizer.betas=[0.9, 0.95]", "optimizer.eps=1e-12",
+      "optimizer.weight_decay=0.05", "optimizer.settings.loss_scaling.enabled=true",
+      "optimizer.settings.sparsification={method: topk, density: 0.001, warmup_steps: 500}",
+      "optimizer.settings.lamb_trust_bounds=[0.01, 5.5]", "scheduler.name=warmup_cosine", "scheduler.warmup_epochs=0.5",
+      "scheduler.min_lr=1e-6", "monitor.on_nonfinite=stop", "logging.progress=plain", "checkpoint.keep_last=0",
+      "run.name=yes"};
+  const TrainConfig original = load_config_text("", "t.yaml", sets);
+  REQUIRE(original.run.name == "yes");
+  const std::string emitted = emit_config(original);
+  const TrainConfig reloaded = load_config_text(emitted, "emitted.yaml");
+  REQUIRE(reloaded == original);
+  const std::string emitted_again = emit_config(reloaded);  // identical after the first (source) line
+  REQUIRE(emitted_again.substr(emitted_again.find('\n')) == emitted.substr(emitted.find('\n')));
+  // Every key appears in the emitted text, and the default config round-trips too.
+  for (const std::string& path : config_key_paths()) {
+    const std::string leaf = path.substr(path.rfind('.') + 1);
+    CHECK_THAT(emitted, Catch::Contains(" " + leaf + ": "));
+  }
+  const TrainConfig quickstart = load_default_config();
+  REQUIRE(load_config_text(emit_config(quickstart), "x.yaml") == quickstart);
+  CHECK_THAT(emitted, Catch::Contains("\noptimizer:\n  name: adamw\n  lr: 0.002\n  betas: [0.9, 0.95]\n  eps: 1e-12\n"));
+}
+
+TEST_CASE("Config: the embedded default is configs/quickstart.yaml", "[config]") {
+  REQUIRE(default_config_yaml() == read_text(std::string(OPSNN_SOURCE_DIR) + "/configs/quickstart.yaml"));
+  const TrainConfig config = load_default_config();
+  REQUIRE(config.source == "<embedded quickstart.yaml>");
+  REQUIRE(config.run.name == "quickstart");
+  REQUIRE(config.model.arch == "small_cnn");
+  REQUIRE(config.data.dataset == "fashion_mnist");
+  REQUIRE(config.optimizer.name == "adam");
+  REQUIRE(config.optimizer.lr == 1e-3);
+  REQUIRE(config.data.batch_size == 64);
+  REQUIRE(config.train.epochs == 1);
+  REQUIRE(load_default_config({"train.epochs=2"}).train.epochs == 2);
+  REQUIRE(load_config(std::string(OPSNN_SOURCE_DIR) + "/configs/quickstart.yaml") == config);
+}
+
+TEST_CASE("Config: model.file reads an architecture file that the model section overrides", "[config]") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("opsnn-config-test-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "configs");
+  fs::create_directories(dir / "models");
+  std::ofstream(dir / "models" / "net.yaml") << "# a resnet\narch: resnet18\nstem: imagenet\nwidth: 32\n";
+  std::ofstream(dir / "models" / "bad.yaml") << "arch: resnet18\nwidth: -4\n";
+  std::ofstream(dir / "models" / "nested.yaml") << "arch: mlp\nfile: other.yaml\n";
+  const std::string config_path = (dir / "configs" / "exp.yaml").string();
+  std::ofstream(config_path) << "model:\n  file: ../models/net.yaml\n  width: 48\n";
+
+  const TrainConfig config = load_config(config_path);
+  REQUIRE(config.model.arch == "resnet18");
+  REQUIRE(config.model.stem == "imagenet");
+  REQUIRE(config.model.width == 48);  // the config's own key wins
+  REQUIRE(config.model.file == (dir / "models" / "net.yaml").lexically_normal().string());
+  // The resolved config names the file by its absolute path, so it reloads from anywhere.
+  REQUIRE(load_config_text(emit_config(config), "/elsewhere/config.yaml") == config);
+
+  std::ofstream(config_path) << "model:\n  file: ../models/bad.yaml\n";
+  REQUIRE_THROWS_MATCHES(load_config(config_path), ConfigError,
+                         Catch::Matchers::Message((dir / "models" / "bad.yaml").lexically_normal().string() +
+                                                  ":2:8: key 'model.width': expected an integer >= 0, got -4"));
+  std::ofstream(config_path) << "model:\n  file: ../models/nested.yaml\n";
+  REQUIRE_THROWS_WITH(load_config(config_path), Catch::Contains("nested.yaml:2:1: key 'model.file' is not allowed here"));
+  std::ofstream(config_path) << "model:\n  file: ../models/missing.yaml\n";
+  REQUIRE_THROWS_WITH(load_config(config_path), Catch::StartsWith(config_path + ":2:9: key 'model.file': cannot read the "
+                                                                                "architecture file (tried "));
+  fs::remove_all(dir);
+}
