@@ -1,6 +1,6 @@
 // CPU conv2d kernels (NCHW input, OIHW weight): forward and the input/weight gradients, each an
-// im2col (or, for 1x1 stride-1 unpadded kernels, the input itself) multiplied by Eigen's GEMM, with
-// col2im scattering the input gradient back.
+// im2col over cache-sized bands of output rows (or, for 1x1 stride-1 unpadded kernels, the input
+// itself) multiplied by Eigen's GEMM, with col2im scattering the input gradient back.
 #include <omp.h>
 
 #include <Eigen/Core>

@@ -1,0 +1,76 @@
+// Differentiable reshape and flatten. The result shares the input's storage when the input is
+// contiguous; a non-contiguous input is copied to a contiguous one first. Backward reshapes back.
+#include <memory>
+#include <string>
+
+#include "opsnn/autograd/node.h"
+#include "opsnn/ops/ops.h"
+#include "ops/op_support.h"
+
+namespace opsnn::ops {
+namespace {
+
+class ReshapeNode final : public autograd::Node {
+ public:
+  ReshapeNode(Shape input_shape, DType dtype) : input_shape_(std::move(input_shape)), dtype_(dtype) {}
+  std::string name() const override { return "ReshapeBackward"; }
+  std::vector<Tensor> backward(const Tensor& grad_output) override {
+    return {internal::contiguous_grad(grad_output, dtype_).view(input_shape_)};
+  }
+
+ private:
+  Shape input_shape_;
+  DType dtype_;
+};
+
+// `shape` with its -1 (at most one) replaced so the element count matches `from`.
+Shape resolve_shape(const Shape& from, const Shape& shape) {
+  Shape resolved = shape;
+  int64_t known = 1;
+  int64_t infer_at = -1;
+  for (size_t i = 0; i < resolved.size(); ++i) {
+    if (resolved[i] == -1) {
+      OPSNN_CHECK_AS(ShapeError, infer_at < 0, "reshape: more than one -1 in ", shape_str(shape));
+      infer_at = static_cast<int64_t>(i);
+    } else {
+      OPSNN_CHECK_AS(ShapeError, resolved[i] >= 0, "reshape: invalid dimension ", resolved[i], " in ",
+                     shape_str(shape));
+      known *= resolved[i];
+    }
+  }
+  const int64_t total = shape_numel(from);
+  if (infer_at >= 0) {
+    OPSNN_CHECK_AS(ShapeError, known != 0 && total % known == 0, "reshape: cannot reshape ", shape_str(from), " (",
+                   total, " elements) into ", shape_str(shape));
+    resolved[static_cast<size_t>(infer_at)] = total / known;
+  }
+  OPSNN_CHECK_AS(ShapeError, shape_numel(resolved) == total, "reshape: cannot reshape ", shape_str(from), " (",
+                 total, " elements) into ", shape_str(shape), " (", shape_numel(resolved), " elements)");
+  return resolved;
+}
+
+}  // namespace
+
+Tensor reshape(const Tensor& x, const Shape& shape) {
+  Shape resolved = resolve_shape(x.shape(), shape);
+  Tensor out = x.contiguous().view(resolved);  // always a new TensorImpl, never x itself
+  if (!autograd::any_requires_grad({x})) return out;
+  return autograd::record(out, std::make_shared<ReshapeNode>(x.shape(), x.dtype()), {x});
+}
+
+Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
+  const Shape& shape = x.shape();
+  if (shape.empty()) return reshape(x, {1});  // a scalar flattens to one element, as in PyTorch
+  const int64_t start = internal::wrap_dim(start_dim, shape, "flatten");
+  const int64_t end = internal::wrap_dim(end_dim, shape, "flatten");
+  OPSNN_CHECK_AS(ShapeError, start <= end, "flatten: start_dim ", start_dim, " comes after end_dim ", end_dim,
+                 " for shape ", shape_str(shape));
+  Shape flat(shape.begin(), shape.begin() + start);
+  int64_t merged = 1;
+  for (int64_t d = start; d <= end; ++d) merged *= shape[static_cast<size_t>(d)];
+  flat.push_back(merged);
+  flat.insert(flat.end(), shape.begin() + end + 1, shape.end());
+  return reshape(x, flat);
+}
+
+}  // namespace opsnn::ops

@@ -1,0 +1,67 @@
+// Tests for reshape and flatten (src/ops/shape.cpp): resulting shapes and element order, storage
+// sharing, non-contiguous inputs, gradients and errors.
+#include <catch2/catch.hpp>
+
+#include "opsnn/ops/ops.h"
+#include "ops/op_test_helpers.h"
+
+using namespace opsnn;
+using namespace opsnn::testing;
+
+TEST_CASE("reshape keeps element order and infers one -1", "[ops]") {
+  Tensor x = Tensor::from_vector<float>({0, 1, 2, 3, 4, 5}, {2, 3});
+  Tensor y = ops::reshape(x, {3, -1});
+  CHECK(y.shape() == Shape{3, 2});
+  CHECK(y.to_vector<float>() == std::vector<float>{0, 1, 2, 3, 4, 5});
+  CHECK(y.data_ptr() == x.data_ptr());  // a contiguous input is viewed, not copied
+  CHECK(ops::reshape(x, {-1}).shape() == Shape{6});
+  CHECK(ops::reshape(Tensor::zeros({0, 4}), {-1, 2}).shape() == Shape{0, 2});
+  // A non-contiguous input is read in its logical order.
+  Tensor transposed = x.transpose(0, 1);  // [[0, 3], [1, 4], [2, 5]]
+  CHECK(ops::reshape(transposed, {6}).to_vector<float>() == std::vector<float>{0, 3, 1, 4, 2, 5});
+}
+
+TEST_CASE("flatten merges a range of dimensions", "[ops]") {
+  Tensor x = Tensor::zeros({2, 3, 4, 5});
+  CHECK(ops::flatten(x).shape() == Shape{2, 60});
+  CHECK(ops::flatten(x, 0, -1).shape() == Shape{120});
+  CHECK(ops::flatten(x, 1, 2).shape() == Shape{2, 12, 5});
+  CHECK(ops::flatten(x, -2, -1).shape() == Shape{2, 3, 20});
+  CHECK(ops::flatten(x, 2, 2).shape() == Shape{2, 3, 4, 5});
+  CHECK(ops::flatten(Tensor::scalar(3.0), 0, -1).shape() == Shape{1});
+}
+
+TEST_CASE("reshape and flatten gradients match finite differences", "[ops]") {
+  Generator generator(41);
+  require_gradcheck([](const std::vector<Tensor>& in) { return ops::reshape(in[0], {4, -1}); },
+                    {random_leaf({2, 3, 2}, generator)});
+  require_gradcheck([](const std::vector<Tensor>& in) { return ops::flatten(in[0]); },
+                    {random_leaf({2, 3, 2}, generator)});
+  require_gradcheck([](const std::vector<Tensor>& in) {
+    Tensor flat = ops::reshape(in[0], {-1});
+    return ops::mul(flat, flat);
+  }, {random_leaf({3, 4}, generator)});
+}
+
+TEST_CASE("reshape of a non-contiguous leaf sends gradients back in logical order", "[ops]") {
+  Tensor leaf = Tensor::from_vector<double>({0, 1, 2, 3, 4, 5}, {2, 3}).transpose(0, 1);  // [3, 2]
+  leaf.set_requires_grad(true);
+  Tensor weights = Tensor::from_vector<double>({10, 20, 30, 40, 50, 60}, {6});
+  ops::sum(ops::mul(ops::reshape(leaf, {6}), weights)).backward();
+  REQUIRE(leaf.grad().shape() == Shape{3, 2});
+  require_close(leaf.grad().to_vector<double>(), {10, 20, 30, 40, 50, 60});
+}
+
+TEST_CASE("reshape and flatten reject impossible shapes", "[ops]") {
+  Tensor x = Tensor::zeros({2, 3});
+  std::string message = require_throws<ShapeError>([&] { ops::reshape(x, {4}); });
+  CHECK_THAT(message, Catch::Contains("[2, 3]") && Catch::Contains("[4]"));
+  message = require_throws<ShapeError>([&] { ops::reshape(x, {-1, -1}); });
+  CHECK_THAT(message, Catch::Contains("-1"));
+  message = require_throws<ShapeError>([&] { ops::reshape(x, {4, -1}); });
+  CHECK_THAT(message, Catch::Contains("[2, 3]") && Catch::Contains("[4, -1]"));
+  message = require_throws<ShapeError>([&] { ops::flatten(x, 1, 0); });
+  CHECK_THAT(message, Catch::Contains("[2, 3]"));
+  message = require_throws<ShapeError>([&] { ops::flatten(x, 0, 2); });
+  CHECK_THAT(message, Catch::Contains("[2, 3]"));
+}
