@@ -22,12 +22,24 @@ OPSNN_HD void store_value(Half& out, float x) { out.bits = float_to_half_bits(x)
 OPSNN_HD void store_value(BFloat16& out, float x) { out.bits = float_to_bf16_bits(x); }
 
 // ---- safe arithmetic ----
+// fmaxf(x, floor) for a floor that is never NaN, with fmaxf's result also for a NaN x (the floor). On the
+// host it is a compare-select because GCC does not vectorize fmaxf on x86 (no single IEEE max instruction),
+// and these rules run in the CPU kernels' SIMD loops.
+OPSNN_HD float max_with_floor(float x, float floor) {
+#if defined(__CUDA_ARCH__)
+  return fmaxf(x, floor);
+#else
+  return x > floor ? x : floor;
+#endif
+}
 // eps auto-scaling (reference document): eps_t = max(eps, |p| * eps_relative); eps_relative = 0 is plain eps.
 OPSNN_HD float scaled_eps(float eps, float eps_relative, float param) {
-  return fmaxf(eps, fabsf(param) * eps_relative);
+  return max_with_floor(fabsf(param) * eps_relative, eps);
 }
 // sqrt of a non-negative clamp, plus eps: never below eps, never NaN from a tiny negative rounding error.
-OPSNN_HD float safe_denominator(float second_moment_hat, float eps) { return sqrtf(fmaxf(second_moment_hat, 0.0f)) + eps; }
+OPSNN_HD float safe_denominator(float second_moment_hat, float eps) {
+  return sqrtf(max_with_floor(second_moment_hat, 0.0f)) + eps;
+}
 
 // ---- scalars of one step, computed once per step from the step state (never pow per element) ----
 struct AdamScalars {
@@ -54,7 +66,7 @@ OPSNN_HD void adam_element(float& p, float& m, float& v, float& v_max, float g, 
   v = fmaf(s.beta2, v, s.one_minus_beta2 * g * g);
   float v_used = v;
   if (s.amsgrad) {
-    v_max = fmaxf(v_max, v);
+    v_max = max_with_floor(v, v_max);
     v_used = v_max;
   }
   float m_hat = m * s.inv_bias_correction1;

@@ -1,0 +1,166 @@
+// The optimizer base in the libtorch style (named parameters + options, parameter groups, zero_grad,
+// step, state_dict / load_state_dict) and the registry by name ("sgd", "adam", "adamw", "lamb"). The base
+// owns the bookkeeping - flat arena, step state, loss scaler, monitor, schedule, the fused pipeline of
+// DESIGN.md decision 4 - and a subclass writes only its update pass (a kernel call over the arena).
+//
+//   auto optimizer = opsnn::optim::make_optimizer("adamw", model.named_parameters(),
+//                                                 OptimizerOptions(1e-3).weight_decay(0.05));
+//   loss = optimizer->scale_loss(loss);  // identity unless loss scaling is enabled
+//   loss.backward(); optimizer->step(); optimizer->zero_grad();
+#pragma once
+
+#include <array>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "opsnn/core/tensor.h"
+#include "opsnn/optim/arena.h"
+#include "opsnn/optim/loss_scaler.h"
+#include "opsnn/optim/monitor.h"
+#include "opsnn/optim/options.h"
+#include "opsnn/optim/step_kernels.h"
+#include "opsnn/optim/step_state.h"
+
+namespace opsnn::optim {
+
+// What nn::Module::named_parameters() returns: f32 leaf tensors requiring grad, by name.
+using NamedParameters = std::vector<std::pair<std::string, Tensor>>;
+// Optimizer state by key: "<param>.<state>" tensors and "step_state.<field>" scalars (0-d tensors).
+using StateDict = std::map<std::string, Tensor>;
+
+struct ParamGroup {
+  std::string name;
+  NamedParameters parameters;
+  double lr_multiplier = 1.0;         // this group's lr = scheduled lr * lr_multiplier
+  std::optional<bool> weight_decay;   // unset: decay unless dim() <= 1 (OptimizerOptions::decay_1d_params)
+};
+
+// One segment whose gradient arrives row-sparse, as the sparse updater sees it.
+struct SparseSegment {
+  size_t index = 0;                 // in the arena's segment table
+  const ArenaSegment* segment = nullptr;
+  std::vector<Tensor> states;       // shaped views of this segment's optimizer states, in state order
+  std::string_view optimizer;       // registry name: "sgd", "adam", "adamw", "lamb"
+};
+
+// Scalars of the step being applied for one sparse segment: the same values the dense pass uses.
+struct SparseStepScalars {
+  AdamScalars adam;        // adam/adamw/lamb (lr and weight decay of the segment's group)
+  SgdScalars sgd;          // sgd
+  float clip_factor = 1.0f;
+};
+
+// Hook for parameters with sparse_grad() (Embedding tables): their segments are left out of the dense
+// passes. prepare() runs in the gradient pass and returns the sum of squares of the unscaled gradient
+// (multiplied by inverse_loss_scale; inf/NaN when the gradient holds inf/NaN); update() runs only on
+// applied steps. The functions of sparse_update.h (coalesce, sparse_sgd_step, lazy_adam_step) implement it.
+class SparseUpdater {
+ public:
+  virtual ~SparseUpdater() = default;
+  virtual double prepare(const SparseSegment& segment, float inverse_loss_scale) = 0;
+  virtual void update(const SparseSegment& segment, const SparseStepScalars& scalars) = 0;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  std::string_view name() const { return name_; }
+  const OptimizerOptions& options() const { return options_; }
+  const std::vector<ParamGroup>& param_groups() const { return groups_; }
+  // Changes a group's lr multiplier from the next step on (ConfigError if negative or not finite).
+  void set_lr_multiplier(size_t group, double multiplier);
+
+  // Zeroes the gradient arena (one fill; gradients stay arena views) and clears row-sparse gradients.
+  void zero_grad();
+  // One fused step: gradient pass (unscale, inf/NaN check, global and per-segment norms), tiny step
+  // (clip factor, skip decision, schedule), update pass, then scaler/schedule advance. A skipped step
+  // (inf/NaN) advances neither the step count, the schedule nor the beta powers. Returns the step state.
+  const StepState& step();
+
+  // Loss scaling: multiply the loss before backward(); the step divides the gradients back.
+  Tensor scale_loss(const Tensor& loss) const { return scaler_.scale_loss(loss, state_); }
+  const LossScaler& loss_scaler() const { return scaler_; }
+
+  const StepState& step_state() const { return state_; }
+  double grad_norm() const { return state_.grad_norm; }  // of the last step, unscaled, before clipping
+  const std::vector<double>& segment_grad_norms() const { return segment_grad_norms_; }
+  double next_lr() const;  // scheduled base lr of the next applied step (before group multipliers)
+
+  const ParamArena& arena() const { return *arena_; }
+  void set_sparse_updater(std::shared_ptr<SparseUpdater> updater) { sparse_updater_ = std::move(updater); }
+
+  // Tensors by parameter name ("<param>.exp_avg", ...; copies) and the step-state scalars
+  // ("step_state.step", ...). load_state_dict copies them back; a missing, unexpected or mismatched
+  // entry throws ConfigError naming the key (and both shapes).
+  StateDict state_dict() const;
+  void load_state_dict(const StateDict& state);
+
+ protected:
+  // name: the registry name; state_names: this optimizer's per-parameter states ("exp_avg", ...).
+  Optimizer(std::string name, std::vector<ParamGroup> groups, OptimizerOptions options,
+            std::vector<std::string> state_names);
+
+  // Everything an update pass needs; valid during apply_update().
+  struct UpdateContext {
+    const ArenaView& arena;
+    const FusedStepKernels& kernels;
+    const StepState& state;               // before this step's advance (step = t - 1)
+    AdamScalars adam;                     // lr/weight decay filled per segment by the kernels
+    SgdScalars sgd;
+    std::vector<SegmentStepScalars>& segments;
+    float grad_multiplier;                // 1/loss_scale * clip factor
+    std::vector<float>& chunk_param_check;
+  };
+  virtual void apply_update(UpdateContext& context) = 0;
+
+  // Per-chunk scratch (one double per dense chunk) for subclasses with extra reductions (LAMB's norms).
+  static constexpr size_t kScratchArrays = 2;
+  double* scratch(size_t index);
+
+ private:
+  void validate_groups() const;
+  double scheduled_lr(int64_t applied_steps) const;
+  // Sets segment_sum_squares_ and the non-finite segment; returns the index of the first bad one or -1.
+  int32_t gradient_pass(float inverse_scale);
+  int32_t first_nonfinite_param_segment() const;
+
+  std::string name_;
+  OptimizerOptions options_;
+  std::vector<ParamGroup> groups_;
+  std::unique_ptr<ParamArena> arena_;
+  StepState state_;
+  LossScaler scaler_;
+  Monitor monitor_;
+  ScheduleParams schedule_;
+  std::shared_ptr<SparseUpdater> sparse_updater_;
+  std::vector<double> chunk_sums_;
+  std::vector<float> chunk_param_check_;
+  std::array<std::vector<double>, kScratchArrays> scratch_;
+  std::vector<double> segment_sum_squares_;
+  std::vector<double> segment_grad_norms_;
+  std::vector<SegmentStepScalars> segment_scalars_;
+};
+
+// ---- registry ----
+using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(std::vector<ParamGroup>, const OptimizerOptions&)>;
+
+// Adds or replaces an optimizer by name.
+void register_optimizer(const std::string& name, OptimizerFactory factory);
+// Registered names, sorted.
+std::vector<std::string> optimizer_names();
+// ConfigError listing the known names for an unknown one; options are validated by the optimizer.
+std::unique_ptr<Optimizer> make_optimizer(const std::string& name, std::vector<ParamGroup> groups,
+                                          const OptimizerOptions& options = OptimizerOptions());
+std::unique_ptr<Optimizer> make_optimizer(const std::string& name, NamedParameters parameters,
+                                          const OptimizerOptions& options = OptimizerOptions());
+
+}  // namespace opsnn::optim

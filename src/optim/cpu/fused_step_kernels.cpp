@@ -1,0 +1,293 @@
+// CPU fused-step kernels: one pass over the arena per phase, OpenMP across chunks (16K elements, never
+// crossing a tensor), SIMD loops within a chunk calling the shared per-element rules (rules.h), templated
+// on the storage type of the optimizer states. fp16 states are converted a block at a time (half_blocks.h)
+// through L1-resident buffers, since half.h's branchy conversion would stop the update loop vectorizing;
+// fp32 and bf16 (a shift) states are converted in the loop itself.
+#include <algorithm>
+#include <array>
+#include <type_traits>
+
+#include "opsnn/core/error.h"
+#include "opsnn/optim/step_kernels.h"
+#include "optim/cpu/half_blocks.h"
+
+namespace opsnn::optim::cpu {
+namespace {
+
+// fp16 states are staged through stack buffers of this many elements (3 x 2 KB, in L1).
+constexpr int64_t kHalfBlock = 512;
+
+template <typename Fn> void with_state_type(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::f32: fn(float{}); return;
+    case DType::f16: fn(Half{}); return;
+    case DType::bf16: fn(BFloat16{}); return;
+    default: throw TypeError(detail::concat("optimizer states cannot be stored as ", dtype_name(dtype),
+                                            " (accepted: f32, f16, bf16)"));
+  }
+}
+
+template <typename State> State* state_array(const ArenaView& arena, int index) {
+  return static_cast<State*>(arena.states[index]);
+}
+
+// Runs body(chunk_index, chunk) over every chunk, in parallel when there is more than one.
+template <typename Body> void for_each_chunk(const ArenaView& arena, Body&& body) {
+#pragma omp parallel for schedule(static) if (arena.chunk_count > 1)
+  for (int64_t c = 0; c < arena.chunk_count; ++c) body(c, arena.chunks[c]);
+}
+
+// Runs fn(staged_states, offset, length) over [0, count): with State = Half the states are converted in
+// blocks into fp32 stack buffers (and back when write_back), otherwise passed through in one span.
+template <typename State, size_t StateCount, typename Fn>
+void staged(const std::array<State*, StateCount>& states, int64_t count, bool write_back, Fn&& fn) {
+  if constexpr (std::is_same_v<State, Half>) {
+    alignas(64) float buffers[StateCount][kHalfBlock];
+    std::array<float*, StateCount> staged_states{};
+    for (size_t s = 0; s < StateCount; ++s) staged_states[s] = states[s] ? buffers[s] : nullptr;
+    for (int64_t start = 0; start < count; start += kHalfBlock) {
+      int64_t length = std::min(kHalfBlock, count - start);
+      for (size_t s = 0; s < StateCount; ++s)
+        if (states[s]) half_to_float_block(states[s] + start, buffers[s], length);
+      fn(staged_states, start, length);
+      if (write_back)
+        for (size_t s = 0; s < StateCount; ++s)
+          if (states[s]) float_to_half_block(buffers[s], states[s] + start, length);
+    }
+  } else {
+    std::array<State*, StateCount> offset_states = states;
+    fn(offset_states, int64_t{0}, count);
+  }
+}
+
+// ---- gradient statistics ----
+void grad_sum_of_squares(const ArenaView& arena, double* chunk_sums) {
+  for_each_chunk(arena, [&](int64_t c, const ArenaChunk& chunk) {
+    const float* grads = arena.grads + chunk.begin;
+    int64_t count = chunk.end - chunk.begin;
+    double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t i = 0; i < count; ++i) {
+      double g = grads[i];
+      sum += g * g;
+    }
+    chunk_sums[c] = sum;
+  });
+}
+
+// ---- Adam / AdamW ----
+template <typename State, bool Decoupled, bool Amsgrad>
+float adam_span(float* __restrict params, const float* __restrict grads, State* __restrict exp_avg,
+                State* __restrict exp_avg_sq, State* __restrict max_exp_avg_sq, int64_t count, float grad_multiplier,
+                const AdamScalars& scalars) {
+  AdamScalars s = scalars;  // constant flags let the compiler drop the untaken branches of adam_element
+  s.decoupled = Decoupled;
+  s.amsgrad = Amsgrad;
+  float check = 0.0f;
+#pragma omp simd reduction(+ : check)
+  for (int64_t i = 0; i < count; ++i) {
+    float p = params[i];
+    float m = load_value(exp_avg[i]);
+    float v = load_value(exp_avg_sq[i]);
+    float v_max = 0.0f;
+    if constexpr (Amsgrad) v_max = load_value(max_exp_avg_sq[i]);
+    adam_element(p, m, v, v_max, grads[i] * grad_multiplier, s);
+    params[i] = p;
+    store_value(exp_avg[i], m);
+    store_value(exp_avg_sq[i], v);
+    if constexpr (Amsgrad) store_value(max_exp_avg_sq[i], v_max);
+    check += p * 0.0f;
+  }
+  return check;
+}
+
+template <typename State, bool Decoupled, bool Amsgrad>
+void adam_update_typed(const ArenaView& arena, const AdamScalars& base, const SegmentStepScalars* segments,
+                       float grad_multiplier, float* chunk_param_check) {
+  for_each_chunk(arena, [&](int64_t c, const ArenaChunk& chunk) {
+    AdamScalars s = base;
+    s.lr = segments[chunk.segment].lr;
+    s.weight_decay = segments[chunk.segment].weight_decay;
+    int64_t count = chunk.end - chunk.begin;
+    std::array<State*, 3> states = {state_array<State>(arena, 0) + chunk.begin, state_array<State>(arena, 1) + chunk.begin,
+                              Amsgrad ? state_array<State>(arena, 2) + chunk.begin : nullptr};
+    float* params = arena.params + chunk.begin;
+    const float* grads = arena.grads + chunk.begin;
+    float check = 0.0f;
+    staged(states, count, true, [&](const auto& staged_states, int64_t start, int64_t length) {
+      using Staged = std::remove_pointer_t<typename std::remove_cvref_t<decltype(staged_states)>::value_type>;
+      check += adam_span<Staged, Decoupled, Amsgrad>(params + start, grads + start, staged_states[0],
+                                                      staged_states[1], staged_states[2], length,
+                                                      grad_multiplier, s);
+    });
+    chunk_param_check[c] = check;
+  });
+}
+
+void adam_update(const ArenaView& arena, const AdamScalars& base, const SegmentStepScalars* segments,
+                 float grad_multiplier, float* chunk_param_check) {
+  with_state_type(arena.state_dtype, [&](auto tag) {
+    using State = decltype(tag);
+    if (base.decoupled) {
+      if (base.amsgrad) adam_update_typed<State, true, true>(arena, base, segments, grad_multiplier, chunk_param_check);
+      else adam_update_typed<State, true, false>(arena, base, segments, grad_multiplier, chunk_param_check);
+    } else {
+      if (base.amsgrad) adam_update_typed<State, false, true>(arena, base, segments, grad_multiplier, chunk_param_check);
+      else adam_update_typed<State, false, false>(arena, base, segments, grad_multiplier, chunk_param_check);
+    }
+  });
+}
+
+// ---- SGD ----
+template <typename State, bool Momentum, bool Nesterov, bool FirstStep>
+float sgd_span(float* __restrict params, const float* __restrict grads, State* __restrict buffers, int64_t count,
+               float grad_multiplier, const SgdScalars& scalars) {
+  SgdScalars s = scalars;
+  s.nesterov = Nesterov;
+  s.first_step = FirstStep;
+  if constexpr (!Momentum) s.momentum = 0.0f;
+  float check = 0.0f;
+#pragma omp simd reduction(+ : check)
+  for (int64_t i = 0; i < count; ++i) {
+    float p = params[i];
+    float buffer = 0.0f;
+    if constexpr (Momentum && !FirstStep) buffer = load_value(buffers[i]);
+    sgd_element(p, buffer, grads[i] * grad_multiplier, s);
+    params[i] = p;
+    if constexpr (Momentum) store_value(buffers[i], buffer);
+    check += p * 0.0f;
+  }
+  return check;
+}
+
+template <typename State, bool Momentum, bool Nesterov, bool FirstStep>
+void sgd_update_typed(const ArenaView& arena, const SgdScalars& base, const SegmentStepScalars* segments,
+                      float grad_multiplier, float* chunk_param_check) {
+  for_each_chunk(arena, [&](int64_t c, const ArenaChunk& chunk) {
+    SgdScalars s = base;
+    s.lr = segments[chunk.segment].lr;
+    s.weight_decay = segments[chunk.segment].weight_decay;
+    int64_t count = chunk.end - chunk.begin;
+    std::array<State*, 1> states = {Momentum ? state_array<State>(arena, 0) + chunk.begin : nullptr};
+    float* params = arena.params + chunk.begin;
+    const float* grads = arena.grads + chunk.begin;
+    float check = 0.0f;
+    staged(states, count, Momentum, [&](const auto& staged_states, int64_t start, int64_t length) {
+      using Staged = std::remove_pointer_t<typename std::remove_cvref_t<decltype(staged_states)>::value_type>;
+      check += sgd_span<Staged, Momentum, Nesterov, FirstStep>(params + start, grads + start, staged_states[0],
+                                                                length, grad_multiplier, s);
+    });
+    chunk_param_check[c] = check;
+  });
+}
+
+void sgd_update(const ArenaView& arena, const SgdScalars& base, const SegmentStepScalars* segments,
+                float grad_multiplier, float* chunk_param_check) {
+  with_state_type(arena.state_dtype, [&](auto tag) {
+    using State = decltype(tag);
+    auto run = [&]<bool Momentum, bool Nesterov, bool FirstStep>() {
+      sgd_update_typed<State, Momentum, Nesterov, FirstStep>(arena, base, segments, grad_multiplier,
+                                                             chunk_param_check);
+    };
+    if (base.momentum == 0.0f) run.template operator()<false, false, false>();
+    else if (base.nesterov) {
+      if (base.first_step) run.template operator()<true, true, true>();
+      else run.template operator()<true, true, false>();
+    } else {
+      if (base.first_step) run.template operator()<true, false, true>();
+      else run.template operator()<true, false, false>();
+    }
+  });
+}
+
+// ---- LAMB ----
+template <typename State>
+void lamb_phase1_span(const float* __restrict params, const float* __restrict grads, State* __restrict exp_avg,
+                      State* __restrict exp_avg_sq, int64_t count, float grad_multiplier, const AdamScalars& s,
+                      double& update_sum_squares, double& param_sum_squares) {
+  double update_sum = 0.0, param_sum = 0.0;
+#pragma omp simd reduction(+ : update_sum, param_sum)
+  for (int64_t i = 0; i < count; ++i) {
+    float m = load_value(exp_avg[i]);
+    float v = load_value(exp_avg_sq[i]);
+    double r = lamb_phase1_element(params[i], m, v, grads[i] * grad_multiplier, s);
+    store_value(exp_avg[i], m);
+    store_value(exp_avg_sq[i], v);
+    double p = params[i];
+    update_sum += r * r;
+    param_sum += p * p;
+  }
+  update_sum_squares += update_sum;
+  param_sum_squares += param_sum;
+}
+
+void lamb_phase1(const ArenaView& arena, const AdamScalars& base, const SegmentStepScalars* segments,
+                 float grad_multiplier, double* chunk_update_sum_squares, double* chunk_param_sum_squares) {
+  with_state_type(arena.state_dtype, [&](auto tag) {
+    using State = decltype(tag);
+    for_each_chunk(arena, [&](int64_t c, const ArenaChunk& chunk) {
+      AdamScalars s = base;
+      s.lr = segments[chunk.segment].lr;
+      s.weight_decay = segments[chunk.segment].weight_decay;
+      std::array<State*, 2> states = {state_array<State>(arena, 0) + chunk.begin,
+                                state_array<State>(arena, 1) + chunk.begin};
+      const float* params = arena.params + chunk.begin;
+      const float* grads = arena.grads + chunk.begin;
+      double update_sum = 0.0, param_sum = 0.0;
+      staged(states, chunk.end - chunk.begin, true, [&](const auto& staged_states, int64_t start, int64_t length) {
+        lamb_phase1_span(params + start, grads + start, staged_states[0], staged_states[1], length, grad_multiplier,
+                         s, update_sum, param_sum);
+      });
+      chunk_update_sum_squares[c] = update_sum;
+      chunk_param_sum_squares[c] = param_sum;
+    });
+  });
+}
+
+template <typename State>
+float lamb_phase2_span(float* __restrict params, const State* __restrict exp_avg, const State* __restrict exp_avg_sq,
+                       int64_t count, float trust_ratio, const AdamScalars& s) {
+  float check = 0.0f;
+#pragma omp simd reduction(+ : check)
+  for (int64_t i = 0; i < count; ++i) {
+    float p = params[i];
+    lamb_phase2_element(p, load_value(exp_avg[i]), load_value(exp_avg_sq[i]), trust_ratio, s);
+    params[i] = p;
+    check += p * 0.0f;
+  }
+  return check;
+}
+
+void lamb_phase2(const ArenaView& arena, const AdamScalars& base, const SegmentStepScalars* segments,
+                 float* chunk_param_check) {
+  with_state_type(arena.state_dtype, [&](auto tag) {
+    using State = decltype(tag);
+    for_each_chunk(arena, [&](int64_t c, const ArenaChunk& chunk) {
+      const SegmentStepScalars& segment = segments[chunk.segment];
+      AdamScalars s = base;
+      s.lr = segment.lr;
+      s.weight_decay = segment.weight_decay;
+      std::array<State*, 2> states = {state_array<State>(arena, 0) + chunk.begin,
+                                state_array<State>(arena, 1) + chunk.begin};
+      float* params = arena.params + chunk.begin;
+      float check = 0.0f;
+      staged(states, chunk.end - chunk.begin, false, [&](const auto& staged_states, int64_t start, int64_t length) {
+        check += lamb_phase2_span(params + start, staged_states[0], staged_states[1], length, segment.trust_ratio, s);
+      });
+      chunk_param_check[c] = check;
+    });
+  });
+}
+
+}  // namespace
+}  // namespace opsnn::optim::cpu
+
+namespace opsnn::optim {
+
+const FusedStepKernels& cpu_fused_step_kernels() {
+  static const FusedStepKernels kernels{cpu::grad_sum_of_squares, cpu::adam_update, cpu::sgd_update,
+                                        cpu::lamb_phase1, cpu::lamb_phase2};
+  return kernels;
+}
+
+}  // namespace opsnn::optim

@@ -1,0 +1,34 @@
+// LAMB: phase 1 updates the moments and reduces ||r||^2 and ||p||^2 per chunk; the per-segment sums (in
+// chunk order, deterministic) give each tensor's clamped trust ratio; phase 2 applies p -= lr*trust*r.
+#include "opsnn/optim/lamb.h"
+
+#include <cmath>
+
+namespace opsnn::optim {
+
+LAMB::LAMB(NamedParameters parameters, const OptimizerOptions& options)
+    : LAMB(std::vector<ParamGroup>{ParamGroup{"default", std::move(parameters), 1.0, std::nullopt}}, options) {}
+
+LAMB::LAMB(std::vector<ParamGroup> groups, const OptimizerOptions& options)
+    : Optimizer("lamb", std::move(groups), options, {"exp_avg", "exp_avg_sq"}) {}
+
+void LAMB::apply_update(UpdateContext& context) {
+  double* update_sums = scratch(0);
+  double* param_sums = scratch(1);
+  context.kernels.lamb_phase1(context.arena, context.adam, context.segments.data(), context.grad_multiplier,
+                              update_sums, param_sums);
+  std::vector<double> update_norms(context.segments.size(), 0.0), param_norms(context.segments.size(), 0.0);
+  for (int64_t c = 0; c < context.arena.chunk_count; ++c) {
+    size_t segment = static_cast<size_t>(context.arena.chunks[c].segment);
+    update_norms[segment] += update_sums[c];
+    param_norms[segment] += param_sums[c];
+  }
+  float lower = static_cast<float>(options().trust_clamp_lower());
+  float upper = static_cast<float>(options().trust_clamp_upper());
+  for (size_t i = 0; i < context.segments.size(); ++i)
+    context.segments[i].trust_ratio = lamb_trust_ratio(static_cast<float>(std::sqrt(param_norms[i])),
+                                                       static_cast<float>(std::sqrt(update_norms[i])), lower, upper);
+  context.kernels.lamb_phase2(context.arena, context.adam, context.segments.data(), context.chunk_param_check.data());
+}
+
+}  // namespace opsnn::optim

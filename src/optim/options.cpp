@@ -1,0 +1,144 @@
+// Validation of optimizer options (ConfigError naming the setting, its value and what is accepted), the
+// optimizers' default weight decay, the reference document's fp16-momentum warning and enum name parsing.
+#include "opsnn/optim/options.h"
+
+#include <cmath>
+
+#include <spdlog/spdlog.h>
+
+#include "opsnn/core/error.h"
+
+namespace opsnn::optim {
+namespace {
+
+template <typename... Parts> [[noreturn]] void fail(Parts&&... parts) {
+  throw ConfigError(detail::concat("invalid optimizer setting: ", std::forward<Parts>(parts)...));
+}
+
+bool is_adam_family(std::string_view optimizer) {
+  return optimizer == "adam" || optimizer == "adamw" || optimizer == "lamb";
+}
+
+}  // namespace
+
+NonFiniteAction parse_nonfinite_action(std::string_view text) {
+  if (text == "warn") return NonFiniteAction::warn;
+  if (text == "skip") return NonFiniteAction::skip;
+  if (text == "stop") return NonFiniteAction::stop;
+  throw ConfigError(detail::concat("unknown monitor action '", text, "' (accepted: warn, skip, stop)"));
+}
+
+std::string_view nonfinite_action_name(NonFiniteAction action) {
+  switch (action) {
+    case NonFiniteAction::warn: return "warn";
+    case NonFiniteAction::skip: return "skip";
+    case NonFiniteAction::stop: return "stop";
+  }
+  return "?";
+}
+
+ScheduleKind parse_schedule_kind(std::string_view text) {
+  if (text == "constant") return ScheduleKind::constant;
+  if (text == "warmup_cosine" || text == "cosine") return ScheduleKind::warmup_cosine;
+  if (text == "step_decay" || text == "step") return ScheduleKind::step_decay;
+  if (text == "linear_decay" || text == "linear") return ScheduleKind::linear_decay;
+  throw ConfigError(detail::concat("unknown schedule '", text,
+                                   "' (accepted: constant, warmup_cosine, step_decay, linear_decay)"));
+}
+
+std::string_view schedule_kind_name(ScheduleKind kind) {
+  switch (kind) {
+    case ScheduleKind::constant: return "constant";
+    case ScheduleKind::warmup_cosine: return "warmup_cosine";
+    case ScheduleKind::step_decay: return "step_decay";
+    case ScheduleKind::linear_decay: return "linear_decay";
+  }
+  return "?";
+}
+
+void LossScalingOptions::validate() const {
+  if (!(initial_scale_ > 0.0) || !std::isfinite(initial_scale_))
+    fail("loss_scaling.initial_scale = ", initial_scale_, " must be a finite number > 0");
+  if (!(growth_factor_ > 1.0) || !std::isfinite(growth_factor_))
+    fail("loss_scaling.growth_factor = ", growth_factor_, " must be > 1");
+  if (!(backoff_factor_ > 0.0 && backoff_factor_ < 1.0))
+    fail("loss_scaling.backoff_factor = ", backoff_factor_, " must be in (0, 1)");
+  if (growth_interval_ < 1 || growth_interval_ > INT32_MAX)
+    fail("loss_scaling.growth_interval = ", growth_interval_, " must be an integer >= 1");
+}
+
+void MonitorOptions::validate() const {
+  if (!(grad_norm_warn_threshold_ > 0.0))
+    fail("monitor.grad_norm_warn_threshold = ", grad_norm_warn_threshold_, " must be > 0");
+}
+
+double OptimizerOptions::effective_weight_decay(std::string_view optimizer) const {
+  if (fp32_weight_decay_ != 0.0) return fp32_weight_decay_;
+  if (weight_decay_) return *weight_decay_;
+  return optimizer == "adamw" ? 1e-2 : 0.0;
+}
+
+void OptimizerOptions::validate(std::string_view optimizer) const {
+  if (!(lr_ >= 0.0) || !std::isfinite(lr_)) fail("lr = ", lr_, " must be a finite number >= 0");
+  auto [beta1, beta2] = betas_;
+  if (!(beta1 >= 0.0 && beta1 < 1.0)) fail("betas[0] = ", beta1, " must be in [0, 1)");
+  if (!(beta2 >= 0.0 && beta2 < 1.0)) fail("betas[1] = ", beta2, " must be in [0, 1)");
+  if (!(eps_ > 0.0) || !std::isfinite(eps_)) fail("eps = ", eps_, " must be a finite number > 0");
+  if (!(eps_relative_ >= 0.0) || !std::isfinite(eps_relative_))
+    fail("eps_relative = ", eps_relative_, " must be a finite number >= 0");
+  if (weight_decay_ && (!(*weight_decay_ >= 0.0) || !std::isfinite(*weight_decay_)))
+    fail("weight_decay = ", *weight_decay_, " must be a finite number >= 0");
+  if (!(fp32_weight_decay_ >= 0.0) || !std::isfinite(fp32_weight_decay_))
+    fail("fp32_weight_decay = ", fp32_weight_decay_, " must be a finite number >= 0");
+  if (fp32_weight_decay_ != 0.0 && weight_decay_ && *weight_decay_ != 0.0 && *weight_decay_ != fp32_weight_decay_)
+    fail("weight_decay = ", *weight_decay_, " and fp32_weight_decay = ", fp32_weight_decay_,
+         " disagree: both name the one weight decay coefficient (decay is always computed in fp32 from the"
+         " master weight); set only one");
+  if (!(momentum_ >= 0.0 && momentum_ < 1.0)) fail("momentum = ", momentum_, " must be in [0, 1)");
+  if (!(dampening_ >= 0.0 && dampening_ <= 1.0)) fail("dampening = ", dampening_, " must be in [0, 1]");
+  if (optimizer == "sgd") {
+    if (nesterov_ && momentum_ == 0.0) fail("nesterov = true needs momentum > 0 (momentum = 0)");
+    if (nesterov_ && dampening_ != 0.0) fail("nesterov = true needs dampening = 0 (dampening = ", dampening_, ")");
+    if (amsgrad_) fail("amsgrad applies to adam and adamw, not sgd");
+  } else {
+    if (momentum_ != 0.0 || nesterov_ || dampening_ != 0.0)
+      fail("momentum, dampening and nesterov apply to sgd only, not ", optimizer,
+           " (whose momentum is betas[0])");
+    if (amsgrad_ && optimizer == "lamb") fail("amsgrad applies to adam and adamw, not lamb");
+  }
+  if (!(trust_clamp_lower_ >= 0.0) || !(trust_clamp_upper_ > 0.0) || !(trust_clamp_lower_ <= trust_clamp_upper_))
+    fail("trust_clamp_lower = ", trust_clamp_lower_, " and trust_clamp_upper = ", trust_clamp_upper_,
+         " must satisfy 0 <= lower <= upper, upper > 0");
+  if (state_dtype_ != DType::f32 && state_dtype_ != DType::f16 && state_dtype_ != DType::bf16)
+    fail("state_dtype = ", dtype_name(state_dtype_), " (accepted: f32, f16, bf16)");
+  if (!(max_grad_norm_ >= 0.0) || !std::isfinite(max_grad_norm_))
+    fail("max_grad_norm = ", max_grad_norm_, " must be a finite number >= 0 (0 turns clipping off)");
+
+  const ScheduleParams& s = schedule_;
+  if (s.warmup_steps < 0) fail("schedule.warmup_steps = ", s.warmup_steps, " must be >= 0");
+  if (!(s.min_lr >= 0.0) || !(s.min_lr <= lr_))
+    fail("schedule.min_lr = ", s.min_lr, " must be in [0, lr = ", lr_, "]");
+  if ((s.kind == ScheduleKind::warmup_cosine || s.kind == ScheduleKind::linear_decay) &&
+      s.total_steps <= s.warmup_steps)
+    fail("schedule.total_steps = ", s.total_steps, " must exceed schedule.warmup_steps = ", s.warmup_steps, " for ",
+         schedule_kind_name(s.kind));
+  if (s.kind == ScheduleKind::step_decay && s.step_size < 1)
+    fail("schedule.step_size = ", s.step_size, " must be >= 1");
+  if (s.kind == ScheduleKind::step_decay && !(s.gamma > 0.0 && s.gamma <= 1.0))
+    fail("schedule.gamma = ", s.gamma, " must be in (0, 1]");
+  loss_scaling_.validate();
+  monitor_.validate();
+
+  // Reference document: fp16 momentum storage needs beta1 > 0.9 to avoid underflow. Accepted, with a warning.
+  if (state_dtype_ == DType::f16) {
+    double momentum_factor = is_adam_family(optimizer) ? beta1 : momentum_;
+    const char* name = is_adam_family(optimizer) ? "betas[0]" : "momentum";
+    if (momentum_factor <= 0.9 && !(optimizer == "sgd" && momentum_ == 0.0))
+      spdlog::warn("{}: fp16 optimizer states (fp16_momentum) with {} = {}: the reference document advises "
+                   "beta1 > 0.9 for fp16 momentum to avoid underflow; consider {} = 0.95 or bf16 states "
+                   "(state_dtype: bf16)",
+                   optimizer, name, momentum_factor, name);
+  }
+}
+
+}  // namespace opsnn::optim

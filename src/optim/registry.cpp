@@ -1,0 +1,108 @@
+// The registries of the optimizer subsystem: optimizers by name (built-ins added on first use, so a static
+// library needs no registration objects to be linked in) and fused-step kernels by device type.
+#include <array>
+#include <mutex>
+
+#include "opsnn/core/error.h"
+#include "opsnn/optim/adam.h"
+#include "opsnn/optim/lamb.h"
+#include "opsnn/optim/sgd.h"
+
+namespace opsnn::optim {
+namespace {
+
+template <typename T> OptimizerFactory factory_of() {
+  return [](std::vector<ParamGroup> groups, const OptimizerOptions& options) -> std::unique_ptr<Optimizer> {
+    return std::make_unique<T>(std::move(groups), options);
+  };
+}
+
+struct OptimizerRegistry {
+  std::mutex mutex;
+  std::map<std::string, OptimizerFactory> factories;
+  OptimizerRegistry() {
+    factories["sgd"] = factory_of<SGD>();
+    factories["adam"] = factory_of<Adam>();
+    factories["adamw"] = factory_of<AdamW>();
+    factories["lamb"] = factory_of<LAMB>();
+  }
+};
+
+OptimizerRegistry& optimizer_registry() {
+  static OptimizerRegistry registry;
+  return registry;
+}
+
+struct KernelRegistry {
+  std::mutex mutex;
+  std::array<FusedStepKernels, 2> by_type{};
+  std::array<bool, 2> present{};
+  KernelRegistry() {
+    by_type[static_cast<size_t>(DeviceType::cpu)] = cpu_fused_step_kernels();
+    present[static_cast<size_t>(DeviceType::cpu)] = true;
+  }
+};
+
+KernelRegistry& kernel_registry() {
+  static KernelRegistry registry;
+  return registry;
+}
+
+}  // namespace
+
+void register_optimizer(const std::string& name, OptimizerFactory factory) {
+  OPSNN_CHECK_AS(ConfigError, !name.empty() && factory, "register_optimizer needs a name and a factory");
+  OptimizerRegistry& registry = optimizer_registry();
+  std::lock_guard lock(registry.mutex);
+  registry.factories[name] = std::move(factory);
+}
+
+std::vector<std::string> optimizer_names() {
+  OptimizerRegistry& registry = optimizer_registry();
+  std::lock_guard lock(registry.mutex);
+  std::vector<std::string> names;
+  for (const auto& entry : registry.factories) names.push_back(entry.first);
+  return names;
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const std::string& name, std::vector<ParamGroup> groups,
+                                          const OptimizerOptions& options) {
+  OptimizerFactory factory;
+  {
+    OptimizerRegistry& registry = optimizer_registry();
+    std::lock_guard lock(registry.mutex);
+    auto it = registry.factories.find(name);
+    if (it != registry.factories.end()) factory = it->second;
+  }
+  if (!factory) {
+    std::string known;
+    for (const std::string& known_name : optimizer_names()) known += (known.empty() ? "" : ", ") + known_name;
+    throw ConfigError(detail::concat("unknown optimizer '", name, "' (known: ", known, ")"));
+  }
+  return factory(std::move(groups), options);
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const std::string& name, NamedParameters parameters,
+                                          const OptimizerOptions& options) {
+  return make_optimizer(name, std::vector<ParamGroup>{ParamGroup{"default", std::move(parameters), 1.0, std::nullopt}},
+                        options);
+}
+
+void register_fused_step_kernels(DeviceType type, const FusedStepKernels& kernels) {
+  KernelRegistry& registry = kernel_registry();
+  std::lock_guard lock(registry.mutex);
+  registry.by_type[static_cast<size_t>(type)] = kernels;
+  registry.present[static_cast<size_t>(type)] = true;
+}
+
+const FusedStepKernels& fused_step_kernels(Device device) {
+  KernelRegistry& registry = kernel_registry();
+  std::lock_guard lock(registry.mutex);
+  if (!registry.present[static_cast<size_t>(device.type)])
+    throw DeviceError(detail::concat("no fused optimizer step kernels for ", device.str(),
+                                     " in this build (the CUDA optimizer kernels are not written yet); "
+                                     "keep the parameters on the cpu"));
+  return registry.by_type[static_cast<size_t>(device.type)];
+}
+
+}  // namespace opsnn::optim

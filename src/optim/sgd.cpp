@@ -1,0 +1,25 @@
+// SGD: one momentum buffer per parameter (none without momentum); the update is one fused pass.
+#include "opsnn/optim/sgd.h"
+
+namespace opsnn::optim {
+namespace {
+
+std::vector<std::string> sgd_states(const OptimizerOptions& options) {
+  if (options.momentum() == 0.0) return {};
+  return {"momentum_buffer"};
+}
+
+}  // namespace
+
+SGD::SGD(NamedParameters parameters, const OptimizerOptions& options)
+    : SGD(std::vector<ParamGroup>{ParamGroup{"default", std::move(parameters), 1.0, std::nullopt}}, options) {}
+
+SGD::SGD(std::vector<ParamGroup> groups, const OptimizerOptions& options)
+    : Optimizer("sgd", std::move(groups), options, sgd_states(options)) {}
+
+void SGD::apply_update(UpdateContext& context) {
+  context.kernels.sgd_update(context.arena, context.sgd, context.segments.data(), context.grad_multiplier,
+                             context.chunk_param_check.data());
+}
+
+}  // namespace opsnn::optim

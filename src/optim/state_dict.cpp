@@ -1,0 +1,95 @@
+// Optimizer::state_dict / load_state_dict: per-parameter states by "<param>.<state>" and the step-state
+// scalars as 0-d tensors, so a checkpoint can store everything as named tensors (safetensors).
+#include <set>
+
+#include "opsnn/core/error.h"
+#include "opsnn/optim/optimizer.h"
+
+namespace opsnn::optim {
+namespace {
+
+// A step-state field: its key, dtype, and how to read and write it as a double (exact for these ranges).
+struct ScalarField {
+  const char* key;
+  DType dtype;
+  double (*get)(const StepState&);
+  void (*set)(StepState&, double);
+};
+
+const ScalarField kScalarFields[] = {
+    {"step_state.step", DType::i64, [](const StepState& s) { return static_cast<double>(s.step); },
+     [](StepState& s, double v) { s.step = static_cast<int64_t>(v); }},
+    {"step_state.skipped_steps", DType::i64, [](const StepState& s) { return static_cast<double>(s.skipped_steps); },
+     [](StepState& s, double v) { s.skipped_steps = static_cast<int64_t>(v); }},
+    {"step_state.lr", DType::f64, [](const StepState& s) { return s.lr; }, [](StepState& s, double v) { s.lr = v; }},
+    {"step_state.beta1_power", DType::f64, [](const StepState& s) { return s.beta1_power; },
+     [](StepState& s, double v) { s.beta1_power = v; }},
+    {"step_state.beta2_power", DType::f64, [](const StepState& s) { return s.beta2_power; },
+     [](StepState& s, double v) { s.beta2_power = v; }},
+    {"step_state.loss_scale", DType::f32, [](const StepState& s) { return static_cast<double>(s.loss_scale); },
+     [](StepState& s, double v) { s.loss_scale = static_cast<float>(v); }},
+    {"step_state.growth_tracker", DType::i32, [](const StepState& s) { return static_cast<double>(s.growth_tracker); },
+     [](StepState& s, double v) { s.growth_tracker = static_cast<int32_t>(v); }},
+    {"step_state.first_nonfinite_step", DType::i64,
+     [](const StepState& s) { return static_cast<double>(s.first_nonfinite_step); },
+     [](StepState& s, double v) { s.first_nonfinite_step = static_cast<int64_t>(v); }},
+    {"step_state.first_nonfinite_segment", DType::i32,
+     [](const StepState& s) { return static_cast<double>(s.first_nonfinite_segment); },
+     [](StepState& s, double v) { s.first_nonfinite_segment = static_cast<int32_t>(v); }},
+};
+
+}  // namespace
+
+StateDict Optimizer::state_dict() const {
+  StateDict result;
+  const ParamArena& arena = *arena_;
+  for (size_t i = 0; i < arena.segments().size(); ++i)
+    for (size_t s = 0; s < arena.state_names().size(); ++s)
+      result[arena.segments()[i].name + "." + arena.state_names()[s]] = arena.state_view(s, i).clone();
+  for (const ScalarField& field : kScalarFields)
+    result[field.key] = Tensor::scalar(field.get(state_), field.dtype);
+  return result;
+}
+
+void Optimizer::load_state_dict(const StateDict& state) {
+  const ParamArena& arena = *arena_;
+  std::set<std::string> expected;
+  // Check everything before changing anything, so a bad dict leaves the optimizer as it was.
+  auto lookup = [&](const std::string& key, const Shape& shape) -> const Tensor& {
+    expected.insert(key);
+    auto it = state.find(key);
+    OPSNN_CHECK_AS(ConfigError, it != state.end(), name_, " optimizer state_dict: missing key '", key,
+                   "' (expected shape ", shape_str(shape), ")");
+    OPSNN_CHECK_AS(ConfigError, it->second.defined() && it->second.shape() == shape, name_,
+                   " optimizer state_dict: key '", key, "' has shape ",
+                   it->second.defined() ? shape_str(it->second.shape()) : std::string("(undefined)"),
+                   ", expected ", shape_str(shape));
+    return it->second;
+  };
+  std::vector<std::pair<Tensor, const Tensor*>> copies;
+  for (size_t i = 0; i < arena.segments().size(); ++i)
+    for (size_t s = 0; s < arena.state_names().size(); ++s) {
+      Tensor destination = arena.state_view(s, i);
+      const Tensor& source = lookup(arena.segments()[i].name + "." + arena.state_names()[s], destination.shape());
+      OPSNN_CHECK_AS(ConfigError, is_floating(source.dtype()), name_, " optimizer state_dict: key '",
+                     arena.segments()[i].name, ".", arena.state_names()[s], "' has dtype ",
+                     dtype_name(source.dtype()), ", expected a floating dtype");
+      copies.emplace_back(destination, &source);
+    }
+  StepState loaded = state_;
+  for (const ScalarField& field : kScalarFields) field.set(loaded, lookup(field.key, {}).item());
+  std::string state_names;
+  for (const std::string& state_name : arena.state_names()) state_names += (state_names.empty() ? "" : ", ") + state_name;
+  for (const auto& [key, tensor] : state)
+    OPSNN_CHECK_AS(ConfigError, expected.count(key) != 0, name_, " optimizer state_dict: unexpected key '", key,
+                   "' (this optimizer keeps per parameter: ", state_names.empty() ? "nothing" : state_names,
+                   "; is the dict from another optimizer or model?)");
+  OPSNN_CHECK_AS(ConfigError, loaded.step >= 0 && loaded.loss_scale > 0.0f && loaded.beta1_power >= 0.0 &&
+                                  loaded.beta1_power <= 1.0 && loaded.beta2_power >= 0.0 && loaded.beta2_power <= 1.0,
+                 name_, " optimizer state_dict: inconsistent step state (step ", loaded.step, ", loss_scale ",
+                 loaded.loss_scale, ", beta powers ", loaded.beta1_power, ", ", loaded.beta2_power, ")");
+  for (auto& [destination, source] : copies) destination.copy_(*source);
+  state_ = loaded;
+}
+
+}  // namespace opsnn::optim

@@ -1,0 +1,153 @@
+// The monitor: global and per-segment grad norms, the norm threshold warning, non-finite gradients and
+// parameters reported with the first step and tensor, and the warn / skip / stop actions.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <sstream>
+
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
+#include "optim/optim_test_support.h"
+#include "opsnn/optim/sgd.h"
+
+using namespace opsnn;
+using namespace opsnn::optim;
+using namespace opsnn::optim::testing;
+
+namespace {
+
+// Captures spdlog's default logger output while alive.
+class LogCapture {
+ public:
+  LogCapture() : previous_(spdlog::default_logger()) {
+    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(stream_);
+    spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", sink));
+  }
+  ~LogCapture() { spdlog::set_default_logger(previous_); }
+  std::string text() const { return stream_.str(); }
+
+ private:
+  std::ostringstream stream_;
+  std::shared_ptr<spdlog::logger> previous_;
+};
+
+OptimizerOptions with_action(NonFiniteAction action) {
+  return OptimizerOptions(0.1).monitor(MonitorOptions().on_nonfinite(action));
+}
+
+}  // namespace
+
+TEST_CASE("monitor: global and per-segment gradient norms; warning above the threshold", "[optim]") {
+  NamedParameters parameters = random_parameters({{3, 4}, {4}, {20000}}, 1);
+  SGD sgd(parameters, OptimizerOptions(0.0).monitor(MonitorOptions().grad_norm_warn_threshold(100.0)));
+  auto grads = make_grads(parameters, 0, 2, GradPattern::normal);
+  write_grads(parameters, grads);
+  LogCapture capture;
+  sgd.step();
+  double total = 0.0;
+  for (size_t t = 0; t < grads.size(); ++t) {
+    double sum = 0.0;
+    for (double g : grads[t]) sum += g * g;
+    REQUIRE(sgd.segment_grad_norms()[t] == Approx(std::sqrt(sum)).epsilon(1e-12));
+    total += sum;
+  }
+  REQUIRE(sgd.grad_norm() == Approx(std::sqrt(total)).epsilon(1e-6));
+  REQUIRE(sgd.grad_norm() > 100.0);  // 20016 standard normals
+  REQUIRE((sgd.step_state().monitor_flags & kGradNormAboveThreshold) != 0);
+  REQUIRE(capture.text().find("exceeds the monitor threshold") != std::string::npos);
+  REQUIRE(sgd.step_state().step == 1);  // a warning only
+}
+
+TEST_CASE("monitor: non-finite gradients with on_nonfinite = skip", "[optim]") {
+  NamedParameters parameters = random_parameters({{2, 2}, {3}, {5}}, 2);
+  SGD sgd(parameters, with_action(NonFiniteAction::skip));
+  write_grads(parameters, make_grads(parameters, 0, 1, GradPattern::normal));
+  sgd.step();
+  std::vector<std::vector<double>> before = values_of(parameters);
+  auto grads = make_grads(parameters, 1, 1, GradPattern::normal);
+  grads[1][2] = NAN;
+  grads[2][0] = INFINITY;
+  write_grads(parameters, grads);
+  const StepState& state = sgd.step();
+  REQUIRE(values_of(parameters) == before);
+  REQUIRE(state.step == 1);
+  REQUIRE(state.skipped_steps == 1);
+  REQUIRE((state.monitor_flags & kNonFiniteGrad) != 0);
+  REQUIRE((state.monitor_flags & kStepSkipped) != 0);
+  REQUIRE(state.first_nonfinite_step == 1);     // the second step() call
+  REQUIRE(state.first_nonfinite_segment == 1);  // the first tensor holding inf/NaN: layer1.bias
+  REQUIRE(std::isnan(sgd.segment_grad_norms()[1]));
+  REQUIRE(std::isinf(sgd.segment_grad_norms()[2]));
+  // a later good step clears the per-step flags but keeps the first occurrence
+  write_grads(parameters, make_grads(parameters, 2, 1, GradPattern::normal));
+  REQUIRE(sgd.step().monitor_flags == 0);
+  REQUIRE(sgd.step_state().first_nonfinite_segment == 1);
+}
+
+TEST_CASE("monitor: on_nonfinite = stop throws naming the step and the tensor", "[optim]") {
+  NamedParameters parameters = random_parameters({{2, 2}, {3}}, 3);
+  SGD sgd(parameters, with_action(NonFiniteAction::stop));
+  for (int step = 0; step < 2; ++step) {
+    write_grads(parameters, make_grads(parameters, step, 1, GradPattern::normal));
+    sgd.step();
+  }
+  auto grads = make_grads(parameters, 2, 1, GradPattern::normal);
+  grads[0][3] = -INFINITY;
+  write_grads(parameters, grads);
+  REQUIRE_THROWS_AS(sgd.step(), RuntimeFailure);
+  try {
+    sgd.step();
+  } catch (const RuntimeFailure& failure) {
+    std::string message = failure.what();
+    CHECK(message.find("layer0.weight") != std::string::npos);
+    CHECK(message.find("step 3") != std::string::npos);  // first seen at the third call
+  }
+}
+
+TEST_CASE("monitor: on_nonfinite = warn applies the step and then reports the non-finite parameter", "[optim]") {
+  NamedParameters parameters = random_parameters({{2, 2}, {3}}, 4);
+  SGD sgd(parameters, with_action(NonFiniteAction::warn));
+  auto grads = make_grads(parameters, 0, 1, GradPattern::normal);
+  grads[1][0] = NAN;
+  write_grads(parameters, grads);
+  LogCapture capture;
+  const StepState& state = sgd.step();
+  REQUIRE(state.step == 1);
+  REQUIRE(std::isnan(parameters[1].second.to_vector<float>()[0]));
+  REQUIRE((state.monitor_flags & kNonFiniteGrad) != 0);
+  REQUIRE((state.monitor_flags & kNonFiniteParam) != 0);
+  REQUIRE(state.first_nonfinite_segment == 1);
+  REQUIRE(capture.text().find("layer1.bias") != std::string::npos);
+}
+
+TEST_CASE("monitor: parameters overflowing to inf are caught after the update", "[optim]") {
+  for (NonFiniteAction action : {NonFiniteAction::warn, NonFiniteAction::stop}) {
+    NamedParameters parameters = random_parameters({{2, 2}, {3}}, 5);
+    SGD sgd(parameters, OptimizerOptions(1e30).monitor(MonitorOptions().on_nonfinite(action)));
+    write_grads(parameters, {{0, 0, 0, 0}, {0, 1e10, 0}});  // finite gradient, update -1e40 overflows
+    if (action == NonFiniteAction::stop) {
+      REQUIRE_THROWS_WITH(sgd.step(), Catch::Contains("layer1.bias") && Catch::Contains("became non-finite"));
+    } else {
+      LogCapture capture;
+      const StepState& state = sgd.step();
+      REQUIRE((state.monitor_flags & kNonFiniteParam) != 0);
+      REQUIRE((state.monitor_flags & kNonFiniteGrad) == 0);
+      REQUIRE(state.first_nonfinite_segment == 1);
+      REQUIRE(capture.text().find("became non-finite") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("monitor: with loss scaling an overflow is skipped whatever the action but stop still stops",
+          "[optim]") {
+  NamedParameters parameters = random_parameters({{2, 2}}, 6);
+  SGD sgd(parameters, with_action(NonFiniteAction::warn).loss_scaling(LossScalingOptions().enabled(true)));
+  write_grads(parameters, {{1, INFINITY, 1, 1}});
+  std::vector<std::vector<double>> before = values_of(parameters);
+  REQUIRE(sgd.step().skipped_steps == 1);
+  REQUIRE(values_of(parameters) == before);
+  REQUIRE(sgd.step_state().loss_scale == 32768.0f);
+  REQUIRE(parse_nonfinite_action("skip") == NonFiniteAction::skip);
+  REQUIRE_THROWS_WITH(parse_nonfinite_action("explode"), Catch::Contains("warn, skip, stop"));
+}
