@@ -1,0 +1,139 @@
+// Mapping a TrainConfig onto datasets, model options and optimizer options (see setup.h).
+#include "train/setup.h"
+
+#include <cmath>
+
+#include "opsnn/core/error.h"
+#include "opsnn/data/fashion_mnist.h"
+#include "opsnn/data/synthetic.h"
+
+namespace opsnn::train {
+
+Datasets make_datasets(const TrainConfig& config) {
+  const DataConfig& data = config.data;
+  Datasets sets;
+  if (data.dataset == "fashion_mnist") {
+    data::Normalization normalization = data.normalize ? data::Normalization::fashion_mnist() : data::Normalization::none();
+    sets.train = std::make_shared<data::FashionMnist>(data.root, data::Split::train, normalization);
+    sets.test = std::make_shared<data::FashionMnist>(data.root, data::Split::test, normalization);
+  } else if (data.dataset == "synthetic") {
+    data::SyntheticImageOptions options;
+    options.channels = data.synthetic.channels;
+    options.height = data.synthetic.height;
+    options.width = data.synthetic.width;
+    options.num_classes = data.synthetic.num_classes;
+    options.noise = data.synthetic.noise;
+    options.seed = data.synthetic.seed;
+    options.size = data.synthetic.train_size;
+    sets.train = std::make_shared<data::SyntheticImages>(options);
+    options.sample_offset = data.synthetic.train_size;  // disjoint test samples
+    options.size = data.synthetic.test_size;
+    sets.test = std::make_shared<data::SyntheticImages>(options);
+  } else if (data.dataset == "ctr_synthetic") {
+    data::SyntheticCtrOptions options;
+    options.vocab_sizes = data.ctr.vocab_sizes;
+    options.weight_scale = data.ctr.weight_scale;
+    options.bias = data.ctr.bias;
+    options.value_skew = data.ctr.value_skew;
+    options.seed = data.ctr.seed;
+    options.size = data.ctr.train_size;
+    sets.train = std::make_shared<data::SyntheticCtr>(options);
+    options.sample_offset = data.ctr.train_size;
+    options.size = data.ctr.test_size;
+    sets.test = std::make_shared<data::SyntheticCtr>(options);
+  } else {
+    throw ConfigError(detail::concat(config.source, ": key 'data.dataset': unknown dataset '", data.dataset, "'"));
+  }
+  return sets;
+}
+
+models::ModelOptions make_model_options(const TrainConfig& config, const data::Dataset& dataset) {
+  const ModelConfig& model = config.model;
+  models::ModelOptions options;
+  options.arch = model.arch;
+  bool ctr_model = model.arch == "ctr";
+  if (ctr_model != !dataset.is_image())
+    throw ConfigError(detail::concat(config.source, ": key 'model.arch': model '", model.arch, "' cannot train on ",
+                                     dataset.name(), " (", dataset.is_image() ? "images" : "categorical rows",
+                                     "); ctr goes with ctr_synthetic, image models with image datasets"));
+  options.num_classes = model.num_classes > 0 ? model.num_classes : dataset.num_classes();
+  if (dataset.is_image()) {
+    Shape sample = dataset.sample_shape();
+    options.in_channels = model.in_channels > 0 ? model.in_channels : sample[0];
+    if (sample[1] != sample[2] && (model.arch == "mlp" || model.arch == "small_cnn"))
+      throw ConfigError(detail::concat(config.source, ": key 'model.arch': ", model.arch, " needs square images, got ",
+                                       sample[1], "x", sample[2]));
+    options.image_size = sample[1];
+    if (options.in_channels != sample[0])
+      throw ConfigError(detail::concat(config.source, ": key 'model.in_channels': ", options.in_channels,
+                                       " does not match the dataset's ", sample[0], " channels"));
+  } else {
+    options.field_vocab_sizes = config.data.ctr.vocab_sizes;
+    options.hidden = {64, 32};
+  }
+  if (!model.hidden_sizes.empty()) options.hidden = model.hidden_sizes;
+  options.stem = model.stem;
+  options.width = model.width;
+  options.zero_init_residual = model.zero_init_residual;
+  options.embedding_dim = model.embedding_dim;
+  return options;
+}
+
+static optim::ScheduleKind schedule_kind(const std::string& name) {
+  if (name == "constant") return optim::ScheduleKind::constant;
+  if (name == "warmup_cosine") return optim::ScheduleKind::warmup_cosine;
+  if (name == "step") return optim::ScheduleKind::step_decay;
+  if (name == "linear") return optim::ScheduleKind::linear_decay;
+  throw ConfigError("key 'scheduler.name': unknown schedule '" + name + "' (accepted: constant, warmup_cosine, step, linear)");
+}
+
+optim::OptimizerOptions make_optimizer_options(const TrainConfig& config, int64_t steps_per_epoch, int64_t total_steps) {
+  const OptimizerConfig& o = config.optimizer;
+  const OptimizerSettings& s = o.settings;
+  // DGC momentum correction accumulates the velocity inside the top-k sparsifier (optimizer_hooks.h); the
+  // optimizer then applies the sparse velocity as plain SGD, or momentum would be applied twice.
+  bool momentum_in_sparsifier = s.sparsification.method == "topk" && s.sparsification.momentum_correction;
+  optim::OptimizerOptions options(o.lr);
+  options.betas({o.betas[0], o.betas[1]})
+      .eps(o.eps)
+      .eps_relative(s.eps_relative)
+      .amsgrad(s.amsgrad)
+      .momentum(momentum_in_sparsifier ? 0.0 : o.momentum)
+      .dampening(o.dampening)
+      .nesterov(o.nesterov)
+      .trust_clamp_lower(s.lamb_trust_bounds[0])
+      .trust_clamp_upper(s.lamb_trust_bounds[1])
+      .state_dtype(parse_dtype(config.effective_state_dtype()))
+      .max_grad_norm(s.max_grad_norm)
+      .decay_1d_params(s.decay_bias_and_norm);
+  options.weight_decay(o.weight_decay);
+  if (s.fp32_weight_decay) options.fp32_weight_decay(*s.fp32_weight_decay);
+
+  optim::ScheduleParams schedule;
+  schedule.kind = schedule_kind(config.scheduler.name);
+  schedule.base_lr = o.lr;
+  schedule.min_lr = config.scheduler.min_lr;
+  schedule.warmup_steps = config.scheduler.warmup_steps;
+  if (schedule.warmup_steps == 0 && config.scheduler.warmup_epochs > 0)
+    schedule.warmup_steps = static_cast<long long>(std::llround(config.scheduler.warmup_epochs * static_cast<double>(steps_per_epoch)));
+  schedule.total_steps = total_steps;
+  schedule.step_size = config.scheduler.step_size;
+  schedule.gamma = config.scheduler.gamma;
+  options.schedule(schedule);
+
+  optim::LossScalingOptions scaling;
+  scaling.enabled(config.loss_scaling_enabled())
+      .initial_scale(s.loss_scaling.initial_scale)
+      .growth_factor(s.loss_scaling.growth_factor)
+      .backoff_factor(s.loss_scaling.backoff_factor)
+      .growth_interval(s.loss_scaling.growth_interval);
+  options.loss_scaling(scaling);
+
+  optim::MonitorOptions monitor;
+  monitor.grad_norm_warn_threshold(config.monitor.grad_norm_threshold)
+      .on_nonfinite(optim::parse_nonfinite_action(config.monitor.on_nonfinite));
+  options.monitor(monitor);
+  return options;
+}
+
+}  // namespace opsnn::train

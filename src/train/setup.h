@@ -1,0 +1,27 @@
+// Turning a TrainConfig into the pieces the trainer runs: datasets, model options and optimizer options.
+// Kept apart from the loop so each mapping from config keys to library options sits in one place.
+#pragma once
+
+#include <memory>
+
+#include "opsnn/data/dataset.h"
+#include "opsnn/models/models.h"
+#include "opsnn/optim/options.h"
+#include "opsnn/train/config.h"
+
+namespace opsnn::train {
+
+struct Datasets {
+  std::shared_ptr<const data::Dataset> train;
+  std::shared_ptr<const data::Dataset> test;
+};
+
+// data.dataset -> the train and test splits (DataError for missing or corrupt files).
+Datasets make_datasets(const TrainConfig& config);
+// model.* completed from the dataset (channels, classes, image size); ConfigError for a model that does
+// not fit the data (ctr on images, an image model on CTR rows).
+models::ModelOptions make_model_options(const TrainConfig& config, const data::Dataset& dataset);
+// optimizer.*, scheduler.* and monitor.* -> OptimizerOptions; total_steps feeds the schedule.
+optim::OptimizerOptions make_optimizer_options(const TrainConfig& config, int64_t steps_per_epoch, int64_t total_steps);
+
+}  // namespace opsnn::train

@@ -1,0 +1,475 @@
+// The training loop: one readable story from config to trained model. Setup builds datasets, model and
+// optimizer (setup.cpp) and the run folder (config.yaml, train.log, metrics.jsonl, checkpoints/); each
+// optimizer step runs grad_accumulation micro-batches of forward, loss, scaled backward, then (with top-k
+// sparsification) sparsifies the gradient arena and runs the fused optimizer step; evaluation, metrics,
+// progress and checkpoints happen at their configured intervals. A step never straddles an epoch end.
+#include "opsnn/train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "opsnn/autograd/node.h"
+#include "opsnn/core/storage.h"
+#include "opsnn/data/loader.h"
+#include "opsnn/data/synthetic.h"
+#include "opsnn/nn/module.h"
+#include "opsnn/ops/ops.h"
+#include "opsnn/optim/optimizer.h"
+#include "opsnn/train/checkpoint.h"
+#include "train/optimizer_hooks.h"
+#include "train/progress.h"
+#include "train/setup.h"
+
+namespace opsnn::train {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+struct Trainer::State {
+  TrainConfig config;
+  TrainerOptions options;
+  fs::path run_dir;
+  Device device;
+  Datasets datasets;
+  std::unique_ptr<data::DataLoader> loader;
+  std::shared_ptr<nn::Module> model;
+  std::unique_ptr<optim::Optimizer> optimizer;
+  std::shared_ptr<RowSparseUpdater> sparse_updater;    // set when the model has row-sparse tables
+  std::unique_ptr<GradientSparsifier> sparsifier;      // set with sparsification.method: topk
+  std::shared_ptr<spdlog::logger> logger;              // train.log (+ stderr)
+  std::shared_ptr<spdlog::logger> file_logger;         // train.log only: periodic lines under a progress bar
+  std::shared_ptr<spdlog::logger> previous_default_logger;
+  std::ofstream metrics;
+  ProgressBar progress{"plain", false};
+  std::optional<double> bayes_test_loss;
+
+  int64_t step = 0;                // optimizer steps done (applied or skipped)
+  int64_t epoch = 0;               // the epoch the loader is in (0-based)
+  int64_t epochs_completed = 0;
+  int64_t steps_per_epoch = 0;
+  int64_t total_steps = 0;         // of the whole run, for the schedule and the progress bar (0 = unknown)
+  int64_t samples_seen = 0;
+  double best_test_accuracy = 0.0;
+  int64_t last_eval_step = -1, last_checkpoint_step = -1;
+  fs::path last_checkpoint;
+  std::vector<double> step_losses;
+  std::optional<EvalResult> last_eval;
+  // interval statistics for the periodic train metrics
+  double interval_loss = 0.0, interval_density = 0.0;
+  int64_t interval_steps = 0, interval_samples = 0, interval_sparsified_steps = 0;
+  Clock::time_point interval_start = Clock::now();
+  Clock::time_point run_start = Clock::now();
+  int64_t run_start_step = 0;
+
+  ~State() {
+    // Library code logs through the default logger; hand it back so it does not outlive the run folder.
+    if (logger && spdlog::default_logger() == logger) spdlog::set_default_logger(previous_default_logger);
+  }
+
+  void write_metrics(nlohmann::json record) {
+    record["time"] = std::chrono::duration<double>(Clock::now() - run_start).count();
+    metrics << record.dump() << '\n';
+    metrics.flush();
+  }
+  bool stop_requested() const { return options.stop_requested && options.stop_requested->load(); }
+  bool finished() const {
+    bool epochs_done = config.train.epochs > 0 && epochs_completed >= config.train.epochs;
+    bool steps_done = config.train.max_steps > 0 && step >= config.train.max_steps;
+    return epochs_done || steps_done;
+  }
+};
+
+namespace {
+
+spdlog::level::level_enum log_level(const std::string& level) {
+  spdlog::level::level_enum parsed = spdlog::level::from_str(level);
+  return parsed == spdlog::level::off && level != "off" ? spdlog::level::info : parsed;
+}
+
+Tensor class_targets(const Tensor& labels) {
+  // CTR labels arrive as f32 0/1; the two-logit model trains with class indices.
+  return labels.dtype() == DType::i64 ? labels : labels.to(DType::i64);
+}
+
+std::string run_name_of(const TrainConfig& config) { return config.run.name.empty() ? "run" : config.run.name; }
+
+}  // namespace
+
+Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_unique<State>()) {
+  State& s = *state_;
+  s.config = std::move(config);
+  s.options = std::move(options);
+  const TrainConfig& c = s.config;
+
+  // Settings this build cannot honour are config errors, found before anything is written.
+  s.device = Device::parse(c.train.device);
+  if (c.train.precision != "fp32" && s.device.is_cpu())
+    throw ConfigError(detail::concat(c.source, ": key 'train.precision': ", c.train.precision,
+                                     " needs a CUDA device (train.device: cuda); the CPU trains in fp32"));
+  if (!device_available(s.device))
+    throw ConfigError(detail::concat(c.source, ": key 'train.device': ", s.device.str(),
+                                     " is not available (no GPU found, or this build has no CUDA backend)"));
+
+  s.run_dir = !s.options.out_dir.empty() ? fs::path(s.options.out_dir)
+              : !c.run.out_dir.empty()   ? fs::path(c.run.out_dir)
+                                         : fs::path("runs") / run_name_of(c);
+  std::error_code error;
+  fs::create_directories(s.run_dir, error);
+  if (error) throw DataError(detail::concat("cannot create the run folder ", s.run_dir.string(), ": ", error.message()));
+  auto file_sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>((s.run_dir / "train.log").string(), false);
+  std::vector<spdlog::sink_ptr> sinks{file_sink};
+  if (s.options.log_to_console) sinks.push_back(std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
+  s.logger = std::make_shared<spdlog::logger>("opsnn", sinks.begin(), sinks.end());
+  s.file_logger = std::make_shared<spdlog::logger>("opsnn.file", file_sink);
+  for (const auto& logger : {s.logger, s.file_logger}) {
+    logger->set_level(log_level(c.logging.level));
+    logger->flush_on(spdlog::level::info);
+    logger->set_pattern("[%Y-%m-%d %H:%M:%S] [%^%l%$] %v");
+  }
+  // The library logs (optimizer warnings, the monitor) through the default logger: route them here too.
+  s.previous_default_logger = spdlog::default_logger();
+  spdlog::set_default_logger(s.logger);
+  {
+    std::ofstream resolved(s.run_dir / "config.yaml");
+    resolved << emit_config(c);
+    if (!resolved) throw DataError(detail::concat("cannot write ", (s.run_dir / "config.yaml").string()));
+  }
+
+  s.datasets = make_datasets(c);
+  data::LoaderOptions loader_options;
+  loader_options.batch_size = c.data.batch_size;
+  loader_options.shuffle = c.data.shuffle;
+  loader_options.drop_last = c.data.drop_last;
+  loader_options.seed = c.train.seed;
+  loader_options.num_workers = c.data.num_workers;
+  loader_options.prefetch = c.data.prefetch;
+  loader_options.augment.crop_padding = c.data.augment.crop_padding;
+  loader_options.augment.horizontal_flip = c.data.augment.flip;
+  s.loader = std::make_unique<data::DataLoader>(s.datasets.train, loader_options);
+
+  int64_t batches = s.loader->batches_per_epoch(), accumulation = c.train.grad_accumulation;
+  s.steps_per_epoch = (batches + accumulation - 1) / accumulation;  // the last step of an epoch may be short
+  int64_t by_epochs = c.train.epochs > 0 ? c.train.epochs * s.steps_per_epoch : 0;
+  s.total_steps = c.train.max_steps > 0 && (by_epochs == 0 || c.train.max_steps < by_epochs) ? c.train.max_steps : by_epochs;
+
+  Generator init_generator(c.train.seed);
+  s.model = models::build_model(make_model_options(c, *s.datasets.train), init_generator);
+  s.model->to(s.device);
+  s.model->train();
+  s.optimizer = optim::make_optimizer(c.optimizer.name, s.model->named_parameters(),
+                                      make_optimizer_options(c, s.steps_per_epoch, s.total_steps));
+  s.sparse_updater = install_row_sparse_updater(*s.optimizer);
+  if (topk_enabled(c)) s.sparsifier = std::make_unique<GradientSparsifier>(c, *s.optimizer);
+  if (c.train.precision != "fp32")
+    s.logger->warn("train.precision {}: the trainer runs activations in fp32 until the CUDA mixed-precision path "
+                   "lands; only the optimizer settings (loss scaling, state dtype) follow it", c.train.precision);
+
+  s.logger->info("opsnn run '{}' in {}: {} on {} ({} train / {} test samples), {} parameters, {} on {}",
+                 run_name_of(c), s.run_dir.string(), c.model.arch, s.datasets.train->name(), s.datasets.train->size(),
+                 s.datasets.test->size(), models::count_parameters(*s.model), c.optimizer.name, s.device.str());
+  if (s.sparse_updater)
+    s.logger->info("row-sparse embedding gradients: {} updates only the rows each batch touches",
+                   c.optimizer.name == "sgd" ? "sparse SGD" : "lazy " + c.optimizer.name);
+  if (s.sparsifier)
+    s.logger->info("top-k sparsification: density {} (from {} over {} steps), momentum correction {}",
+                   c.optimizer.settings.sparsification.density, c.optimizer.settings.sparsification.initial_density,
+                   c.optimizer.settings.sparsification.warmup_steps,
+                   c.optimizer.settings.sparsification.momentum_correction ? "on" : "off");
+  if (const auto* ctr = dynamic_cast<const data::SyntheticCtr*>(s.datasets.test.get())) {
+    s.bayes_test_loss = ctr->bayes_log_loss();
+    s.logger->info("ctr_synthetic: Bayes-optimal test log-loss {:.5f} (the planted model; no model can do better), "
+                   "base-rate log-loss {:.5f}", *s.bayes_test_loss, ctr->base_rate_log_loss());
+  }
+
+  std::optional<fs::path> resume_from;
+  if (s.options.resume == "auto") {
+    resume_from = find_latest_checkpoint(s.run_dir);
+    if (!resume_from) s.logger->info("--resume auto: no checkpoint in {}, starting fresh", s.run_dir.string());
+  } else if (!s.options.resume.empty()) {
+    resume_from = fs::path(s.options.resume);
+  }
+  s.metrics.open(s.run_dir / "metrics.jsonl", resume_from ? std::ios::app : std::ios::trunc);
+  if (!s.metrics) throw DataError(detail::concat("cannot write ", (s.run_dir / "metrics.jsonl").string()));
+
+  if (resume_from) {
+    // A checkpoint that cannot be read or does not fit this config is a runtime failure (exit 1).
+    CheckpointData checkpoint;
+    try {
+      checkpoint = load_checkpoint(*resume_from);
+      nn::StateDict model_state(checkpoint.model_tensors.begin(), checkpoint.model_tensors.end());
+      s.model->load_state_dict(model_state, true);
+      optim::StateDict optimizer_state(checkpoint.optimizer_tensors.begin(), checkpoint.optimizer_tensors.end());
+      if (s.sparse_updater) s.sparse_updater->load_state_tensors(optimizer_state);
+      if (s.sparsifier) s.sparsifier->load_state_tensors(optimizer_state);
+      for (const auto& [key, tensor] : optimizer_state)
+        OPSNN_CHECK_AS(DataError, key.rfind(kHookStatePrefix, 0) != 0, "optimizer state '", key,
+                       "' belongs to a setting this config does not use (sparse rows or top-k)");
+      s.optimizer->load_state_dict(optimizer_state);
+    } catch (const Error& failure) {
+      throw DataError(detail::concat("cannot resume from ", resume_from->string(), ": ", failure.what()));
+    }
+    s.loader->seek({checkpoint.data_loader.epoch, checkpoint.data_loader.batch_in_epoch});
+    s.step = checkpoint.step;
+    s.epoch = checkpoint.data_loader.epoch;
+    s.epochs_completed = checkpoint.epoch;
+    s.samples_seen = checkpoint.data_loader.samples_seen;
+    s.last_checkpoint_step = s.step;
+    s.last_checkpoint = *resume_from;
+    nlohmann::json extra = nlohmann::json::parse(checkpoint.extra_json, nullptr, false);
+    if (extra.is_object()) s.best_test_accuracy = extra.value("best_test_accuracy", 0.0);
+    if (checkpoint.config_digest != config_digest(emit_config(c)))
+      s.logger->warn("resuming from {} with a config that differs from the one it was written with",
+                     resume_from->string());
+    s.logger->info("resumed from {} at step {} (epoch {}, batch {})", resume_from->string(), s.step, s.epoch + 1,
+                   checkpoint.data_loader.batch_in_epoch);
+  }
+  s.progress = ProgressBar(c.logging.progress, s.options.show_progress);
+  s.run_start_step = s.step;
+}
+
+Trainer::~Trainer() = default;
+
+int64_t Trainer::step() const { return state_->step; }
+int64_t Trainer::epoch() const { return state_->epoch; }
+const fs::path& Trainer::run_dir() const { return state_->run_dir; }
+const TrainConfig& Trainer::config() const { return state_->config; }
+nn::Module& Trainer::model() { return *state_->model; }
+optim::Optimizer& Trainer::optimizer() { return *state_->optimizer; }
+const std::vector<double>& Trainer::step_losses() const { return state_->step_losses; }
+std::optional<double> Trainer::bayes_test_loss() const { return state_->bayes_test_loss; }
+
+EvalResult Trainer::evaluate() {
+  State& s = *state_;
+  autograd::NoGradGuard no_grad;
+  s.model->eval();
+  data::DataLoader loader(s.datasets.test,
+                          data::LoaderOptions::evaluation(s.config.data.eval_batch_size, s.config.data.num_workers));
+  EvalResult result;
+  double loss_sum = 0.0;
+  int64_t correct = 0;
+  while (std::optional<data::Batch> batch = loader.next()) {
+    Tensor logits = s.model->forward(batch->inputs.to(s.device));
+    Tensor targets = class_targets(batch->labels);
+    int64_t n = batch->size();
+    loss_sum += ops::cross_entropy(logits, targets.to(s.device)).item() * static_cast<double>(n);
+    std::vector<float> values = logits.to_vector<float>();
+    std::vector<int64_t> labels = targets.to_vector<int64_t>();
+    int64_t classes = logits.size(1);
+    for (int64_t i = 0; i < n; ++i) {
+      const float* row = values.data() + i * classes;
+      int64_t best = 0;
+      for (int64_t k = 1; k < classes; ++k)
+        if (row[k] > row[best]) best = k;
+      correct += best == labels[static_cast<size_t>(i)];
+    }
+    result.samples += n;
+  }
+  s.model->train();
+  result.loss = result.samples > 0 ? loss_sum / static_cast<double>(result.samples) : 0.0;
+  result.accuracy = result.samples > 0 ? static_cast<double>(correct) / static_cast<double>(result.samples) : 0.0;
+  s.last_eval = result;
+  s.last_eval_step = s.step;
+  s.best_test_accuracy = std::max(s.best_test_accuracy, result.accuracy);
+  s.progress.clear();
+  nlohmann::json record{{"event", "eval"},          {"step", s.step},           {"epoch", s.epoch + 1},
+                        {"test_loss", result.loss}, {"test_acc", result.accuracy}, {"samples", result.samples}};
+  if (s.bayes_test_loss) {
+    record["bayes_loss"] = *s.bayes_test_loss;
+    s.logger->info("eval at step {} (epoch {}): test_loss {:.5f} ({:+.2f}% from the Bayes-optimal {:.5f}), test_acc {:.2f}%",
+                   s.step, s.epoch + 1, result.loss, 100.0 * (result.loss / *s.bayes_test_loss - 1.0),
+                   *s.bayes_test_loss, 100.0 * result.accuracy);
+  } else {
+    s.logger->info("eval at step {} (epoch {}): test_loss {:.4f} test_acc {:.2f}%", s.step, s.epoch + 1, result.loss,
+                   100.0 * result.accuracy);
+  }
+  s.write_metrics(record);
+  return result;
+}
+
+fs::path Trainer::save_checkpoint() {
+  State& s = *state_;
+  CheckpointData data;
+  data.step = s.step;
+  data.epoch = s.epochs_completed;
+  data.step_state = s.optimizer->step_state();
+  data.rng["init"] = RngState{s.config.train.seed, 0};  // the loader and the sparsifier derive from the seed too
+  data::LoaderPosition position = s.loader->position();
+  data.data_loader = {position.epoch, position.batch, s.samples_seen};
+  data.config_digest = config_digest(emit_config(s.config));
+  data.extra_json = nlohmann::json{{"best_test_accuracy", s.best_test_accuracy}}.dump();
+  for (const auto& [name, tensor] : s.model->state_dict()) data.model_tensors.emplace_back(name, tensor);
+  for (const auto& [name, tensor] : s.optimizer->state_dict()) data.optimizer_tensors.emplace_back(name, tensor);
+  if (s.sparse_updater)
+    for (auto& entry : s.sparse_updater->state_tensors()) data.optimizer_tensors.push_back(std::move(entry));
+  if (s.sparsifier)
+    for (auto& entry : s.sparsifier->state_tensors()) data.optimizer_tensors.push_back(std::move(entry));
+  fs::path folder = train::save_checkpoint(s.run_dir, data, static_cast<int>(s.config.checkpoint.keep_last));
+  s.last_checkpoint_step = s.step;
+  s.last_checkpoint = folder;
+  s.progress.clear();
+  s.logger->info("checkpoint saved: {}", folder.string());
+  return folder;
+}
+
+double Trainer::train_steps(int64_t count) {
+  State& s = *state_;
+  const TrainConfig& c = s.config;
+  double loss_total = 0.0;
+  int64_t steps_run = 0;
+  while (steps_run < count && !s.finished() && !s.stop_requested()) {
+    // One optimizer step over up to grad_accumulation micro-batches; an epoch end cuts the step short.
+    double step_loss = 0.0;
+    int64_t micro_batches = 0, step_samples = 0;
+    bool epoch_ended = false;
+    while (micro_batches < c.train.grad_accumulation) {
+      std::optional<data::Batch> batch = s.loader->next();
+      if (!batch) {
+        epoch_ended = true;
+        break;
+      }
+      Tensor logits = s.model->forward(batch->inputs.to(s.device));
+      Tensor loss = ops::cross_entropy(logits, class_targets(batch->labels).to(s.device), c.train.label_smoothing);
+      Tensor objective =
+          c.train.grad_accumulation > 1 ? ops::scale(loss, 1.0 / static_cast<double>(c.train.grad_accumulation)) : loss;
+      s.optimizer->scale_loss(objective).backward();
+      step_loss += loss.item();
+      step_samples += batch->size();
+      ++micro_batches;
+    }
+
+    if (micro_batches > 0) {
+      std::optional<optim::TopKStepReport> sparsified;
+      if (s.sparsifier) sparsified = s.sparsifier->apply(*s.optimizer);
+      optim::StepState step_state;
+      try {
+        step_state = s.optimizer->step();
+      } catch (const RuntimeFailure& failure) {  // the monitor stopped the run (on_nonfinite: stop)
+        s.progress.clear();
+        s.write_metrics({{"event", "warn"}, {"step", s.step + 1}, {"epoch", s.epoch + 1}, {"message", failure.what()}});
+        throw;
+      }
+      s.optimizer->zero_grad();
+      ++s.step;
+      ++steps_run;
+      step_loss /= static_cast<double>(micro_batches);
+      loss_total += step_loss;
+      s.step_losses.push_back(step_loss);
+      s.samples_seen += step_samples;
+      s.interval_loss += step_loss;
+      s.interval_steps += 1;
+      s.interval_samples += step_samples;
+      if (sparsified) {
+        s.interval_density += sparsified->achieved_density;
+        s.interval_sparsified_steps += 1;
+      }
+
+      if (step_state.monitor_flags & optim::kStepSkipped)
+        s.write_metrics({{"event", "skip"}, {"step", s.step}, {"epoch", s.epoch + 1}, {"loss_scale", step_state.loss_scale},
+                         {"reason", "non-finite gradients"}});
+      if (step_state.monitor_flags & optim::kGradNormAboveThreshold)
+        s.write_metrics({{"event", "warn"}, {"step", s.step}, {"epoch", s.epoch + 1}, {"grad_norm", step_state.grad_norm},
+                         {"message", "gradient norm above monitor.grad_norm_threshold"}});
+      if (step_state.monitor_flags & optim::kNonFiniteParam)
+        s.write_metrics({{"event", "warn"}, {"step", s.step}, {"epoch", s.epoch + 1},
+                         {"message", "a parameter became inf/NaN"}});
+
+      double elapsed = std::chrono::duration<double>(Clock::now() - s.interval_start).count();
+      double samples_per_second = elapsed > 0 ? static_cast<double>(s.interval_samples) / elapsed : 0.0;
+      double run_elapsed = std::chrono::duration<double>(Clock::now() - s.run_start).count();
+      int64_t steps_this_run = s.step - s.run_start_step;
+      double eta = s.total_steps > 0 && steps_this_run > 0
+                       ? run_elapsed / static_cast<double>(steps_this_run) * static_cast<double>(s.total_steps - s.step)
+                       : -1.0;
+      s.progress.update({s.epoch + 1, c.train.epochs, s.step, s.total_steps, step_loss, step_state.lr, samples_per_second, eta});
+      bool log_now = c.logging.every_steps > 0 && s.step % c.logging.every_steps == 0;
+      if (log_now || s.step == 1) {
+        double mean_loss = s.interval_loss / static_cast<double>(s.interval_steps);
+        nlohmann::json record{{"event", "train"},           {"step", s.step},
+                              {"epoch", s.epoch + 1},       {"loss", mean_loss},
+                              {"lr", step_state.lr},        {"grad_norm", step_state.grad_norm},
+                              {"loss_scale", step_state.loss_scale}, {"samples_per_s", samples_per_second}};
+        if (s.interval_sparsified_steps > 0)
+          record["density"] = s.interval_density / static_cast<double>(s.interval_sparsified_steps);
+        s.write_metrics(record);
+        // Under a progress bar the periodic line goes to train.log only; the bar shows the same numbers.
+        auto& logger = s.progress.active() ? s.file_logger : s.logger;
+        logger->info("epoch {} step {}/{} loss {:.4f} lr {:.3e} grad_norm {:.3g} scale {:g} {:.0f} samples/s ETA {}{}",
+                     s.epoch + 1, s.step, s.total_steps, mean_loss, step_state.lr, step_state.grad_norm,
+                     step_state.loss_scale, samples_per_second, format_duration(eta),
+                     record.contains("density") ? fmt::format(" density {:.4f}", record["density"].get<double>()) : "");
+        s.interval_loss = s.interval_density = 0.0;
+        s.interval_steps = s.interval_samples = s.interval_sparsified_steps = 0;
+        s.interval_start = Clock::now();
+      }
+      if (c.train.eval_every_steps > 0 && s.step % c.train.eval_every_steps == 0) evaluate();
+      if (c.checkpoint.enabled && c.checkpoint.every_steps > 0 && s.step % c.checkpoint.every_steps == 0) save_checkpoint();
+    }
+
+    if (epoch_ended) {
+      ++s.epochs_completed;
+      s.progress.clear();
+      s.logger->info("epoch {} done at step {}", s.epoch + 1, s.step);
+      if (c.train.eval_every_steps == 0) evaluate();
+      s.epoch = s.loader->position().epoch;  // batch 0 of the next epoch
+      if (c.checkpoint.enabled && c.checkpoint.every_epochs > 0 && s.epochs_completed % c.checkpoint.every_epochs == 0)
+        save_checkpoint();
+    }
+  }
+  return steps_run > 0 ? loss_total / static_cast<double>(steps_run) : 0.0;
+}
+
+TrainSummary Trainer::fit() {
+  State& s = *state_;
+  const TrainConfig& c = s.config;
+  s.run_start = Clock::now();
+  s.interval_start = s.run_start;
+  s.run_start_step = s.step;
+  int64_t samples_before = s.samples_seen;
+  TrainSummary summary;
+  double last_loss = 0.0;
+  while (!s.finished() && !s.stop_requested()) {
+    int64_t before = s.step, epochs_before = s.epochs_completed;
+    double loss = train_steps(1);
+    if (s.step > before) last_loss = loss;
+    else if (s.epochs_completed == epochs_before) break;  // nothing left to do (an empty loader)
+  }
+  summary.interrupted = !s.finished() && s.stop_requested();
+  s.progress.finish();
+  // A run that stops inside an epoch (max_steps) still ends with an evaluation of its final weights.
+  if (!summary.interrupted && s.last_eval_step != s.step) evaluate();
+  if ((c.checkpoint.enabled || summary.interrupted) && s.last_checkpoint_step != s.step) save_checkpoint();
+  summary.last_checkpoint = s.last_checkpoint.string();
+  summary.steps = s.step;
+  summary.epochs_completed = s.epochs_completed;
+  summary.final_train_loss = last_loss;
+  summary.final_eval = s.last_eval;
+  summary.best_test_accuracy = s.best_test_accuracy;
+  summary.bayes_test_loss = s.bayes_test_loss;
+  summary.wall_seconds = std::chrono::duration<double>(Clock::now() - s.run_start).count();
+  summary.samples_per_second =
+      summary.wall_seconds > 0 ? static_cast<double>(s.samples_seen - samples_before) / summary.wall_seconds : 0.0;
+  s.logger->info("{}: {} steps, {} epochs in {} ({:.0f} samples/s); final test_acc {}, best {:.2f}%{}",
+                 summary.interrupted ? "interrupted" : "done", summary.steps, summary.epochs_completed,
+                 format_duration(summary.wall_seconds), summary.samples_per_second,
+                 summary.final_eval ? fmt::format("{:.2f}%", 100.0 * summary.final_eval->accuracy) : std::string("n/a"),
+                 100.0 * summary.best_test_accuracy,
+                 summary.last_checkpoint.empty() ? "" : "; checkpoint " + summary.last_checkpoint);
+  nlohmann::json record{{"event", "summary"}, {"step", s.step}, {"epoch", s.epochs_completed},
+                        {"wall_s", summary.wall_seconds}, {"samples_per_s", summary.samples_per_second},
+                        {"best_test_acc", summary.best_test_accuracy}, {"interrupted", summary.interrupted}};
+  if (summary.final_eval) {
+    record["final_test_acc"] = summary.final_eval->accuracy;
+    record["final_test_loss"] = summary.final_eval->loss;
+  }
+  if (summary.bayes_test_loss) record["bayes_loss"] = *summary.bayes_test_loss;
+  s.write_metrics(record);
+  return summary;
+}
+
+}  // namespace opsnn::train

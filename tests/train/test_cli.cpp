@@ -1,0 +1,294 @@
+// Tests of tools/opsnn_train.cpp through the built program: --help, --version, --print-config, exit code 2
+// with key and line for each class of bad input, exit 1 for missing data and truncated checkpoints,
+// the run folder and metrics.jsonl contract, and SIGINT (save a checkpoint, exit 130).
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "opsnn/train/checkpoint.h"
+#include "opsnn/train/config.h"
+
+#ifdef OPSNN_TRAIN_EXE  // defined by tests/CMakeLists.txt when opsnn-train is built (OPSNN_BUILD_TOOLS)
+
+using namespace opsnn;
+using namespace opsnn::train;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TemporaryFolder {
+  fs::path path;
+  TemporaryFolder() {
+    static int counter = 0;
+    path = fs::temp_directory_path() / ("opsnn-cli-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TemporaryFolder() {
+    std::error_code ignored;
+    fs::remove_all(path, ignored);
+  }
+};
+
+struct Outcome {
+  int exit_code = -1;       // -1 when the program did not exit normally (a signal: a crash)
+  std::string output;       // stdout and stderr together
+};
+
+std::string quote(const std::string& text) {
+  std::string quoted = "'";
+  for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+// Runs opsnn-train with `arguments` in `folder`, capturing its output.
+Outcome run_train(const std::vector<std::string>& arguments, const fs::path& folder) {
+  std::string command = "cd " + quote(folder.string()) + " && " + quote(OPSNN_TRAIN_EXE);
+  for (const std::string& argument : arguments) command += " " + quote(argument);
+  fs::path output_file = folder / "opsnn-train.out";
+  command += " > " + quote(output_file.string()) + " 2>&1 < /dev/null";
+  int status = std::system(command.c_str());
+  Outcome outcome;
+  // The shell reports a child killed by a signal as 128 + signal.
+  if (status != -1 && WIFEXITED(status) && WEXITSTATUS(status) < 128) outcome.exit_code = WEXITSTATUS(status);
+  std::ifstream file(output_file);
+  std::stringstream text;
+  text << file.rdbuf();
+  outcome.output = text.str();
+  return outcome;
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  std::ofstream file(path, std::ios::binary);
+  file << text;
+}
+
+// A run that takes a fraction of a second: tiny synthetic images, a narrow small_cnn.
+const char* kTinyRunYaml = R"(run:
+  name: tiny
+model:
+  arch: small_cnn
+  width: 4
+data:
+  dataset: synthetic
+  batch_size: 16
+  eval_batch_size: 64
+  synthetic: {train_size: 96, test_size: 64, channels: 1, height: 8, width: 8, num_classes: 4, seed: 3}
+train:
+  epochs: 2
+  seed: 1
+optimizer:
+  name: adam
+  lr: 0.01
+logging:
+  every_steps: 2
+  progress: plain
+)";
+
+}  // namespace
+
+TEST_CASE("cli: --help documents every option, --version prints the version", "[cli]") {
+  TemporaryFolder folder;
+  Outcome help = run_train({"--help"}, folder.path);
+  REQUIRE(help.exit_code == 0);
+  for (const char* option : {"--config", "--set", "--out", "--resume", "--print-config", "--help", "--version"})
+    CHECK_THAT(help.output, Catch::Contains(option));
+  CHECK_THAT(help.output, Catch::Contains("exit codes"));
+  Outcome version = run_train({"--version"}, folder.path);
+  REQUIRE(version.exit_code == 0);
+  CHECK_THAT(version.output, Catch::StartsWith("opsnn-train ") && Catch::Contains("."));
+}
+
+TEST_CASE("cli: --print-config prints the resolved config with overrides and exits", "[cli]") {
+  TemporaryFolder folder;
+  write_text(folder.path / "tiny.yaml", kTinyRunYaml);
+  Outcome printed = run_train({"--config", "tiny.yaml", "--set", "optimizer.lr=0.125", "--print-config"}, folder.path);
+  REQUIRE(printed.exit_code == 0);
+  TrainConfig expected = load_config((folder.path / "tiny.yaml").string(), {"optimizer.lr=0.125"});
+  TrainConfig reloaded = load_config_text(printed.output, "printed.yaml");
+  CHECK(reloaded == expected);
+  CHECK(reloaded.optimizer.lr == 0.125);
+  CHECK_FALSE(fs::exists(folder.path / "runs"));  // nothing trained
+  // Without --config: the embedded quickstart.
+  Outcome embedded = run_train({"--print-config"}, folder.path);
+  REQUIRE(embedded.exit_code == 0);
+  CHECK(load_config_text(embedded.output, "embedded.yaml") == load_default_config());
+}
+
+TEST_CASE("cli: each class of bad input exits 2 with the key and the line", "[cli]") {
+  TemporaryFolder folder;
+  struct BadConfig {
+    const char* what;
+    std::string yaml;
+    std::vector<std::string> expected;  // pieces the message must hold
+  };
+  const std::vector<BadConfig> cases = {
+      {"malformed YAML", "optimizer:\n  name: adam\n   lr: 0.1\n", {"bad.yaml:3:", "malformed YAML"}},
+      {"unknown key", "optimizer:\n  name: adam\n  lrr: 0.1\n", {"bad.yaml:3:3", "optimizer.lrr", "optimizer.lr"}},
+      {"wrong type", "data:\n  batch_size: abc\n", {"bad.yaml:2:15", "data.batch_size", "integer"}},
+      {"out of range", "optimizer:\n  lr: -0.5\n", {"bad.yaml:2:", "optimizer.lr", "-0.5"}},
+      {"unknown model", "model:\n  arch: resnet7\n", {"bad.yaml:2:", "model.arch", "resnet7"}},
+      {"unknown optimizer", "optimizer:\n  name: adamax\n", {"bad.yaml:2:", "optimizer.name", "adamax"}},
+      {"unknown dataset", "data:\n  dataset: cifar100\n", {"bad.yaml:2:", "data.dataset", "cifar100"}},
+  };
+  for (const BadConfig& bad : cases) {
+    INFO(bad.what);
+    write_text(folder.path / "bad.yaml", bad.yaml);
+    Outcome outcome = run_train({"--config", "bad.yaml"}, folder.path);
+    INFO(outcome.output);
+    CHECK(outcome.exit_code == 2);
+    for (const std::string& piece : bad.expected) CHECK_THAT(outcome.output, Catch::Contains(piece));
+    CHECK_THAT(outcome.output, !Catch::Contains("terminate called"));
+  }
+
+  write_text(folder.path / "tiny.yaml", kTinyRunYaml);
+  struct BadCall {
+    const char* what;
+    std::vector<std::string> arguments;
+    std::vector<std::string> expected;
+  };
+  const std::vector<BadCall> calls = {
+      {"missing config file", {"--config", "no-such.yaml"}, {"no-such.yaml"}},
+      {"--set without '='", {"--config", "tiny.yaml", "--set", "optimizer.lr"}, {"optimizer.lr"}},
+      {"--set of an unknown key", {"--config", "tiny.yaml", "--set", "optimizer.lrr=0.1"}, {"optimizer.lrr", "optimizer.lr"}},
+      {"--set of a wrong type", {"--config", "tiny.yaml", "--set", "train.epochs=many"}, {"train.epochs", "many"}},
+      {"unknown flag", {"--config", "tiny.yaml", "--frobnicate"}, {"--frobnicate", "--help"}},
+      {"flag without its value", {"--config"}, {"--config"}},
+      {"a stray argument", {"tiny.yaml"}, {"tiny.yaml"}},
+      {"bf16 on the cpu", {"--config", "tiny.yaml", "--set", "train.precision=bf16"}, {"train.precision", "bf16"}},
+  };
+  for (const BadCall& call : calls) {
+    INFO(call.what);
+    Outcome outcome = run_train(call.arguments, folder.path);
+    INFO(outcome.output);
+    CHECK(outcome.exit_code == 2);
+    for (const std::string& piece : call.expected) CHECK_THAT(outcome.output, Catch::Contains(piece));
+  }
+}
+
+TEST_CASE("cli: a missing data root exits 1 naming the path", "[cli]") {
+  TemporaryFolder folder;
+  Outcome outcome = run_train({"--set", "data.root=/nonexistent/fashion-data", "--out", "run"}, folder.path);
+  INFO(outcome.output);
+  CHECK(outcome.exit_code == 1);
+  CHECK_THAT(outcome.output, Catch::Contains("/nonexistent/fashion-data"));
+}
+
+TEST_CASE("cli: a run writes config.yaml, train.log, metrics.jsonl and checkpoints; bad checkpoints exit 1",
+          "[cli]") {
+  TemporaryFolder folder;
+  write_text(folder.path / "tiny.yaml", kTinyRunYaml);
+  Outcome outcome = run_train({"--config", "tiny.yaml", "--out", "run"}, folder.path);
+  INFO(outcome.output);
+  REQUIRE(outcome.exit_code == 0);
+  const fs::path run = folder.path / "run";
+  CHECK(load_config((run / "config.yaml").string()) == load_config((folder.path / "tiny.yaml").string()));
+  CHECK(fs::file_size(run / "train.log") > 0);
+
+  std::ifstream metrics(run / "metrics.jsonl");
+  int train_lines = 0, eval_lines = 0, lines = 0;
+  for (std::string line; std::getline(metrics, line); ++lines) {
+    INFO(line);
+    nlohmann::json record = nlohmann::json::parse(line);  // throws (fails the test) on a malformed line
+    REQUIRE(record.is_object());
+    REQUIRE(record["event"].is_string());
+    REQUIRE(record["step"].is_number_integer());
+    REQUIRE(record["epoch"].is_number_integer());
+    if (record["event"] == "train") {
+      ++train_lines;
+      for (const char* field : {"loss", "lr", "grad_norm", "loss_scale", "samples_per_s"})
+        CHECK(record[field].is_number());
+      CHECK(record["loss_scale"].get<double>() == 1.0);
+      CHECK(record["lr"].get<double>() == Approx(0.01));
+    } else if (record["event"] == "eval") {
+      ++eval_lines;
+      CHECK(record["test_loss"].is_number());
+      CHECK(record["test_acc"].get<double>() >= 0.0);
+      CHECK(record["test_acc"].get<double>() <= 1.0);
+    }
+  }
+  CHECK(train_lines == 7);  // step 1, then every 2 steps of 12
+  CHECK(eval_lines == 2);   // one per epoch
+  std::vector<CheckpointEntry> checkpoints = list_checkpoints(run);
+  REQUIRE(checkpoints.size() == 2);
+  CHECK(checkpoints.back().step == 12);
+
+  // Resuming the finished run trains nothing more and succeeds.
+  Outcome resumed = run_train({"--config", "tiny.yaml", "--out", "run", "--resume", "auto"}, folder.path);
+  INFO(resumed.output);
+  CHECK(resumed.exit_code == 0);
+  CHECK_THAT(resumed.output, Catch::Contains("resumed from"));
+
+  // A checkpoint truncated anywhere is refused with the file's name and exit code 1, never a crash.
+  // (Only state.json's final newline may go: the content is unchanged, checkpoint.cpp accepts that.)
+  const fs::path original = checkpoints.back().path;
+  for (const char* file : {"model.safetensors", "optimizer.safetensors", "state.json"}) {
+    uintmax_t size = fs::file_size(original / file);
+    uintmax_t last_content_byte = std::string(file) == "state.json" ? size - 2 : size - 1;
+    for (uintmax_t cut : {uintmax_t{0}, uintmax_t{7}, uintmax_t{8}, size / 3, size / 2, last_content_byte}) {
+      INFO(file << " cut at byte " << cut << " of " << size);
+      const fs::path broken = folder.path / "broken";
+      fs::remove_all(broken);
+      fs::copy(original, broken);
+      fs::resize_file(broken / file, cut);
+      Outcome refused = run_train({"--config", "tiny.yaml", "--out", "run2", "--resume", broken.string()}, folder.path);
+      INFO(refused.output);
+      CHECK(refused.exit_code == 1);
+      CHECK_THAT(refused.output, Catch::Contains("cannot resume from") && Catch::Contains(file));
+    }
+  }
+}
+
+TEST_CASE("cli: SIGINT saves a checkpoint and exits 130; --resume auto continues", "[cli]") {
+  TemporaryFolder folder;
+  write_text(folder.path / "tiny.yaml", kTinyRunYaml);
+  const fs::path run = folder.path / "run";
+  pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    if (::chdir(folder.path.c_str()) != 0) ::_exit(99);
+    FILE* sink = std::freopen("/dev/null", "w", stderr);
+    (void)sink;
+    ::execl(OPSNN_TRAIN_EXE, OPSNN_TRAIN_EXE, "--config", "tiny.yaml", "--out", "run", "--set", "train.epochs=0",
+            "--set", "train.max_steps=100000000", "--set", "checkpoint.every_epochs=0", static_cast<char*>(nullptr));
+    ::_exit(98);
+  }
+  // Wait until training is under way (a train record in metrics.jsonl), then interrupt.
+  bool started = false;
+  for (int i = 0; i < 600 && !started; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::ifstream metrics(run / "metrics.jsonl");
+    std::string line;
+    started = std::getline(metrics, line) && line.find("\"train\"") != std::string::npos;
+  }
+  ::kill(child, SIGINT);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(started);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 130);
+  std::optional<fs::path> latest = find_latest_checkpoint(run);
+  REQUIRE(latest.has_value());
+  CheckpointData saved = load_checkpoint(*latest);
+  CHECK(saved.step > 0);
+
+  Outcome resumed = run_train({"--config", "tiny.yaml", "--out", "run", "--resume", "auto", "--set", "train.epochs=0",
+                               "--set", "train.max_steps=" + std::to_string(saved.step + 2), "--set",
+                               "checkpoint.every_epochs=0"},
+                              folder.path);
+  INFO(resumed.output);
+  CHECK(resumed.exit_code == 0);
+  CHECK(load_checkpoint(*find_latest_checkpoint(run)).step == saved.step + 2);
+}
+
+#endif  // OPSNN_TRAIN_EXE
