@@ -155,7 +155,7 @@ def main(argv):
         axes[-1][-1].axis("off")
 
     figure.suptitle(args.title or " vs ".join(labels), fontsize=12)
-    figure.tight_layout()
+    figure.tight_layout(rect=(0, 0, 1, 1 - 0.5 / (3.0 * grid_rows)))  # leave room for the title
     figure.savefig(args.out, dpi=100)
     print(f"plot_metrics: wrote {args.out} ({len(args.runs)} run(s), {len(panels)} panels)")
     return 0

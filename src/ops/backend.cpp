@@ -8,6 +8,7 @@
 #include "ops/cpu/cpu_backend.h"
 #if OPSNN_WITH_CUDA
 #include "ops/cuda/cuda_backend.h"
+#include "optim/cuda/register.h"
 #endif
 
 namespace opsnn {
@@ -18,6 +19,7 @@ void load_builtin_backends() {
   ops::register_backend(DeviceType::cpu, ops::make_cpu_backend());
 #if OPSNN_WITH_CUDA
   ops::register_cuda_backend();
+  optim::register_cuda_optimizer_kernels();
 #endif
 }
 

