@@ -18,7 +18,9 @@ struct Device {
 
   bool is_cpu() const { return type == DeviceType::cpu; }
   bool is_cuda() const { return type == DeviceType::cuda; }
-  bool operator==(const Device&) const = default;
+  // Spelled out (not "= default") so the header also compiles as C++17 under nvcc.
+  bool operator==(const Device& other) const { return type == other.type && index == other.index; }
+  bool operator!=(const Device& other) const { return !(*this == other); }
   std::string str() const;
 
   // Parses "cpu", "cuda", "cuda:N" (N >= 0); throws opsnn::Error naming the text otherwise.
