@@ -5,6 +5,7 @@
 #include "opsnn/optim/optimizer.h"
 
 #include <cmath>
+#include <tuple>
 
 #include "opsnn/core/error.h"
 #include "opsnn/optim/step_logic.h"
@@ -49,6 +50,89 @@ Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, Optimizer
   segment_sum_squares_.assign(segments, 0.0);
   segment_grad_norms_.assign(segments, 0.0);
   segment_scalars_.assign(segments, SegmentStepScalars{});
+  // The built-in rules run on a device-resident stepper where the arena's device has one; an optimizer
+  // registered under another name keeps the host pipeline (and its own apply_update).
+  bool builtin = name_ == "sgd" || name_ == "adam" || name_ == "adamw" || name_ == "lamb";
+  if (DeviceStepperFactory factory = device_stepper_factory(arena_->device().type); factory && builtin) {
+    stepper_ = factory(arena_->device(), device_step_constants(), device_arena(), device_segments());
+    stepper_->write_state(state_);
+  }
+}
+
+StepConstants Optimizer::device_step_constants() const {
+  StepConstants k;
+  k.rule = name_ == "sgd" ? UpdateRule::sgd : name_ == "lamb" ? UpdateRule::lamb : UpdateRule::adam;
+  k.decoupled = name_ == "adamw" ? 1 : 0;
+  k.amsgrad = options_.amsgrad() ? 1 : 0;
+  k.nesterov = options_.nesterov() ? 1 : 0;
+  std::tie(k.beta1, k.beta2) = options_.betas();
+  k.eps = static_cast<float>(options_.eps());
+  k.eps_relative = static_cast<float>(options_.eps_relative());
+  k.momentum = static_cast<float>(options_.momentum());
+  k.dampening = static_cast<float>(options_.dampening());
+  k.trust_lower = static_cast<float>(options_.trust_clamp_lower());
+  k.trust_upper = static_cast<float>(options_.trust_clamp_upper());
+  k.max_grad_norm = options_.max_grad_norm();
+  k.schedule = schedule_;
+  const LossScalingOptions& scaling = scaler_.options();
+  k.scaling = scaler_.enabled() ? 1 : 0;
+  k.growth_factor = scaling.growth_factor();
+  k.backoff_factor = scaling.backoff_factor();
+  k.growth_interval = scaling.growth_interval();
+  switch (monitor_.options().on_nonfinite()) {
+    case NonFiniteAction::warn: k.on_nonfinite = DeviceNonFiniteAction::warn; break;
+    case NonFiniteAction::skip: k.on_nonfinite = DeviceNonFiniteAction::skip; break;
+    case NonFiniteAction::stop: k.on_nonfinite = DeviceNonFiniteAction::stop; break;
+  }
+  k.grad_norm_warn_threshold = monitor_.options().grad_norm_warn_threshold();
+  return k;
+}
+
+std::vector<DeviceSegment> Optimizer::device_segments() const {
+  const std::vector<ArenaSegment>& segments = arena_->segments();
+  double weight_decay = options_.effective_weight_decay(name_);
+  std::vector<DeviceSegment> table(segments.size());
+  for (size_t i = 0; i < segments.size(); ++i) {
+    table[i].lr_multiplier = groups_[static_cast<size_t>(segments[i].group)].lr_multiplier;
+    table[i].weight_decay = segments[i].weight_decay ? static_cast<float>(weight_decay) : 0.0f;
+    table[i].sparse = segments[i].sparse ? 1 : 0;
+  }
+  const std::vector<ArenaChunk>& chunks = arena_->dense_chunks();
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    DeviceSegment& entry = table[static_cast<size_t>(chunks[c].segment)];
+    if (entry.chunk_count == 0) entry.first_chunk = static_cast<int32_t>(c);
+    entry.chunk_count += 1;
+  }
+  return table;
+}
+
+DeviceArena Optimizer::device_arena() const {
+  ArenaView view = arena_->view();
+  DeviceArena arena;
+  arena.params = view.params;
+  arena.grads = view.grads;
+  arena.grad_dtype = DType::f32;
+  for (int i = 0; i < kMaxOptimizerStates; ++i) arena.states[i] = view.states[i];
+  arena.state_dtype = view.state_dtype;
+  arena.chunks = view.chunks;
+  arena.chunk_count = view.chunk_count;
+  return arena;
+}
+
+bool Optimizer::has_sparse_segments() const {
+  for (const ArenaSegment& segment : arena_->segments())
+    if (segment.sparse) return true;
+  return false;
+}
+
+SparseSegment Optimizer::sparse_segment(size_t index) const {
+  const std::vector<ArenaSegment>& segments = arena_->segments();
+  OPSNN_CHECK_AS(ConfigError, sparse_updater_ != nullptr, "parameter '", segments[index].name,
+                 "' has row-sparse gradients (sparse_grad) but no sparse updater is installed on the ", name_,
+                 " optimizer (set_sparse_updater)");
+  SparseSegment sparse{index, &segments[index], {}, name_};
+  for (size_t s = 0; s < arena_->state_names().size(); ++s) sparse.states.push_back(arena_->state_view(s, index));
+  return sparse;
 }
 
 void Optimizer::validate_groups() const {
@@ -67,6 +151,7 @@ void Optimizer::set_lr_multiplier(size_t group, double multiplier) {
   OPSNN_CHECK_AS(ConfigError, multiplier >= 0.0 && std::isfinite(multiplier), "parameter group '",
                  groups_[group].name, "': lr_multiplier = ", multiplier, " must be a finite number >= 0");
   groups_[group].lr_multiplier = multiplier;
+  if (stepper_) stepper_->set_segments(device_segments());
 }
 
 double* Optimizer::scratch(size_t index) {
@@ -93,11 +178,7 @@ int32_t Optimizer::gradient_pass(float inverse_scale) {
   const std::vector<ArenaSegment>& segments = arena.segments();
   for (size_t i = 0; i < segments.size(); ++i) {
     if (segments[i].sparse) {
-      OPSNN_CHECK_AS(ConfigError, sparse_updater_ != nullptr, "parameter '", segments[i].name,
-                     "' has row-sparse gradients (sparse_grad) but no sparse updater is installed on the ", name_,
-                     " optimizer (set_sparse_updater)");
-      SparseSegment sparse{i, &segments[i], {}, name_};
-      for (size_t s = 0; s < arena.state_names().size(); ++s) sparse.states.push_back(arena.state_view(s, i));
+      SparseSegment sparse = sparse_segment(i);  // throws when no updater is installed
       segment_sum_squares_[i] = sparse_updater_->prepare(sparse, inverse_scale);
     } else {
       segment_sum_squares_[i] *= inverse_squared;
@@ -118,7 +199,145 @@ int32_t Optimizer::first_nonfinite_param_segment() const {
   return -1;
 }
 
+void Optimizer::step_scalars(const StepState& state, double lr, AdamScalars& adam, SgdScalars& sgd) const {
+  auto [beta1, beta2] = options_.betas();
+  double weight_decay = options_.effective_weight_decay(name_);
+  adam = AdamScalars{};
+  adam.lr = static_cast<float>(lr);
+  adam.beta1 = static_cast<float>(beta1);
+  adam.beta2 = static_cast<float>(beta2);
+  adam.one_minus_beta1 = static_cast<float>(1.0 - beta1);
+  adam.one_minus_beta2 = static_cast<float>(1.0 - beta2);
+  adam.inv_bias_correction1 = inverse_bias_correction(state.beta1_power * beta1);
+  adam.inv_bias_correction2 = inverse_bias_correction(state.beta2_power * beta2);
+  adam.eps = static_cast<float>(options_.eps());
+  adam.eps_relative = static_cast<float>(options_.eps_relative());
+  adam.weight_decay = static_cast<float>(weight_decay);
+  adam.decoupled = name_ == "adamw";
+  adam.amsgrad = options_.amsgrad();
+  sgd = SgdScalars{};
+  sgd.lr = static_cast<float>(lr);
+  sgd.momentum = static_cast<float>(options_.momentum());
+  sgd.dampening = static_cast<float>(options_.dampening());
+  sgd.weight_decay = static_cast<float>(weight_decay);
+  sgd.nesterov = options_.nesterov();
+  sgd.first_step = state.step == 0;
+}
+
+const std::vector<double>& Optimizer::segment_grad_norms() const {
+  if (stepper_ && segment_norms_stale_) {
+    std::vector<double> sums = stepper_->segment_grad_sum_squares();
+    for (size_t i = 0; i < sums.size(); ++i) segment_grad_norms_[i] = std::sqrt(sums[i]);
+    segment_norms_stale_ = false;
+  }
+  return segment_grad_norms_;
+}
+
+const StepState& Optimizer::sync_state() {
+  if (stepper_ && state_stale_) {
+    DeviceStepReport report;
+    stepper_->read(state_, report);
+    state_stale_ = false;
+  }
+  return state_;
+}
+
+void Optimizer::step_async() {
+  if (!stepper_ || has_sparse_segments()) {
+    step();
+    return;
+  }
+  arena_->reclaim_grads();
+  stepper_->enqueue(nullptr);
+  state_stale_ = true;
+  segment_norms_stale_ = true;
+}
+
+namespace {
+
+// Replays a captured step and marks the optimizer's host copy of the step state out of date.
+class OptimizerCapturedStep final : public CapturedStep {
+ public:
+  OptimizerCapturedStep(std::unique_ptr<CapturedStep> graph, bool& state_stale)
+      : graph_(std::move(graph)), state_stale_(state_stale) {}
+  void replay() override {
+    graph_->replay();
+    state_stale_ = true;
+  }
+
+ private:
+  std::unique_ptr<CapturedStep> graph_;
+  bool& state_stale_;
+};
+
+}  // namespace
+
+std::unique_ptr<CapturedStep> Optimizer::capture_step() {
+  OPSNN_CHECK_AS(UsageError, stepper_ != nullptr, "capture_step: the ", name_, " optimizer's parameters are on ",
+                 arena_->device().str(), "; capturing a step into a CUDA graph needs them on a GPU");
+  OPSNN_CHECK_AS(UsageError, !has_sparse_segments(), "capture_step: the ", name_,
+                 " optimizer has row-sparse segments, whose updater runs on the host; a step with them cannot be "
+                 "captured");
+  sync_state();
+  arena_->reclaim_grads();
+  segment_norms_stale_ = true;
+  return std::make_unique<OptimizerCapturedStep>(stepper_->capture(), state_stale_);
+}
+
+// The device pipeline; then the host side of the monitor (messages, stop) from what the device found, and
+// the sparse updater (on the host's schedule: it needs the step's scalars) when the step was applied.
+const StepState& Optimizer::device_step() {
+  sync_state();
+  arena_->reclaim_grads();
+  const StepState before = state_;
+  const std::vector<ArenaSegment>& segments = arena_->segments();
+  bool sparse = has_sparse_segments();
+  std::vector<double> sparse_sums;
+  if (sparse) {
+    float inverse_scale = scaler_.inverse_scale(before);
+    sparse_sums.assign(segments.size(), 0.0);
+    for (size_t i = 0; i < segments.size(); ++i)
+      if (segments[i].sparse) {
+        SparseSegment segment = sparse_segment(i);
+        sparse_sums[i] = sparse_updater_->prepare(segment, inverse_scale);
+      }
+  }
+  stepper_->enqueue(sparse ? &sparse_sums : nullptr);
+  DeviceStepReport report;
+  stepper_->read(state_, report);
+  state_stale_ = false;
+  segment_norms_stale_ = true;
+
+  auto name_of = [&](int32_t segment) {
+    return segment >= 0 ? segments[static_cast<size_t>(segment)].name : std::string();
+  };
+  // The monitor sees the step as it began (its counters name the step), with the device's findings.
+  StepState view = before;
+  view.found_inf = state_.found_inf;
+  view.grad_norm = state_.grad_norm;
+  monitor_.check_gradients(view, report.bad_grad_segment, name_of(report.bad_grad_segment), scaler_.enabled());
+  if ((state_.monitor_flags & kStepSkipped) == 0) {
+    if (sparse) {
+      SparseStepScalars scalars;
+      step_scalars(before, scheduled_lr(before.step), scalars.adam, scalars.sgd);
+      scalars.clip_factor = state_.clip_factor;
+      std::vector<DeviceSegment> table = device_segments();
+      for (size_t i = 0; i < segments.size(); ++i) {
+        if (!segments[i].sparse) continue;
+        SparseStepScalars segment_scalars = scalars;
+        float lr = static_cast<float>(scheduled_lr(before.step) * table[i].lr_multiplier);
+        segment_scalars.adam.lr = segment_scalars.sgd.lr = lr;
+        segment_scalars.adam.weight_decay = segment_scalars.sgd.weight_decay = table[i].weight_decay;
+        sparse_updater_->update(sparse_segment(i), segment_scalars);
+      }
+    }
+    monitor_.check_parameters(view, report.bad_param_segment, name_of(report.bad_param_segment));
+  }
+  return state_;
+}
+
 const StepState& Optimizer::step() {
+  if (stepper_) return device_step();
   arena_->reclaim_grads();
   StepState& state = state_;
   state.monitor_flags = 0;
@@ -151,26 +370,9 @@ const StepState& Optimizer::step() {
       segment_scalars_[i].weight_decay = segment.weight_decay ? static_cast<float>(weight_decay) : 0.0f;
       segment_scalars_[i].trust_ratio = 1.0f;
     }
-    AdamScalars adam{};
-    adam.lr = static_cast<float>(lr);
-    adam.beta1 = static_cast<float>(beta1);
-    adam.beta2 = static_cast<float>(beta2);
-    adam.one_minus_beta1 = static_cast<float>(1.0 - beta1);
-    adam.one_minus_beta2 = static_cast<float>(1.0 - beta2);
-    adam.inv_bias_correction1 = inverse_bias_correction(state.beta1_power * beta1);
-    adam.inv_bias_correction2 = inverse_bias_correction(state.beta2_power * beta2);
-    adam.eps = static_cast<float>(options_.eps());
-    adam.eps_relative = static_cast<float>(options_.eps_relative());
-    adam.weight_decay = static_cast<float>(weight_decay);
-    adam.decoupled = name_ == "adamw";
-    adam.amsgrad = options_.amsgrad();
-    SgdScalars sgd{};
-    sgd.lr = static_cast<float>(lr);
-    sgd.momentum = static_cast<float>(options_.momentum());
-    sgd.dampening = static_cast<float>(options_.dampening());
-    sgd.weight_decay = static_cast<float>(weight_decay);
-    sgd.nesterov = options_.nesterov();
-    sgd.first_step = state.step == 0;
+    AdamScalars adam;
+    SgdScalars sgd;
+    step_scalars(state, lr, adam, sgd);
 
     // Pass 2: the update, with unscale and clip folded into the gradient read.
     ArenaView view = arena_->view();
@@ -179,8 +381,7 @@ const StepState& Optimizer::step() {
     apply_update(context);
     for (size_t i = 0; i < segments.size(); ++i) {
       if (!segments[i].sparse) continue;
-      SparseSegment sparse{i, &segments[i], {}, name_};
-      for (size_t s = 0; s < arena_->state_names().size(); ++s) sparse.states.push_back(arena_->state_view(s, i));
+      SparseSegment sparse = sparse_segment(i);
       SparseStepScalars scalars{context.adam, context.sgd, state.clip_factor};
       scalars.adam.lr = scalars.sgd.lr = segment_scalars_[i].lr;
       scalars.adam.weight_decay = scalars.sgd.weight_decay = segment_scalars_[i].weight_decay;

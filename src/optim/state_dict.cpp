@@ -46,8 +46,13 @@ StateDict Optimizer::state_dict() const {
   for (size_t i = 0; i < arena.segments().size(); ++i)
     for (size_t s = 0; s < arena.state_names().size(); ++s)
       result[arena.segments()[i].name + "." + arena.state_names()[s]] = arena.state_view(s, i).clone();
+  StepState current = state_;
+  if (stepper_ && state_stale_) {  // steps were only enqueued: read the device's state
+    DeviceStepReport report;
+    stepper_->read(current, report);
+  }
   for (const ScalarField& field : kScalarFields)
-    result[field.key] = Tensor::scalar(field.get(state_), field.dtype);
+    result[field.key] = Tensor::scalar(field.get(current), field.dtype);
   return result;
 }
 
@@ -90,6 +95,8 @@ void Optimizer::load_state_dict(const StateDict& state) {
                  loaded.loss_scale, ", beta powers ", loaded.beta1_power, ", ", loaded.beta2_power, ")");
   for (auto& [destination, source] : copies) destination.copy_(*source);
   state_ = loaded;
+  state_stale_ = false;
+  if (stepper_) stepper_->write_state(state_);
 }
 
 }  // namespace opsnn::optim

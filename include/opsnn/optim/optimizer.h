@@ -21,6 +21,7 @@
 
 #include "opsnn/core/tensor.h"
 #include "opsnn/optim/arena.h"
+#include "opsnn/optim/device_step.h"
 #include "opsnn/optim/loss_scaler.h"
 #include "opsnn/optim/monitor.h"
 #include "opsnn/optim/options.h"
@@ -84,15 +85,27 @@ class Optimizer {
   // One fused step: gradient pass (unscale, inf/NaN check, global and per-segment norms), tiny step
   // (clip factor, skip decision, schedule), update pass, then scaler/schedule advance. A skipped step
   // (inf/NaN) advances neither the step count, the schedule nor the beta powers. Returns the step state.
+  // On a GPU arena the whole step runs on the device (device_step.h) and step() waits for it at the end
+  // to read the step state back (for the monitor's messages and actions and for logging).
   const StepState& step();
+  // The step without waiting: on a GPU arena it is only enqueued (the monitor reports at the next step()
+  // or sync_state(); use step() while a loss scaler is on, since scale_loss reads the host's copy of the
+  // scale). Elsewhere, and with row-sparse segments (whose updater runs on the host), it is step().
+  void step_async();
+  // Waits for enqueued steps and refreshes step_state() from the device.
+  const StepState& sync_state();
+  // Captures one step into a CUDA graph; replay() then enqueues it with a single launch, reading every
+  // scalar from the device step state. UsageError on the CPU and with row-sparse segments. Gradients must
+  // stay in the arena (they do unless .grad is replaced), and the optimizer must outlive the graph.
+  std::unique_ptr<CapturedStep> capture_step();
 
   // Loss scaling: multiply the loss before backward(); the step divides the gradients back.
   Tensor scale_loss(const Tensor& loss) const { return scaler_.scale_loss(loss, state_); }
   const LossScaler& loss_scaler() const { return scaler_; }
 
-  const StepState& step_state() const { return state_; }
+  const StepState& step_state() const { return state_; }  // as of the last step() or sync_state()
   double grad_norm() const { return state_.grad_norm; }  // of the last step, unscaled, before clipping
-  const std::vector<double>& segment_grad_norms() const { return segment_grad_norms_; }
+  const std::vector<double>& segment_grad_norms() const;
   double next_lr() const;  // scheduled base lr of the next applied step (before group multipliers)
 
   const ParamArena& arena() const { return *arena_; }
@@ -103,6 +116,12 @@ class Optimizer {
   // entry throws ConfigError naming the key (and both shapes).
   StateDict state_dict() const;
   void load_state_dict(const StateDict& state);
+
+  // What a device stepper is built from (tests and benchmarks build steppers over other buffers, e.g.
+  // bf16 gradients or a low-precision parameter copy, with the same settings).
+  StepConstants device_step_constants() const;
+  std::vector<DeviceSegment> device_segments() const;
+  DeviceArena device_arena() const;
 
  protected:
   // name: the registry name; state_names: this optimizer's per-parameter states ("exp_avg", ...).
@@ -132,6 +151,11 @@ class Optimizer {
   // Sets segment_sum_squares_ and the non-finite segment; returns the index of the first bad one or -1.
   int32_t gradient_pass(float inverse_scale);
   int32_t first_nonfinite_param_segment() const;
+  SparseSegment sparse_segment(size_t index) const;
+  // The scalars of an applied step as the CPU update pass and the sparse updater see them.
+  void step_scalars(const StepState& state, double lr, AdamScalars& adam, SgdScalars& sgd) const;
+  const StepState& device_step();
+  bool has_sparse_segments() const;
 
   std::string name_;
   OptimizerOptions options_;
@@ -146,7 +170,10 @@ class Optimizer {
   std::vector<float> chunk_param_check_;
   std::array<std::vector<double>, kScratchArrays> scratch_;
   std::vector<double> segment_sum_squares_;
-  std::vector<double> segment_grad_norms_;
+  mutable std::vector<double> segment_grad_norms_;
+  std::unique_ptr<DeviceStepper> stepper_;  // set when the arena's device registered one (CUDA)
+  bool state_stale_ = false;                // steps were enqueued since state_ was read back
+  mutable bool segment_norms_stale_ = false;
   std::vector<SegmentStepScalars> segment_scalars_;
 };
 

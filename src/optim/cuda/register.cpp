@@ -3,6 +3,6 @@
 
 namespace opsnn::optim {
 
-void register_cuda_optimizer_kernels() {}
+void register_cuda_optimizer_kernels() { register_cuda_fused_stepper(); }
 
 }  // namespace opsnn::optim

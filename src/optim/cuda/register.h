@@ -5,4 +5,6 @@
 
 namespace opsnn::optim {
 void register_cuda_optimizer_kernels();
-}
+// The device-resident fused step (cuda_stepper.cpp).
+void register_cuda_fused_stepper();
+}  // namespace opsnn::optim

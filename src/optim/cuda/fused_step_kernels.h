@@ -1,0 +1,58 @@
+// Launchers of the fused-step kernels over a device arena (fused_step_kernels.cu), with plain-C++
+// signatures for cuda_stepper.cpp. Every scalar a kernel needs comes from device memory (StepScalars,
+// StepState) or from the constant StepConstants argument, so the sequence can be captured in a graph.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "opsnn/core/dtype.h"
+#include "opsnn/optim/device_step.h"
+
+namespace opsnn::optim::cuda {
+
+// Device pointers of one stepper (all allocated once).
+struct FusedBuffers {
+  DeviceArena arena;                 // arena.chunks is replaced by the device tiles below
+  const ArenaChunk* chunks = nullptr;  // tiles (see kMinTileElements), never crossing a segment
+  int32_t chunk_count = 0;
+  int multiprocessors = 1;
+  const DeviceSegment* segments = nullptr;
+  int32_t segment_count = 0;
+  double* chunk_sums[2] = {nullptr, nullptr};    // per chunk: g^2 (or LAMB's r^2, p^2)
+  double* segment_sums[2] = {nullptr, nullptr};  // per segment, summed in a fixed order
+  double* segment_grad_sums = nullptr;           // per segment: unscaled g^2 of the last step
+  const double* sparse_sums = nullptr;           // per segment: host-computed sums of sparse segments
+  StepState* state = nullptr;
+  StepScalars* scalars = nullptr;
+  DeviceStepReport* report = nullptr;
+};
+
+// Elements per work item of the passes: the stepper splits the arena's chunks into tiles of 2048 (one
+// 8-wide vector per thread of a block) up to 16384 elements, doubling while an arena would still give
+// more than 128 tiles per SM: small arenas get many tiles to share evenly among the blocks of a
+// grid-stride pass, large ones fewer per-tile reductions.
+inline constexpr int64_t kMinTileElements = 2048;
+inline constexpr int64_t kMaxTileElements = 16384;
+// Streaming multiprocessors of a device; passes size their grids as SMs x resident blocks per SM.
+int multiprocessor_count(int device);
+
+// Pass 1: chunk_sums[0][c] = sum of g^2 over chunk c (double), inf/NaN when it holds inf/NaN.
+void launch_grad_sum_of_squares(const FusedBuffers& b, cudaStream_t stream);
+// segment_sums[a][s] = sum of chunk_sums[a] over segment s's chunks (fixed order), for a < arrays.
+void launch_segment_sums(const FusedBuffers& b, int arrays, cudaStream_t stream);
+// The tiny step. two_pass: reads segment_sums[0] (gradient statistics of this step) and decides clip and
+// skip; otherwise (single pass) prepares an always-applied step whose statistics the epilogue reads.
+void launch_step_prologue(const FusedBuffers& b, const StepConstants& k, bool two_pass, cudaStream_t stream);
+// Adam/AdamW or SGD (k.rule) over every dense chunk; with_stats also writes chunk_sums[0] (g^2).
+void launch_update(const FusedBuffers& b, const StepConstants& k, bool with_stats, cudaStream_t stream);
+// LAMB: phase 1 (moments; chunk_sums[0] = r^2, chunk_sums[1] = p^2), phase 2 (trust ratios from
+// segment_sums, parameter update).
+void launch_lamb_phase1(const FusedBuffers& b, const StepConstants& k, cudaStream_t stream);
+void launch_lamb_phase2(const FusedBuffers& b, const StepConstants& k, cudaStream_t stream);
+// The tiny epilogue: parameter check -> monitor flags; single pass: also the gradient statistics
+// (segment_sums[0] must hold this step's g^2 sums).
+void launch_step_epilogue(const FusedBuffers& b, const StepConstants& k, bool single_pass, cudaStream_t stream);
+
+}  // namespace opsnn::optim::cuda
