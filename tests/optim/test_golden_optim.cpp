@@ -53,13 +53,13 @@ OptimizerOptions options_of(const json& fixture) {
 }
 
 // Replays the fixture; parameters must match at every checkpoint within atol + rtol * |expected|.
-void check_fixture(const std::string& name, double atol, double rtol) {
+void check_fixture(const std::string& name, double atol, double rtol, Device device = kCPU) {
   json fixture = load_fixture(name);
   INFO("fixture " << name << " from torch " << fixture.value("torch_version", std::string("?")) << " on "
                   << fixture.value("device", std::string("?")));
   NamedParameters parameters;
   for (const json& p : fixture.at("params")) {
-    Tensor t = Tensor::from_vector(p.at("initial").get<std::vector<float>>(), p.at("shape").get<Shape>());
+    Tensor t = Tensor::from_vector(p.at("initial").get<std::vector<float>>(), p.at("shape").get<Shape>()).to(device);
     t.set_requires_grad(true);
     parameters.emplace_back(p.at("name").get<std::string>(), t);
   }
@@ -76,8 +76,7 @@ void check_fixture(const std::string& name, double atol, double rtol) {
       std::vector<float> g = grads[step][t].get<std::vector<float>>();
       for (float& x : g) x *= scale;
       if (t == 1 && std::find(inject.begin(), inject.end(), static_cast<int>(step)) != inject.end()) g[0] = INFINITY;
-      float* destination = parameters[t].second.grad().data<float>();
-      std::copy(g.begin(), g.end(), destination);
+      parameters[t].second.grad().copy_(Tensor::from_vector(g, parameters[t].second.shape()));
     }
     const StepState& state = optimizer->step();
     scale_history.push_back(state.loss_scale);
@@ -122,4 +121,19 @@ TEST_CASE("golden: torch.optim.AdamW", "[golden][optim]") { check_fixture("adamw
 
 TEST_CASE("golden: Adam under torch.amp.GradScaler with injected inf gradients", "[golden][optim]") {
   check_fixture("grad_scaler", 2e-5, 1e-4);
+}
+
+// The same trajectories through the fused CUDA step (device-resident step state, GPU kernels).
+TEST_CASE("golden: the PyTorch trajectories through the fused CUDA step", "[golden][optim][cuda]") {
+  if (cuda_device_count() == 0) {
+    WARN("no CUDA device: this GPU test checks nothing here");
+    return;
+  }
+  const Device gpu(DeviceType::cuda, 0);
+  check_fixture("sgd_momentum", 1e-5, 1e-5, gpu);
+  check_fixture("sgd_nesterov", 1e-5, 1e-5, gpu);
+  check_fixture("adam", 2e-5, 1e-4, gpu);
+  check_fixture("adam_amsgrad", 2e-5, 1e-4, gpu);
+  check_fixture("adamw", 2e-5, 1e-4, gpu);
+  check_fixture("grad_scaler", 2e-5, 1e-4, gpu);
 }
