@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "opsnn/core/tensor.h"
+
 namespace opsnn::bench {
 
 // A subcommand: `opsnn-bench <name> [args...]`. Returns the process exit code.
@@ -35,6 +37,17 @@ inline double median_seconds(const std::function<void()>& fn, int warmup, int re
   std::nth_element(times.begin(), times.begin() + static_cast<long>(times.size() / 2), times.end());
   return times[times.size() / 2];
 }
+
+// A parameter set to optimize: "1e8" (one tensor), "resnet50" (torchvision's 161 shapes), "1e9x50".
+struct Problem {
+  std::string label;
+  std::vector<Shape> shapes;
+  int64_t total() const;
+};
+Problem make_problem(const std::string& text);  // ConfigError for text it cannot read
+std::vector<std::string> split(const std::string& text);  // comma-separated
+// `--key N` as a positive int (ConfigError otherwise), fallback when absent.
+int parse_positive(const std::vector<std::string>& args, const std::string& key, int fallback);
 
 // Reads `--key value` from args; returns fallback when absent.
 std::string option(const std::vector<std::string>& args, const std::string& key, const std::string& fallback);

@@ -19,24 +19,16 @@
 #include "opsnn/optim/optimizer.h"
 
 namespace opsnn::bench {
-namespace {
 
-using optim::OptimizerOptions;
-
-// ---- problems ----
-struct Problem {
-  std::string label;
-  std::vector<Shape> shapes;
-  int64_t total() const {
-    int64_t sum = 0;
-    for (const Shape& shape : shapes) sum += shape_numel(shape);
-    return sum;
-  }
-};
+int64_t Problem::total() const {
+  int64_t sum = 0;
+  for (const Shape& shape : shapes) sum += shape_numel(shape);
+  return sum;
+}
 
 // torchvision.models.resnet50(): stem, four stages of bottlenecks (3, 4, 6, 3 blocks, expansion 4, a 1x1
 // projection + BatchNorm on each stage's first block), fc 2048 -> 1000. Convolutions have no bias.
-std::vector<Shape> resnet50_shapes() {
+static std::vector<Shape> resnet50_shapes() {
   std::vector<Shape> shapes;
   auto conv_bn = [&](int64_t out, int64_t in, int64_t kernel) {
     shapes.push_back({out, in, kernel, kernel});
@@ -62,6 +54,21 @@ std::vector<Shape> resnet50_shapes() {
 }
 
 Problem make_problem(const std::string& text) {
+  // "NxK": N parameters in K equal tensors (e.g. 1e9x50, the shapes of ../shared/REFERENCE.md).
+  if (size_t x = text.find('x'); x != std::string::npos && text != "resnet50") {
+    Problem whole = make_problem(text.substr(0, x));
+    int64_t pieces = 0;
+    try {
+      pieces = std::stoll(text.substr(x + 1));
+    } catch (const std::exception&) {
+      pieces = 0;
+    }
+    OPSNN_CHECK_AS(ConfigError, pieces >= 1 && pieces <= 100000, "--sizes: '", text,
+                   "': the tensor count after 'x' must be in [1, 100000]");
+    int64_t each = whole.total() / pieces;
+    Shape shape = each % 1000 == 0 ? Shape{each / 1000, 1000} : Shape{each};
+    return Problem{text, std::vector<Shape>(static_cast<size_t>(pieces), shape)};
+  }
   if (text == "resnet50") {
     Problem problem{"resnet50", resnet50_shapes()};
     OPSNN_CHECK(problem.shapes.size() == 161 && problem.total() == 25557032, "resnet50 shapes are off: ",
@@ -79,6 +86,10 @@ Problem make_problem(const std::string& text) {
   Shape shape = count % 1000 == 0 ? Shape{count / 1000, 1000} : Shape{count};  // 2-d: weight decay applies
   return Problem{text, {shape}};
 }
+
+namespace {
+
+using optim::OptimizerOptions;
 
 // ---- memory ----
 struct FloatBuffer {
@@ -201,7 +212,7 @@ double fused_step_seconds(const Problem& problem, const Variant& variant, int wa
     Tensor t = Tensor::empty(problem.shapes[i]);
     fill_random(t.data<float>(), t.numel(), 100 + i, -1, 1);
     t.set_requires_grad(true);
-    parameters.emplace_back("p" + std::to_string(i), t);
+    parameters.emplace_back(std::string("p").append(std::to_string(i)), t);
   }
   auto optimizer = optim::make_optimizer(variant.optimizer, parameters, variant.options);
   for (size_t i = 0; i < parameters.size(); ++i) {
@@ -210,6 +221,8 @@ double fused_step_seconds(const Problem& problem, const Variant& variant, int wa
   }
   return median_seconds([&] { optimizer->step(); }, warmup, repeats);
 }
+
+}  // namespace
 
 std::vector<std::string> split(const std::string& text) {
   std::vector<std::string> parts;
@@ -235,19 +248,23 @@ int parse_positive(const std::vector<std::string>& args, const std::string& key,
   return value;
 }
 
+namespace {
+
 int run(const std::vector<std::string>& args) {
   for (const std::string& arg : args)
     if (arg == "--help" || arg == "-h") {
-      std::printf("usage: opsnn-bench optim [--device cpu] [--sizes 1e6,1e7,1e8,resnet50] [--repeats 10] "
-                  "[--threads N]\n");
+      std::printf("usage: opsnn-bench optim [--device cpu|cuda] [--sizes 1e6,1e7,1e8,resnet50,1e9x50] "
+                  "[--repeats 10] [--threads N] [--json FILE (cuda)]\n");
       return 0;
     }
   std::string device = option(args, "--device", "cpu");
-  if (device != "cpu") {
-    std::fprintf(stderr, "opsnn-bench optim: --device %s is not measured yet: the fused CUDA optimizer kernels "
-                 "arrive with the CUDA issue; use --device cpu\n", device.c_str());
+  if (device == "cuda") {  // tools/bench/cuda/, built with the CUDA backend
+    for (const Command& command : commands())
+      if (command.name == "optim-cuda") return command.run(args);
+    std::fprintf(stderr, "opsnn-bench optim: --device cuda needs a build with the CUDA backend\n");
     return 2;
   }
+  OPSNN_CHECK_AS(ConfigError, device == "cpu", "--device: expected cpu or cuda, got '", device, "'");
   std::vector<Problem> problems;
   for (const std::string& size : split(option(args, "--sizes", "1e6,1e7,1e8,resnet50")))
     problems.push_back(make_problem(size));

@@ -1,0 +1,235 @@
+// opsnn-bench optim --device cuda: the fused CUDA optimizer step (device_step.h) per optimizer and dtype
+// variant, next to the device copy bandwidth and the unfused Adam chain measured in the same run.
+// Times are CUDA-event medians of single steps after warm-up; bandwidth counts the bytes a variant must
+// move (every array read or written once per pass that touches it). --json FILE writes the rows for
+// tools/bench_optim_torch.py, which prints them beside PyTorch's fused optimizers.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/bench.h"
+#include "bench/cuda/unfused_chain.h"
+#include "opsnn/core/error.h"
+#include "opsnn/optim/device_step.h"
+#include "opsnn/optim/optimizer.h"
+
+#define BENCH_CUDA_CHECK(call)                                                                              \
+  do {                                                                                                    \
+    cudaError_t bench_status = (call);                                                                    \
+    OPSNN_CHECK(bench_status == cudaSuccess, #call, " failed: ", cudaGetErrorString(bench_status));       \
+  } while (0)
+
+namespace opsnn::bench {
+namespace {
+
+using optim::OptimizerOptions;
+const Device kGpu(DeviceType::cuda, 0);
+
+// Median milliseconds of fn() timed with events on the default stream.
+double median_ms(const std::function<void()>& fn, int warmup, int repeats) {
+  for (int i = 0; i < warmup; ++i) fn();
+  cudaEvent_t start, stop;
+  BENCH_CUDA_CHECK(cudaEventCreate(&start));
+  BENCH_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<double> times;
+  for (int i = 0; i < repeats; ++i) {
+    BENCH_CUDA_CHECK(cudaEventRecord(start, nullptr));
+    fn();
+    BENCH_CUDA_CHECK(cudaEventRecord(stop, nullptr));
+    BENCH_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0.0f;
+    BENCH_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    times.push_back(ms);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::nth_element(times.begin(), times.begin() + static_cast<long>(times.size() / 2), times.end());
+  return times[times.size() / 2];
+}
+
+float* device_floats(std::vector<Tensor>& keep, int64_t n) {
+  keep.push_back(Tensor::empty({n}, DType::f32, kGpu));
+  return keep.back().data<float>();
+}
+
+double copy_ms(int64_t n, int warmup, int repeats) {
+  std::vector<Tensor> keep;
+  float* a = device_floats(keep, n);
+  float* b = device_floats(keep, n);
+  fill_uniform(a, n, 1, -1, 1, nullptr);
+  return median_ms([&] { BENCH_CUDA_CHECK(cudaMemcpyAsync(b, a, static_cast<size_t>(n) * 4, cudaMemcpyDeviceToDevice, nullptr)); },
+                   warmup, repeats);
+}
+
+double unfused_ms(int64_t n, int warmup, int repeats) {
+  std::vector<Tensor> keep;
+  UnfusedAdamBuffers b{};
+  b.n = n;
+  float** arrays[] = {&b.params, &b.grads, &b.exp_avg, &b.exp_avg_sq, &b.prepared, &b.m_hat, &b.v_hat};
+  uint64_t seed = 10;
+  for (float** array : arrays) {
+    *array = device_floats(keep, n);
+    fill_uniform(*array, n, seed++, -1e-2f, 1e-2f, nullptr);
+  }
+  fill_uniform(b.exp_avg_sq, n, seed++, 0.0f, 1e-4f, nullptr);
+  keep.push_back(Tensor::empty({1024}, DType::f64, kGpu));
+  b.norm_partials = keep.back().data<double>();
+  int64_t step = 0;
+  return median_ms([&] { unfused_adam_step(b, ++step, nullptr); }, warmup, repeats);
+}
+
+struct Variant {
+  std::string label;
+  std::string optimizer;
+  OptimizerOptions options;
+  DType grad_dtype = DType::f32;
+  bool param_copy = false;  // fp32 master + bf16 copy
+  bool graph = false;       // replay a captured step
+};
+
+// Bytes a variant must move per parameter (s: state bytes, g: gradient bytes, c: copy bytes).
+double bytes_per_parameter(const Variant& v, bool single_pass) {
+  double s = static_cast<double>(dtype_size(v.options.state_dtype()));
+  double g = static_cast<double>(dtype_size(v.grad_dtype));
+  double c = v.param_copy ? 2.0 : 0.0;
+  double stats = single_pass ? 0.0 : g;  // the separate gradient pass
+  if (v.optimizer == "lamb") return g + (4 + g + 4 * s) + (8 + 2 * s) + c;
+  int states = v.optimizer == "sgd" ? (v.options.momentum() != 0.0 ? 1 : 0) : (v.options.amsgrad() ? 3 : 2);
+  return stats + 8 + g + 2 * states * s + c;
+}
+
+struct Row {
+  std::string problem, variant;
+  double ms = 0.0, bytes_per_parameter = 0.0, gbps = 0.0, copy_fraction = 0.0;
+};
+
+Row measure(const Problem& problem, const Variant& v, double copy_gbps, int warmup, int repeats) {
+  optim::NamedParameters parameters;
+  for (size_t i = 0; i < problem.shapes.size(); ++i) {
+    Tensor t = Tensor::empty(problem.shapes[i], DType::f32, kGpu);
+    fill_uniform(t.data<float>(), t.numel(), 100 + i, -1, 1, nullptr);
+    t.set_requires_grad(true);
+    parameters.emplace_back(std::string("p").append(std::to_string(i)), t);
+  }
+  auto optimizer = optim::make_optimizer(v.optimizer, parameters, v.options);
+  const optim::ParamArena& arena = optimizer->arena();
+  fill_uniform(arena.grads().data<float>(), arena.padded_elements(), 7, -1e-2f, 1e-2f, nullptr);
+  std::vector<Tensor> keep;
+  std::unique_ptr<optim::DeviceStepper> custom;
+  if (v.grad_dtype != DType::f32 || v.param_copy) {
+    optim::DeviceArena buffers = optimizer->device_arena();
+    keep.push_back(arena.grads().to(v.grad_dtype));
+    buffers.grads = keep.back().data_ptr();
+    buffers.grad_dtype = v.grad_dtype;
+    if (v.param_copy) {
+      keep.push_back(Tensor::zeros({arena.padded_elements()}, DType::bf16, kGpu));
+      buffers.param_copy = keep.back().data_ptr();
+      buffers.param_copy_dtype = DType::bf16;
+    }
+    custom = optim::device_stepper_factory(DeviceType::cuda)(kGpu, optimizer->device_step_constants(), buffers,
+                                                              optimizer->device_segments());
+    custom->write_state(optimizer->step_state());
+  }
+  optim::DeviceStepper* probe_owner = custom.get();
+  std::unique_ptr<optim::DeviceStepper> probe;
+  if (!probe_owner) {
+    probe = optim::device_stepper_factory(DeviceType::cuda)(kGpu, optimizer->device_step_constants(),
+                                                             optimizer->device_arena(), optimizer->device_segments());
+    probe_owner = probe.get();
+  }
+  bool single_pass = probe_owner->single_pass();
+  double ms = 0.0;
+  if (custom) {
+    ms = median_ms([&] { custom->enqueue(nullptr); }, 3, repeats);
+  } else if (v.graph) {
+    auto graph = optimizer->capture_step();
+    ms = median_ms([&] { graph->replay(); }, 3, repeats);
+  } else {
+    ms = median_ms([&] { optimizer->step_async(); }, warmup, repeats);
+  }
+  optimizer->sync_state();
+  Row row{problem.label, v.label, ms, bytes_per_parameter(v, single_pass)};
+  row.gbps = row.bytes_per_parameter * static_cast<double>(problem.total()) / (ms * 1e-3) / 1e9;
+  row.copy_fraction = row.gbps / copy_gbps;
+  return row;
+}
+
+int run(const std::vector<std::string>& args) {
+  int device_count = 0;
+  if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
+    std::fprintf(stderr, "opsnn-bench optim --device cuda: no CUDA device\n");
+    return 1;
+  }
+  std::vector<Problem> problems;
+  for (const std::string& size : split(option(args, "--sizes", "resnet50,1e9x50"))) problems.push_back(make_problem(size));
+  int repeats = parse_positive(args, "--repeats", 20);
+  std::string json_path = option(args, "--json", "");
+  const int warmup = 3;
+  cudaDeviceProp properties{};
+  BENCH_CUDA_CHECK(cudaGetDeviceProperties(&properties, 0));
+
+  auto warn = optim::MonitorOptions().on_nonfinite(optim::NonFiniteAction::warn);
+  std::vector<Variant> variants = {
+      {"adamw", "adamw", OptimizerOptions(1e-3).monitor(warn)},
+      {"adamw graph", "adamw", OptimizerOptions(1e-3).monitor(warn), DType::f32, false, true},
+      {"adamw skip", "adamw", OptimizerOptions(1e-3)},  // default monitor: the separate gradient pass
+      {"adam", "adam", OptimizerOptions(1e-3).monitor(warn)},
+      {"sgd momentum", "sgd", OptimizerOptions(0.1).momentum(0.9).monitor(warn)},
+      {"lamb", "lamb", OptimizerOptions(1e-3).monitor(warn)},
+      {"adamw bf16 st", "adamw", OptimizerOptions(1e-3).state_dtype(DType::bf16).monitor(warn)},
+      {"adamw mixed", "adamw", OptimizerOptions(1e-3).state_dtype(DType::bf16).monitor(warn), DType::bf16, true},
+  };
+  std::printf("opsnn-bench optim --device cuda: %s, median of %d steps after warm-up (CUDA events)\n",
+              properties.name, repeats);
+  std::printf("adamw mixed = fp32 master + bf16 parameter copy + bf16 states + bf16 gradients; "
+              "'skip' = monitor.on_nonfinite skip (a separate gradient pass); others: warn (single pass)\n\n");
+  std::printf("%-10s %-14s %10s %8s %9s %8s %10s\n", "params", "variant", "ms", "B/param", "GB/s", "% copy",
+              "vs unfused");
+  nlohmann::json rows = nlohmann::json::array();
+  for (const Problem& problem : problems) {
+    int64_t n = problem.total();
+    double copy = copy_ms(n, warmup, repeats);
+    double copy_gbps = 8.0 * static_cast<double>(n) / (copy * 1e-3) / 1e9;
+    double unfused = unfused_ms(n, warmup, repeats);
+    std::printf("%-10s %-14s %10.3f %8.0f %9.0f %7.0f%%\n", problem.label.c_str(), "copy (d2d)", copy, 8.0, copy_gbps,
+                100.0);
+    double unfused_gbps = kUnfusedAdamBytesPerParameter * static_cast<double>(n) / (unfused * 1e-3) / 1e9;
+    std::printf("%-10s %-14s %10.3f %8.0f %9.0f %7.0f%%\n", problem.label.c_str(), "unfused adam", unfused,
+                kUnfusedAdamBytesPerParameter, unfused_gbps, 100.0 * unfused_gbps / copy_gbps);
+    rows.push_back({{"problem", problem.label}, {"variant", "copy"}, {"ms", copy}, {"gbps", copy_gbps}});
+    rows.push_back({{"problem", problem.label}, {"variant", "unfused adam"}, {"ms", unfused}, {"gbps", unfused_gbps}});
+    for (const Variant& variant : variants) {
+      Row row = measure(problem, variant, copy_gbps, warmup, repeats);
+      std::printf("%-10s %-14s %10.3f %8.0f %9.0f %7.0f%% %9.2fx\n", problem.label.c_str(), row.variant.c_str(), row.ms,
+                  row.bytes_per_parameter, row.gbps, 100.0 * row.copy_fraction, unfused / row.ms);
+      std::fflush(stdout);
+      rows.push_back({{"problem", row.problem},
+                      {"variant", row.variant},
+                      {"ms", row.ms},
+                      {"bytes_per_parameter", row.bytes_per_parameter},
+                      {"gbps", row.gbps},
+                      {"copy_fraction", row.copy_fraction},
+                      {"vs_unfused", unfused / row.ms}});
+    }
+    std::printf("\n");
+  }
+  if (!json_path.empty()) {
+    std::ofstream out(json_path);
+    OPSNN_CHECK_AS(DataError, out.good(), "--json: cannot write '", json_path, "'");
+    out << nlohmann::json{{"device", properties.name}, {"rows", rows}}.dump(1) << "\n";
+  }
+  return 0;
+}
+
+Registration registration{{"optim-cuda", "the fused CUDA optimizer step (same as: optim --device cuda)", run}};
+
+}  // namespace
+}  // namespace opsnn::bench

@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""PyTorch's fused optimizers on the parameter shapes of `opsnn-bench optim --device cuda`, and both side by side.
+
+Measures, on one GPU and in one process: the device copy bandwidth (tensor.copy_), torch.optim.AdamW /
+Adam / SGD (momentum) with fused=True on fp32 parameters, AdamW fused on bf16 parameters and states, and
+AdamW with foreach=True. Times are CUDA-event medians of single steps after warm-up, on non-zero data.
+With --opsnn PATH it also runs `PATH optim --device cuda` with the same sizes, reads its --json output
+and prints the rows next to each other with the ratios the optimizer issue asks for.
+
+    python3 tools/bench_optim_torch.py --sizes resnet50,1e9x50 --opsnn build-gpu/opsnn-bench
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+import torch
+
+
+def resnet50_shapes():
+    import torchvision
+
+    model = torchvision.models.resnet50()
+    return [tuple(p.shape) for p in model.parameters()]
+
+
+def problem_shapes(text):
+    """The shapes opsnn-bench uses for the same --sizes entry (tools/bench/optim_bench.cpp)."""
+    if text == "resnet50":
+        return resnet50_shapes()
+    count, pieces = (text.split("x") + ["1"])[:2]
+    each = int(float(count)) // int(pieces)
+    shape = (each // 1000, 1000) if each % 1000 == 0 else (each,)
+    return [shape] * int(pieces)
+
+
+def median_ms(fn, warmup, repeats):
+    for _ in range(warmup):
+        fn()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(repeats):
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    return statistics.median(times)
+
+
+def make_params(shapes, dtype, seed):
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    params = []
+    for shape in shapes:
+        p = torch.empty(shape, device="cuda", dtype=torch.float32).uniform_(-1, 1, generator=generator)
+        p = torch.nn.Parameter(p.to(dtype))
+        p.grad = torch.empty_like(p).uniform_(-1e-2, 1e-2, generator=generator)
+        params.append(p)
+    return params
+
+
+def optimizer_ms(shapes, make, dtype, warmup, repeats):
+    params = make_params(shapes, dtype, 1)
+    optimizer = make(params)
+    ms = median_ms(optimizer.step, warmup, repeats)
+    del optimizer, params
+    torch.cuda.empty_cache()
+    return ms
+
+
+def measure(label, shapes, warmup, repeats):
+    n = sum(torch.Size(s).numel() for s in shapes)
+    a = torch.empty(n, device="cuda").uniform_(-1, 1)
+    b = torch.empty_like(a)
+    copy = median_ms(lambda: b.copy_(a), warmup, repeats)
+    del a, b
+    copy_gbps = 8.0 * n / (copy * 1e-3) / 1e9
+    variants = [
+        ("adamw", 28, lambda p: torch.optim.AdamW(p, lr=1e-3, fused=True), torch.float32),
+        ("adam", 28, lambda p: torch.optim.Adam(p, lr=1e-3, fused=True), torch.float32),
+        ("sgd momentum", 20, lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, fused=True), torch.float32),
+        ("adamw bf16", 14, lambda p: torch.optim.AdamW(p, lr=1e-3, fused=True), torch.bfloat16),
+        ("adamw foreach", 28, lambda p: torch.optim.AdamW(p, lr=1e-3, foreach=True), torch.float32),
+    ]
+    rows = [{"problem": label, "variant": "copy", "ms": copy, "gbps": copy_gbps}]
+    for name, bytes_per_parameter, make, dtype in variants:
+        ms = optimizer_ms(shapes, make, dtype, warmup, repeats)
+        gbps = bytes_per_parameter * n / (ms * 1e-3) / 1e9
+        rows.append({"problem": label, "variant": name, "ms": ms, "bytes_per_parameter": bytes_per_parameter,
+                     "gbps": gbps, "copy_fraction": gbps / copy_gbps})
+    return rows
+
+
+def find(rows, problem, variant):
+    for row in rows:
+        if row["problem"] == problem and row["variant"] == variant:
+            return row
+    return None
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="resnet50,1e9x50")
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--opsnn", help="path of opsnn-bench, to run it in the same call and compare")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench_optim_torch: no CUDA device", file=sys.stderr)
+        return 1
+    labels = [s for s in args.sizes.split(",") if s]
+    torch_rows = []
+    for label in labels:
+        torch_rows += measure(label, problem_shapes(label), 3, args.repeats)
+    print(f"PyTorch {torch.__version__} on {torch.cuda.get_device_name()}, median of {args.repeats} steps")
+    print(f"{'params':<10} {'variant':<14} {'ms':>9} {'GB/s':>8} {'% copy':>7}")
+    for row in torch_rows:
+        fraction = f"{100 * row.get('copy_fraction', 1.0):6.0f}%"
+        print(f"{row['problem']:<10} {row['variant']:<14} {row['ms']:9.3f} {row['gbps']:8.0f} {fraction}")
+    if not args.opsnn:
+        return 0
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "opsnn.json")
+        command = [args.opsnn, "optim", "--device", "cuda", "--sizes", args.sizes, "--repeats", str(args.repeats),
+                   "--json", path]
+        print("\n$ " + " ".join(command), flush=True)
+        subprocess.run(command, check=True)
+        with open(path) as f:
+            ours = json.load(f)["rows"]
+
+    print("\nopsnn vs PyTorch (same call, same GPU); speedup = PyTorch ms / opsnn ms")
+    print(f"{'params':<10} {'opsnn':<14} {'ms':>9} {'% copy':>7}   {'PyTorch':<14} {'ms':>9} {'% copy':>7} {'speedup':>8}")
+    pairs = [("adamw", "adamw"), ("adamw graph", "adamw"), ("adamw skip", "adamw"), ("adam", "adam"),
+             ("sgd momentum", "sgd momentum"), ("lamb", "adamw"), ("adamw mixed", "adamw bf16"),
+             ("adamw bf16 st", "adamw bf16")]
+    for label in labels:
+        for mine, theirs in pairs:
+            a, b = find(ours, label, mine), find(torch_rows, label, theirs)
+            if a is None or b is None:
+                continue
+            print(f"{label:<10} {mine:<14} {a['ms']:9.3f} {100 * a['copy_fraction']:6.0f}%   {theirs:<14} "
+                  f"{b['ms']:9.3f} {100 * b['copy_fraction']:6.0f}% {b['ms'] / a['ms']:7.2f}x")
+    print("\nacceptance (optimizer issue):")
+    checks = []
+    r50 = find(ours, "resnet50", "adamw"), find(torch_rows, "resnet50", "adamw")
+    if all(r50):
+        checks.append(("AdamW fp32 ResNet-50 shapes >= 3x torch fused", r50[1]["ms"] / r50[0]["ms"], 3.0))
+    big = [label for label in labels if label.startswith("1e9")]
+    for label in big:
+        a = find(ours, label, "adamw")
+        checks.append((f"AdamW fp32 {label}: >= 90% of copy bandwidth", a["copy_fraction"], 0.9))
+        m = find(ours, label, "adamw mixed")
+        checks.append((f"AdamW fp32 master + bf16 params/states {label}: >= 85% of copy bandwidth",
+                       m["copy_fraction"], 0.85))
+        checks.append((f"fused AdamW vs unfused chain {label}: >= 3x", a["vs_unfused"], 3.0))
+    for label in labels:
+        sgd, torch_sgd = find(ours, label, "sgd momentum"), find(torch_rows, label, "sgd momentum")
+        adamw, lamb = find(ours, label, "adamw"), find(ours, label, "lamb")
+        checks.append((f"SGD momentum {label}: at least as fast as torch fused SGD", torch_sgd["ms"] / sgd["ms"], 1.0))
+        checks.append((f"LAMB {label}: at least as fast as torch fused SGD", torch_sgd["ms"] / lamb["ms"], 1.0))
+        checks.append((f"SGD momentum {label}: within 1.3x of opsnn AdamW", 1.3 * adamw["ms"] / sgd["ms"], 1.0))
+        checks.append((f"LAMB {label}: within 1.3x of opsnn AdamW", 1.3 * adamw["ms"] / lamb["ms"], 1.0))
+    for what, value, need in checks:
+        print(f"  {what}: {value:.2f} (needs >= {need}) {'met' if value >= need else 'NOT met'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
