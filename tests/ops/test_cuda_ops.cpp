@@ -205,7 +205,10 @@ TEST_CASE("CUDA conv2d matches the CPU, forward and both gradients", "[cuda][ops
     geometry.stride_w = c.stride_w;
     geometry.pad_h = c.pad_h;
     geometry.pad_w = c.pad_w;
-    std::vector<Twin> leaves = {random_twin(c.input, generator), random_twin(c.weight, generator)};
+    std::vector<Twin> leaves;
+    leaves.reserve(3);
+    leaves.push_back(random_twin(c.input, generator));
+    leaves.push_back(random_twin(c.weight, generator));
     if (c.bias) leaves.push_back(random_twin({c.weight[0]}, generator));
     const std::string name = "conv2d " + shape_name(c.input) + " * " + shape_name(c.weight) + " stride " +
                              std::to_string(c.stride_h) + "x" + std::to_string(c.stride_w) + " pad " +
