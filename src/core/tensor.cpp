@@ -119,6 +119,7 @@ int64_t Tensor::size(int64_t d) const {
 
 bool Tensor::is_contiguous() const {
   const TensorImpl& t = checked();
+  if (shape_numel(t.shape) == 0) return true;  // no elements: any strides describe the same (empty) layout
   int64_t expected = 1;
   for (size_t i = t.shape.size(); i-- > 0;) {
     if (t.shape[i] == 1) continue;

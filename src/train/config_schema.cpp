@@ -363,17 +363,18 @@ KeySpec integer_list_key(std::string path, Field field, Range range, bool allow_
 }
 
 bool valid_device(const std::string& text) {
-  if (text == "cpu" || text == "cuda") return true;
+  if (text == "auto" || text == "cpu" || text == "cuda") return true;
   if (text.rfind("cuda:", 0) != 0 || text.size() == 5) return false;
   return std::all_of(text.begin() + 5, text.end(), [](unsigned char c) { return std::isdigit(c); });
 }
 
 template <typename Field>
 KeySpec device_key(std::string path, Field field) {
-  return {path, "cpu, cuda or cuda:N",
+  return {path, "auto, cpu, cuda or cuda:N",
           [path, field](const YAML::Node& node, const Origin& origin, TrainConfig& config) {
             std::optional<std::string> value = parse_string(node);
-            if (!value || !valid_device(*value)) fail(origin, path, "expected cpu, cuda or cuda:N, got " + describe(node));
+            if (!value || !valid_device(*value))
+              fail(origin, path, "expected auto, cpu, cuda or cuda:N, got " + describe(node));
             field(config) = *value;
           },
           [field](const TrainConfig& config) { return format_string(field(config)); }};

@@ -108,13 +108,17 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
   const TrainConfig& c = s.config;
 
   // Settings this build cannot honour are config errors, found before anything is written.
-  s.device = Device::parse(c.train.device);
+  const int gpu_count = cuda_device_count();
+  s.device = c.train.device == "auto" ? (gpu_count > 0 ? Device(DeviceType::cuda, 0) : kCPU)
+                                      : Device::parse(c.train.device);
+  if (!device_available(s.device))
+    throw ConfigError(detail::concat(
+        c.source, ": key 'train.device': ", s.device.str(), " is not available: ",
+        gpu_count == 0 ? std::string("no CUDA device was found (or this build has no CUDA backend); use cpu or auto")
+                       : detail::concat("this machine has ", gpu_count, " CUDA device(s), cuda:0 to cuda:", gpu_count - 1)));
   if (c.train.precision != "fp32" && s.device.is_cpu())
     throw ConfigError(detail::concat(c.source, ": key 'train.precision': ", c.train.precision,
                                      " needs a CUDA device (train.device: cuda); the CPU trains in fp32"));
-  if (!device_available(s.device))
-    throw ConfigError(detail::concat(c.source, ": key 'train.device': ", s.device.str(),
-                                     " is not available (no GPU found, or this build has no CUDA backend)"));
 
   s.run_dir = !s.options.out_dir.empty() ? fs::path(s.options.out_dir)
               : !c.run.out_dir.empty()   ? fs::path(c.run.out_dir)

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "opsnn/core/storage.h"
 #include "opsnn/train/checkpoint.h"
 #include "opsnn/train/config.h"
 
@@ -96,6 +97,7 @@ data:
 train:
   epochs: 2
   seed: 1
+  device: cpu
 optimizer:
   name: adam
   lr: 0.01
@@ -182,6 +184,32 @@ TEST_CASE("cli: each class of bad input exits 2 with the key and the line", "[cl
     INFO(outcome.output);
     CHECK(outcome.exit_code == 2);
     for (const std::string& piece : call.expected) CHECK_THAT(outcome.output, Catch::Contains(piece));
+  }
+}
+
+TEST_CASE("cli: an unavailable train.device exits 2 naming the key; auto falls back to the CPU", "[cli]") {
+  TemporaryFolder folder;
+  write_text(folder.path / "tiny.yaml", kTinyRunYaml);
+  std::vector<std::string> unavailable = {"cuda:99"};
+  if (cuda_device_count() == 0) unavailable.push_back("cuda");
+  for (const std::string& device : unavailable) {
+    INFO(device);
+    Outcome outcome = run_train({"--config", "tiny.yaml", "--set", "train.device=" + device, "--out", "run"}, folder.path);
+    INFO(outcome.output);
+    CHECK(outcome.exit_code == 2);
+    CHECK_THAT(outcome.output, Catch::Contains("train.device") && Catch::Contains(device) &&
+                                   Catch::Contains("not available"));
+    CHECK_THAT(outcome.output, !Catch::Contains("terminate called"));
+    CHECK(!fs::exists(folder.path / "run"));  // found before anything is written
+  }
+  if (cuda_device_count() == 0) {
+    Outcome outcome = run_train({"--config", "tiny.yaml", "--set", "train.device=auto", "--out", "auto"}, folder.path);
+    INFO(outcome.output);
+    CHECK(outcome.exit_code == 0);
+    std::ifstream log(folder.path / "auto" / "train.log");
+    std::stringstream text;
+    text << log.rdbuf();
+    CHECK_THAT(text.str(), Catch::Contains("cpu"));
   }
 }
 

@@ -92,7 +92,7 @@ TEST_CASE("Config: wrong types name the key, the expected type and the position"
   CHECK_THAT(error_of("optimizer: adam\n"),
              Catch::StartsWith("test.yaml:1:12: key 'optimizer': expected a section (a mapping of name, lr,") &&
                  Catch::EndsWith("got adam"));
-  CHECK(error_of("train:\n  device: gpu\n") == "test.yaml:2:11: key 'train.device': expected cpu, cuda or cuda:N, got gpu");
+  CHECK(error_of("train:\n  device: gpu\n") == "test.yaml:2:11: key 'train.device': expected auto, cpu, cuda or cuda:N, got gpu");
   CHECK(error_of("run:\n  name: a/b\n") ==
         "test.yaml:2:9: key 'run.name': expected a name of letters, digits, '.', '_' or '-', got a/b");
 }

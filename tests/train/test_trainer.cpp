@@ -36,6 +36,7 @@ struct TemporaryFolder {
 };
 
 // Tiny synthetic images (6 batches per epoch) through a narrow small_cnn: a step takes about a millisecond.
+// The test configs pin train.device: cpu, since bit-identical resume is a CPU promise and auto picks a GPU.
 const char* kSmallCnnYaml = R"(
 run: {name: tiny_cnn}
 model: {arch: small_cnn, width: 4}
@@ -44,7 +45,7 @@ data:
   batch_size: 16
   eval_batch_size: 64
   synthetic: {train_size: 96, test_size: 64, channels: 1, height: 8, width: 8, num_classes: 4, noise: 0.5, seed: 3}
-train: {epochs: 0, max_steps: 8, seed: 1}
+train: {epochs: 0, max_steps: 8, seed: 1, device: cpu}
 optimizer: {name: adam, lr: 0.01}
 scheduler: {name: warmup_cosine, warmup_steps: 3}
 logging: {every_steps: 2, progress: plain}
@@ -60,7 +61,7 @@ data:
   batch_size: 32
   eval_batch_size: 256
   ctr: {train_size: 320, test_size: 256, vocab_sizes: [400, 20, 5], seed: 2}
-train: {epochs: 0, max_steps: 8, seed: 1}
+train: {epochs: 0, max_steps: 8, seed: 1, device: cpu}
 optimizer: {name: adam, lr: 0.01}
 logging: {every_steps: 2, progress: plain}
 checkpoint: {every_epochs: 0, keep_last: 0}
@@ -322,7 +323,7 @@ data:
   batch_size: 256
   eval_batch_size: 4096
   ctr: {train_size: 60000, test_size: 20000, vocab_sizes: [200, 100, 50, 20, 10, 5], seed: 0}
-train: {epochs: 3, seed: 0}
+train: {epochs: 3, seed: 0, device: cpu}
 optimizer: {name: adam, lr: 3.0e-3}
 logging: {every_steps: 100, progress: plain}
 checkpoint: {enabled: false}

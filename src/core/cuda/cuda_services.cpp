@@ -10,27 +10,14 @@
 #include <vector>
 
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/device_guard.h"
 #include "core/cuda/device_kernels.h"
 #include "opsnn/core/storage.h"
 
 namespace opsnn {
 namespace {
 
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int index) {
-    OPSNN_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != index) OPSNN_CUDA_CHECK(cudaSetDevice(index));
-    changed_ = previous_ != index;
-  }
-  ~DeviceGuard() {
-    if (changed_) cudaSetDevice(previous_);
-  }
-
- private:
-  int previous_ = 0;
-  bool changed_ = false;
-};
+using cuda::DeviceGuard;
 
 class CudaServices final : public DeviceServices {
  public:

@@ -1,14 +1,57 @@
-// Registration of the CUDA backend (device services; compute kernels arrive with the CUDA backend issue).
+// The CUDA compute backend: cuBLAS for GEMM, cuDNN for convolution (algorithm searched once per shape
+// and cached), own kernels (kernels.h) for everything else. f32 only for now; other dtypes raise a
+// TypeError. Its methods are defined in gemm.cpp, conv.cpp and ops.cpp; registration in register.cpp.
 #pragma once
 
 #include <memory>
 
 #include "opsnn/core/storage.h"
+#include "opsnn/ops/backend.h"
 
 namespace opsnn {
 std::unique_ptr<DeviceServices> make_cuda_services();
 }
 
 namespace opsnn::ops {
+
+class CudaBackend final : public Backend {
+ public:
+  void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& out, double alpha,
+            double beta) override;
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) override;
+  void affine(const Tensor& x, double scale, double shift, Tensor& out) override;
+  void relu(const Tensor& x, Tensor& out) override;
+  void relu_backward(const Tensor& grad_out, const Tensor& x, Tensor& grad_in) override;
+  void sum(const Tensor& x, const std::vector<int64_t>& reduce_dims, Tensor& out) override;
+  void conv2d_forward(const Tensor& input, const Tensor& weight, const Tensor& bias, Tensor& out,
+                      const Conv2dGeometry& geometry) override;
+  void conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, Tensor& grad_input,
+                             const Conv2dGeometry& geometry) override;
+  void conv2d_backward_weight(const Tensor& grad_out, const Tensor& input, Tensor& grad_weight,
+                              const Conv2dGeometry& geometry) override;
+  void batch_norm_forward_train(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
+                                Tensor& running_var, double momentum, double eps, Tensor& out, Tensor& save_mean,
+                                Tensor& save_invstd) override;
+  void batch_norm_forward_eval(const Tensor& input, const Tensor& gamma, const Tensor& beta,
+                               const Tensor& running_mean, const Tensor& running_var, double eps,
+                               Tensor& out) override;
+  void batch_norm_backward(const Tensor& grad_out, const Tensor& input, const Tensor& gamma, const Tensor& save_mean,
+                           const Tensor& save_invstd, Tensor& grad_input, Tensor& grad_gamma,
+                           Tensor& grad_beta) override;
+  void max_pool2d_forward(const Tensor& input, Tensor& out, Tensor& indices, const Pool2dGeometry& geometry) override;
+  void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, Tensor& grad_input) override;
+  void avg_pool2d_forward(const Tensor& input, Tensor& out, const Pool2dGeometry& geometry) override;
+  void avg_pool2d_backward(const Tensor& grad_out, Tensor& grad_input, const Pool2dGeometry& geometry) override;
+  void log_softmax_forward(const Tensor& logits, Tensor& out) override;
+  void log_softmax_backward(const Tensor& grad_out, const Tensor& out, Tensor& grad_logits) override;
+  void nll_loss_forward(const Tensor& log_probs, const Tensor& target, double label_smoothing, Tensor& out) override;
+  void nll_loss_backward(double grad_scale, const Tensor& target, double label_smoothing,
+                         Tensor& grad_log_probs) override;
+  void embedding_forward(const Tensor& weight, const Tensor& indices, Tensor& out) override;
+  void embedding_backward_dense(const Tensor& grad_out, const Tensor& indices, Tensor& grad_weight) override;
+};
+
+// Registers the CUDA device services and the CUDA compute backend.
 void register_cuda_backend();
-}
+
+}  // namespace opsnn::ops

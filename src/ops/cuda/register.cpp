@@ -1,8 +1,13 @@
-// Registers the CUDA device services (and, once they exist, the CUDA compute kernels).
+// Registers the CUDA device services and the CUDA compute kernels.
+#include <memory>
+
 #include "ops/cuda/cuda_backend.h"
 
 namespace opsnn::ops {
 
-void register_cuda_backend() { register_device_services(DeviceType::cuda, make_cuda_services()); }
+void register_cuda_backend() {
+  register_device_services(DeviceType::cuda, make_cuda_services());
+  register_backend(DeviceType::cuda, std::make_unique<CudaBackend>());
+}
 
 }  // namespace opsnn::ops

@@ -1,0 +1,29 @@
+// DeviceGuard: makes a CUDA device current for a scope and restores the previous one on exit, so the
+// services and kernels of one tensor's device never disturb the caller's current device.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "core/cuda/cuda_check.h"
+
+namespace opsnn::cuda {
+
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int index) {
+    OPSNN_CUDA_CHECK(cudaGetDevice(&previous_));
+    changed_ = previous_ != index;
+    if (changed_) OPSNN_CUDA_CHECK(cudaSetDevice(index));
+  }
+  ~DeviceGuard() {
+    if (changed_) cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool changed_ = false;
+};
+
+}  // namespace opsnn::cuda

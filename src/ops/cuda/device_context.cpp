@@ -1,0 +1,65 @@
+// Lazily created cuBLAS and cuDNN handles per CUDA device, and the argument checks shared by the CUDA
+// Backend methods.
+#include "ops/cuda/device_context.h"
+
+#include <climits>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "core/cuda/cuda_check.h"
+
+namespace opsnn::cuda {
+namespace {
+
+struct HandleRegistry {
+  std::mutex mutex;
+  std::vector<std::unique_ptr<LibraryHandles>> by_device;
+};
+
+HandleRegistry& registry() {
+  // Never destroyed: handles outlive every static tensor, and destroying them after the CUDA runtime
+  // has shut down at exit would fail.
+  static HandleRegistry* instance = new HandleRegistry();
+  return *instance;
+}
+
+}  // namespace
+
+LibraryHandles& handles_for(int index) {
+  HandleRegistry& handles = registry();
+  std::lock_guard<std::mutex> lock(handles.mutex);
+  if (handles.by_device.size() <= static_cast<size_t>(index)) handles.by_device.resize(static_cast<size_t>(index) + 1);
+  std::unique_ptr<LibraryHandles>& slot = handles.by_device[static_cast<size_t>(index)];
+  if (!slot) {
+    auto created = std::make_unique<LibraryHandles>();
+    OPSNN_CUBLAS_CHECK(cublasCreate(&created->cublas));
+    OPSNN_CUBLAS_CHECK(cublasSetStream(created->cublas, nullptr));
+    // Default math: no TF32 tensor ops for f32 (that needs CUBLAS_TF32_TENSOR_OP_MATH), so f32 GEMMs
+    // keep full f32 products and match the CPU to rounding.
+    OPSNN_CUBLAS_CHECK(cublasSetMathMode(created->cublas, CUBLAS_DEFAULT_MATH));
+    OPSNN_CUBLAS_CHECK(cublasSetPointerMode(created->cublas, CUBLAS_POINTER_MODE_HOST));
+    OPSNN_CUDNN_CHECK(cudnnCreate(&created->cudnn));
+    OPSNN_CUDNN_CHECK(cudnnSetStream(created->cudnn, nullptr));
+    slot = std::move(created);
+  }
+  return *slot;
+}
+
+void require_f32(const Tensor& t, const char* kernel) {
+  OPSNN_CHECK_AS(TypeError, t.dtype() == DType::f32, "CUDA ", kernel, ": dtype ", dtype_name(t.dtype()),
+                 " is not supported yet (supported: f32; mixed precision arrives with the precision setting)");
+}
+
+void require_on(const Tensor& t, Device device, const char* kernel) {
+  OPSNN_CHECK_AS(DeviceError, t.device() == device, "CUDA ", kernel, ": operand ", t.str(), " is not on ",
+                 device.str());
+}
+
+int checked_int(int64_t value, const char* kernel) {
+  OPSNN_CHECK_AS(ShapeError, value >= 0 && value <= INT_MAX, "CUDA ", kernel, ": size ", value,
+                 " exceeds the 32-bit limit of cuBLAS/cuDNN");
+  return static_cast<int>(value);
+}
+
+}  // namespace opsnn::cuda

@@ -1,0 +1,28 @@
+// Per-device state of the CUDA compute backend: the cuBLAS and cuDNN handles (created once per device,
+// lazily, bound to the legacy default stream, with TF32 tensor-op math off so f32 results match the
+// CPU), and the checks every CUDA Backend method starts with.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cudnn.h>
+
+#include "opsnn/core/tensor.h"
+
+namespace opsnn::cuda {
+
+struct LibraryHandles {
+  cublasHandle_t cublas = nullptr;
+  cudnnHandle_t cudnn = nullptr;
+};
+
+// The handles of device `index`; the caller has made that device current (DeviceGuard).
+LibraryHandles& handles_for(int index);
+
+// Throws TypeError unless t is f32 (the only dtype the CUDA kernels support until mixed precision).
+void require_f32(const Tensor& t, const char* kernel);
+// Throws unless t lives on a CUDA device (and on `device` when given).
+void require_on(const Tensor& t, Device device, const char* kernel);
+// Throws ShapeError when a dimension exceeds what a 32-bit library parameter can hold.
+int checked_int(int64_t value, const char* kernel);
+
+}  // namespace opsnn::cuda
