@@ -1,0 +1,125 @@
+// opsnn-bench resnet50: ResNet-50 training throughput on the GPU (synthetic 224x224 images, batch 256 by
+// default, fused SGD with momentum), images per second and peak GPU memory from the stream-ordered pool,
+// the same measurement tools/bench_resnet50_torch.py makes with torchvision's model so the two run side
+// by side. Every step is forward + cross-entropy + backward + optimizer step; the first steps (cuDNN
+// algorithm search per shape) are warm-up.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/bench.h"
+#include "opsnn/core/error.h"
+#include "opsnn/models/models.h"
+#include "opsnn/ops/ops.h"
+#include "opsnn/optim/optimizer.h"
+
+#define RESNET_BENCH_CHECK(call)                                                                  \
+  do {                                                                                          \
+    cudaError_t status = (call);                                                                \
+    OPSNN_CHECK(status == cudaSuccess, #call, " failed: ", cudaGetErrorString(status));         \
+  } while (0)
+
+namespace opsnn::bench {
+namespace {
+
+int run(const std::vector<std::string>& args) {
+  for (const std::string& arg : args)
+    if (arg == "--help" || arg == "-h") {
+      std::printf("usage: opsnn-bench resnet50 [--batch 256] [--steps 20] [--warmup 5] [--precision fp32] "
+                  "[--depth 50] [--image-size 224] [--json FILE]\n");
+      return 0;
+    }
+  int device_count = 0;
+  if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
+    std::fprintf(stderr, "opsnn-bench resnet50: no CUDA device\n");
+    return 1;
+  }
+  const int batch = parse_positive(args, "--batch", 256);
+  const int steps = parse_positive(args, "--steps", 20);
+  const int warmup = parse_positive(args, "--warmup", 5);
+  const int depth = parse_positive(args, "--depth", 50);
+  const int image_size = parse_positive(args, "--image-size", 224);
+  const std::string precision = option(args, "--precision", "fp32");
+  const std::string json_path = option(args, "--json", "");
+  OPSNN_CHECK_AS(ConfigError, precision == "fp32", "--precision ", precision,
+                 ": this build trains ResNet-50 on the GPU in fp32 only (mixed precision is not wired in yet)");
+  const Device gpu(DeviceType::cuda, 0);
+
+  Generator generator(0);
+  models::ModelOptions options;
+  options.arch = "resnet" + std::to_string(depth);
+  options.in_channels = 3;
+  options.num_classes = 1000;
+  options.image_size = image_size;
+  options.stem = "imagenet";
+  auto model = models::make_resnet(depth, options, generator);
+  model->to(gpu);
+  model->train();
+  auto optimizer = optim::make_optimizer(
+      "sgd", model->named_parameters(),
+      optim::OptimizerOptions(0.1).momentum(0.9).monitor(optim::MonitorOptions().on_nonfinite(optim::NonFiniteAction::warn)));
+  Tensor images = Tensor::normal({batch, 3, image_size, image_size}, 0.0, 1.0, generator).to(gpu);
+  std::vector<int64_t> label_values(static_cast<size_t>(batch));
+  for (int64_t& label : label_values) label = static_cast<int64_t>(generator.next_below(1000));
+  Tensor labels = Tensor::from_vector(label_values, {batch}, DType::i64).to(gpu);
+
+  double last_loss = 0.0;
+  auto train_step = [&] {
+    optimizer->zero_grad();
+    Tensor loss = ops::cross_entropy(model->forward(images), labels);
+    loss.backward();
+    optimizer->step_async();
+    return loss;
+  };
+  for (int i = 0; i < warmup; ++i) last_loss = train_step().item();
+  RESNET_BENCH_CHECK(cudaDeviceSynchronize());
+  cudaMemPool_t pool;
+  RESNET_BENCH_CHECK(cudaDeviceGetDefaultMemPool(&pool, 0));
+  uint64_t zero = 0;
+  RESNET_BENCH_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
+  cudaEvent_t start, stop;
+  RESNET_BENCH_CHECK(cudaEventCreate(&start));
+  RESNET_BENCH_CHECK(cudaEventCreate(&stop));
+  RESNET_BENCH_CHECK(cudaEventRecord(start, nullptr));
+  Tensor loss;
+  for (int i = 0; i < steps; ++i) loss = train_step();
+  RESNET_BENCH_CHECK(cudaEventRecord(stop, nullptr));
+  RESNET_BENCH_CHECK(cudaEventSynchronize(stop));
+  last_loss = loss.item();
+  optimizer->sync_state();
+  float ms = 0.0f;
+  RESNET_BENCH_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  uint64_t peak = 0;
+  RESNET_BENCH_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &peak));
+  cudaDeviceProp properties{};
+  RESNET_BENCH_CHECK(cudaGetDeviceProperties(&properties, 0));
+  const double images_per_second = static_cast<double>(batch) * steps / (ms * 1e-3);
+  std::printf("opsnn-bench resnet%d: %s, batch %d, %dx%d, %s, %d steps after %d warm-up\n", depth, properties.name,
+              batch, image_size, image_size, precision.c_str(), steps, warmup);
+  std::printf("  %.1f images/s, %.1f ms/step, peak GPU memory %.2f GiB (pool high-water mark), last loss %.3f\n",
+              images_per_second, ms / steps, static_cast<double>(peak) / (1u << 30), last_loss);
+  if (!json_path.empty()) {
+    std::ofstream out(json_path);
+    OPSNN_CHECK_AS(DataError, out.good(), "--json: cannot write '", json_path, "'");
+    out << nlohmann::json{{"images_per_second", images_per_second},
+                          {"ms_per_step", ms / steps},
+                          {"peak_bytes", peak},
+                          {"batch", batch},
+                          {"precision", precision}}
+               .dump()
+        << "\n";
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return 0;
+}
+
+Registration registration{{"resnet50", "ResNet-50 training throughput on the GPU, synthetic 224x224 (--device cuda)", run}};
+
+}  // namespace
+}  // namespace opsnn::bench

@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""ResNet-50 training throughput in PyTorch, and opsnn's beside it in the same call.
+
+torchvision's resnet50 (channels_last), synthetic 224x224 images, cross-entropy, SGD with momentum
+(fused=True); precision fp32 (TF32 convolutions, PyTorch's default for cuDNN) or bf16 (autocast).
+Images per second over --steps steps after --warmup, CUDA-event timed; peak memory is
+torch.cuda.max_memory_allocated over the timed steps. With --opsnn PATH it then runs
+`PATH resnet50` with the same batch, steps and precision and prints both with their ratio.
+
+    python3 tools/bench_resnet50_torch.py --precision fp32 --opsnn build-gpu/opsnn-bench
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+import torchvision
+
+
+def torch_throughput(batch, steps, warmup, precision, image_size):
+    torch.manual_seed(0)
+    model = torchvision.models.resnet50().cuda().to(memory_format=torch.channels_last)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, fused=True)
+    images = torch.randn(batch, 3, image_size, image_size, device="cuda").to(memory_format=torch.channels_last)
+    labels = torch.randint(0, 1000, (batch,), device="cuda")
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            loss = loss_fn(model(images), labels)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(steps):
+        loss = step()
+    stop.record()
+    stop.synchronize()
+    ms = start.elapsed_time(stop)
+    return {"images_per_second": batch * steps / (ms * 1e-3), "ms_per_step": ms / steps,
+            "peak_bytes": torch.cuda.max_memory_allocated(), "loss": loss.item()}
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--opsnn", help="path of opsnn-bench, to run it in the same call and compare")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench_resnet50_torch: no CUDA device", file=sys.stderr)
+        return 1
+    torch.backends.cudnn.benchmark = True
+    ours = None
+    if args.opsnn:  # opsnn first: both then run on a GPU that has done the same amount of work before
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "opsnn.json")
+            command = [args.opsnn, "resnet50", "--batch", str(args.batch), "--steps", str(args.steps), "--warmup",
+                       str(args.warmup), "--precision", args.precision, "--image-size", str(args.image_size),
+                       "--json", path]
+            print("$ " + " ".join(command), flush=True)
+            subprocess.run(command, check=True)
+            with open(path) as f:
+                ours = json.load(f)
+    theirs = torch_throughput(args.batch, args.steps, args.warmup, args.precision, args.image_size)
+    print(f"PyTorch {torch.__version__} torchvision {torchvision.__version__} on {torch.cuda.get_device_name()}: "
+          f"resnet50 batch {args.batch} {args.precision}: {theirs['images_per_second']:.0f} images/s, "
+          f"{theirs['ms_per_step']:.1f} ms/step, peak {theirs['peak_bytes'] / 2**30:.2f} GiB")
+    if ours:
+        print(f"opsnn / PyTorch: throughput {ours['images_per_second'] / theirs['images_per_second']:.2f}x "
+              f"(needs >= 0.8), peak memory {ours['peak_bytes'] / theirs['peak_bytes']:.2f}x (needs <= 1.2)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
