@@ -271,6 +271,10 @@ bool TopKSparsifier::try_sampled_selection(double density, int64_t k, Selection&
   const int64_t sample_size = static_cast<int64_t>(sample_scores_.size());
   // The sample's own k-th largest, k scaled to the sample: an estimate of the population's threshold.
   const int64_t sample_k = std::clamp<int64_t>(std::llround(density * static_cast<double>(sample_size)), 1, sample_size);
+  // NaN scores (non-finite inputs) count as 0, as in exact_selection(): with NaN, std::greater is no strict
+  // weak order, and nth_element's answer would depend on the order of the sample, which the CPU (grouped
+  // by block) and the CUDA sparsifier (draw order) do not share.
+  for (double& score : sample_scores_) score = score > 0.0 ? score : 0.0;
   std::nth_element(sample_scores_.begin(), sample_scores_.begin() + (sample_k - 1), sample_scores_.end(),
                    std::greater<double>());
   const double threshold = sample_scores_[static_cast<size_t>(sample_k - 1)];
