@@ -3,7 +3,9 @@
 #include "opsnn/optim/sparse_update.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <mutex>
 #include <type_traits>
 #include <utility>
 
@@ -84,6 +86,8 @@ void coalesce_rows(const RowChunkView* chunks, int64_t chunk_count, int64_t num_
   out.width = width;
   out.sum_of_squares = 0.0;
   out.non_finite = false;
+  out.device = kCPU;
+  out.device_row_count = 0;
   // Scratch kept between calls, one set per calling thread (a training loop coalesces every step). The
   // parallel loop below reads it through plain pointers: inside it, a thread_local name would refer to
   // each worker thread's own (empty) copy.
@@ -232,30 +236,50 @@ template void lazy_adam_step<BFloat16>(float*, BFloat16*, BFloat16*, BFloat16*, 
 // ---- Tensor layer ----
 namespace {
 
-void check_cpu_contiguous(const Tensor& tensor, const char* what, const char* who) {
-  OPSNN_CHECK_AS(DeviceError, tensor.device() == kCPU, who, ": ", what, " must be a CPU tensor, got ", tensor.str());
+struct SparseRowRegistry {
+  std::mutex mutex;
+  std::array<SparseRowKernels, 2> by_type{};
+  std::array<bool, 2> present{};
+};
+
+SparseRowRegistry& sparse_row_registry() {
+  static SparseRowRegistry registry;
+  return registry;
+}
+
+// Contiguous and on `device` (the parameter's).
+void check_on_device(const Tensor& tensor, Device device, const char* what, const char* who) {
+  OPSNN_CHECK_AS(DeviceError, tensor.device() == device, who, ": ", what, " must be on ", device.str(),
+                 " with the parameter, got ", tensor.str());
   OPSNN_CHECK_AS(ShapeError, tensor.is_contiguous(), who, ": ", what, " must be contiguous, got ", tensor.str());
 }
 
-// Checks a 2-D f32 table and returns its [num_rows, width].
+// Checks a 2-D f32 table and returns its [num_rows, width]. A gradient with no rows fits any device.
 std::pair<int64_t, int64_t> check_table(const Tensor& param, const CoalescedRows& grad, const char* who) {
   OPSNN_CHECK(param.defined(), who, ": the parameter is undefined");
-  check_cpu_contiguous(param, "the parameter", who);
+  check_on_device(param, param.device(), "the parameter", who);
   OPSNN_CHECK_AS(TypeError, param.dtype() == DType::f32, who, ": the parameter (master weight) must be f32, got ",
                  param.str());
   OPSNN_CHECK_AS(ShapeError, param.dim() == 2, who, ": the parameter must be a [rows, width] table, got ",
                  param.str());
   OPSNN_CHECK_AS(ShapeError, grad.width == param.size(1), who, ": gradient rows of width ", grad.width,
                  " do not fit the table ", param.str());
-  OPSNN_CHECK_AS(ShapeError, static_cast<int64_t>(grad.values.size()) == grad.row_count() * grad.width, who,
-                 ": coalesced gradient holds ", grad.values.size(), " values for ", grad.row_count(), " rows of width ",
-                 grad.width);
+  if (grad.device.is_cpu()) {
+    OPSNN_CHECK_AS(ShapeError, static_cast<int64_t>(grad.values.size()) == grad.row_count() * grad.width, who,
+                   ": coalesced gradient holds ", grad.values.size(), " values for ", grad.row_count(),
+                   " rows of width ", grad.width);
+  } else {
+    OPSNN_CHECK_AS(ShapeError, grad.table_rows == param.size(0), who, ": the gradient was coalesced for a table of ",
+                   grad.table_rows, " rows, not ", param.str());
+  }
+  OPSNN_CHECK_AS(DeviceError, grad.row_count() == 0 || grad.device == param.device(), who,
+                 ": the coalesced gradient is on ", grad.device.str(), " but the parameter is ", param.str());
   return {param.size(0), param.size(1)};
 }
 
 void check_state(const Tensor& state, const Tensor& param, DType dtype, const char* what, const char* who) {
   OPSNN_CHECK(state.defined(), who, ": ", what, " is undefined");
-  check_cpu_contiguous(state, what, who);
+  check_on_device(state, param.device(), what, who);
   check_same_shape(state, param, who);
   OPSNN_CHECK_AS(TypeError, state.dtype() == dtype, who, ": ", what, " is ", dtype_name(state.dtype()),
                  " but the other states are ", dtype_name(dtype));
@@ -265,9 +289,28 @@ void check_state(const Tensor& state, const Tensor& param, DType dtype, const ch
 
 }  // namespace
 
+void register_sparse_row_kernels(DeviceType type, const SparseRowKernels& kernels) {
+  SparseRowRegistry& registry = sparse_row_registry();
+  std::lock_guard lock(registry.mutex);
+  registry.by_type[static_cast<size_t>(type)] = kernels;
+  registry.present[static_cast<size_t>(type)] = true;
+}
+
+const SparseRowKernels& sparse_row_kernels(Device device) {
+  SparseRowRegistry& registry = sparse_row_registry();
+  std::lock_guard lock(registry.mutex);
+  OPSNN_CHECK_AS(DeviceError, registry.present[static_cast<size_t>(device.type)],
+                 "no sparse-row update kernels for ", device.str(), " in this build; keep the table on the cpu");
+  return registry.by_type[static_cast<size_t>(device.type)];
+}
+
 void coalesce(const RowSparseGrad& grad, int64_t num_rows, int64_t width, float scale, CoalescedRows& out) {
   OPSNN_CHECK_AS(ShapeError, grad.indices.size() == grad.rows.size(), "coalesce: ", grad.indices.size(),
                  " index tensors but ", grad.rows.size(), " row tensors");
+  if (!grad.rows.empty() && grad.rows[0].defined() && !grad.rows[0].device().is_cpu()) {
+    sparse_row_kernels(grad.rows[0].device()).coalesce(grad, num_rows, width, scale, out);
+    return;
+  }
   std::vector<Tensor> keep_alive;  // contiguous / f32 copies the views point into
   std::vector<RowChunkView> chunks;
   keep_alive.reserve(2 * grad.indices.size());
@@ -298,7 +341,15 @@ void sparse_sgd_step(const Tensor& param, const Tensor& momentum_buffer, const T
                      const CoalescedRows& grad, const SgdScalars& scalars, float grad_multiplier) {
   const char* who = "sparse_sgd_step";
   auto [num_rows, width] = check_table(param, grad, who);
+  const bool on_device = !param.device().is_cpu();
   if (scalars.momentum == 0.0f) {
+    if (on_device) {
+      if (grad.row_count() > 0)
+        sparse_row_kernels(param.device())
+            .sgd_step(param.data<float>(), nullptr, DType::f32, nullptr, width, grad.device_indices.data<int64_t>(),
+                      grad.device_values.data<float>(), grad.row_count(), scalars, grad_multiplier);
+      return;
+    }
     sparse_sgd_step<float>(param.data<float>(), nullptr, nullptr, num_rows, width, grad.indices.data(),
                            grad.values.data(), grad.row_count(), scalars, grad_multiplier);
     return;
@@ -306,11 +357,19 @@ void sparse_sgd_step(const Tensor& param, const Tensor& momentum_buffer, const T
   OPSNN_CHECK(momentum_buffer.defined() && row_initialized.defined(), who, ": momentum ", scalars.momentum,
               " needs a momentum buffer and row flags");
   check_state(momentum_buffer, param, momentum_buffer.dtype(), "the momentum buffer", who);
-  check_cpu_contiguous(row_initialized, "row_initialized", who);
+  check_on_device(row_initialized, param.device(), "row_initialized", who);
   OPSNN_CHECK_AS(TypeError, row_initialized.dtype() == DType::u8, who, ": row_initialized must be u8, got ",
                  row_initialized.str());
   OPSNN_CHECK_AS(ShapeError, row_initialized.numel() == num_rows, who, ": row_initialized ", row_initialized.str(),
                  " must hold one flag per table row (", num_rows, ")");
+  if (on_device) {
+    if (grad.row_count() > 0)
+      sparse_row_kernels(param.device())
+          .sgd_step(param.data<float>(), momentum_buffer.data_ptr(), momentum_buffer.dtype(),
+                    row_initialized.data<uint8_t>(), width, grad.device_indices.data<int64_t>(),
+                    grad.device_values.data<float>(), grad.row_count(), scalars, grad_multiplier);
+    return;
+  }
   visit_dtype(momentum_buffer.dtype(), [&](auto tag) {
     using State = decltype(tag);
     if constexpr (std::is_same_v<State, float> || std::is_same_v<State, Half> || std::is_same_v<State, BFloat16>) {
@@ -330,6 +389,15 @@ void lazy_adam_step(const Tensor& param, const Tensor& exp_avg, const Tensor& ex
   check_state(exp_avg, param, state_dtype, "exp_avg", who);
   check_state(exp_avg_sq, param, state_dtype, "exp_avg_sq", who);
   if (scalars.amsgrad) check_state(max_exp_avg_sq, param, state_dtype, "max_exp_avg_sq (amsgrad)", who);
+  if (!param.device().is_cpu()) {
+    if (grad.row_count() > 0)
+      sparse_row_kernels(param.device())
+          .adam_step(param.data<float>(), exp_avg.data_ptr(), exp_avg_sq.data_ptr(),
+                     scalars.amsgrad ? max_exp_avg_sq.data_ptr() : nullptr, state_dtype, width,
+                     grad.device_indices.data<int64_t>(), grad.device_values.data<float>(), grad.row_count(), scalars,
+                     grad_multiplier);
+    return;
+  }
   visit_dtype(state_dtype, [&](auto tag) {
     using State = decltype(tag);
     if constexpr (std::is_same_v<State, float> || std::is_same_v<State, Half> || std::is_same_v<State, BFloat16>) {

@@ -4,9 +4,11 @@
 #include "opsnn/optim/topk.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <mutex>
 #include <utility>
 
 #include "opsnn/core/rng.h"
@@ -15,7 +17,18 @@ namespace opsnn::optim {
 namespace {
 
 // Block of elements counted and written by one task; fixed, so the output order never depends on threads.
-constexpr int64_t kBlock = int64_t{1} << 16;
+constexpr int64_t kBlock = kTopKBlock;
+
+struct TopKRegistry {
+  std::mutex mutex;
+  std::array<TopKKernels, 2> by_type{};
+  std::array<bool, 2> present{};
+};
+
+TopKRegistry& topk_registry() {
+  static TopKRegistry registry;
+  return registry;
+}
 
 void check_unit_interval(double value, bool zero_allowed, bool one_allowed, const char* name) {
   bool low_ok = zero_allowed ? value >= 0.0 : value > 0.0;
@@ -57,12 +70,35 @@ double TopKOptions::density_for_epoch(int64_t epoch) const {
   return density;
 }
 
-TopKSparsifier::TopKSparsifier(int64_t n, TopKOptions options) : n_(n), options_(std::move(options)) {
+void register_topk_kernels(DeviceType type, const TopKKernels& kernels) {
+  TopKRegistry& registry = topk_registry();
+  std::lock_guard lock(registry.mutex);
+  registry.by_type[static_cast<size_t>(type)] = kernels;
+  registry.present[static_cast<size_t>(type)] = true;
+}
+
+const TopKKernels& topk_kernels(Device device) {
+  TopKRegistry& registry = topk_registry();
+  std::lock_guard lock(registry.mutex);
+  OPSNN_CHECK_AS(DeviceError, registry.present[static_cast<size_t>(device.type)], "no top-k sparsification kernels for ",
+                 device.str(), " in this build; keep the gradients on the cpu");
+  return registry.by_type[static_cast<size_t>(device.type)];
+}
+
+TopKSparsifier::TopKSparsifier(int64_t n, TopKOptions options, Device device)
+    : n_(n), options_(std::move(options)), device_(device) {
   options_.validate();
   OPSNN_CHECK_AS(ShapeError, n > 0, "TopKSparsifier: the gradient must hold at least one element, got ", n);
-  state_.accumulator.assign(static_cast<size_t>(n), 0.0f);
-  state_.variance.assign(static_cast<size_t>(n), 0.0f);
-  if (options_.momentum_correction) state_.velocity.assign(static_cast<size_t>(n), 0.0f);
+  if (device_.is_cpu()) {
+    state_.accumulator.assign(static_cast<size_t>(n), 0.0f);
+    state_.variance.assign(static_cast<size_t>(n), 0.0f);
+    if (options_.momentum_correction) state_.velocity.assign(static_cast<size_t>(n), 0.0f);
+  } else {
+    topk_kernels(device_);  // fails early where the device has no kernels
+    device_accumulator_ = Tensor::zeros({n}, DType::f32, device_);
+    device_variance_ = Tensor::zeros({n}, DType::f32, device_);
+    if (options_.momentum_correction) device_velocity_ = Tensor::zeros({n}, DType::f32, device_);
+  }
   const size_t blocks = static_cast<size_t>((n + kBlock - 1) / kBlock);
   block_greater_.resize(blocks);
   block_ties_.resize(blocks);
@@ -81,13 +117,50 @@ void TopKSparsifier::load_state(TopKState state) {
                  " elements with momentum correction ", options_.momentum_correction ? "on" : "off");
   OPSNN_CHECK(state.steps >= 0, "TopKSparsifier::load_state: negative step count ", state.steps);
   state_ = std::move(state);
+  if (!device_.is_cpu()) {
+    device_accumulator_.copy_(Tensor::from_vector(state_.accumulator, {n_}));
+    device_variance_.copy_(Tensor::from_vector(state_.variance, {n_}));
+    if (options_.momentum_correction) device_velocity_.copy_(Tensor::from_vector(state_.velocity, {n_}));
+  }
+}
+
+const TopKState& TopKSparsifier::state() const {
+  if (!device_.is_cpu()) {
+    state_.accumulator = device_accumulator_.to_vector<float>();
+    state_.variance = device_variance_.to_vector<float>();
+    state_.velocity = options_.momentum_correction ? device_velocity_.to_vector<float>() : std::vector<float>();
+  }
+  return state_;
+}
+
+const std::vector<int64_t>& TopKSparsifier::selected_indices() const {
+  if (!host_pairs_current_) {
+    selected_indices_ = selected_indices_tensor().to_vector<int64_t>();
+    selected_values_ = selected_values_tensor().to_vector<float>();
+    host_pairs_current_ = true;
+  }
+  return selected_indices_;
+}
+
+const std::vector<float>& TopKSparsifier::selected_values() const {
+  selected_indices();
+  return selected_values_;
+}
+
+Tensor TopKSparsifier::selected_indices_tensor() const {
+  if (device_.is_cpu()) return Tensor::from_vector(selected_indices_, {static_cast<int64_t>(selected_indices_.size())});
+  if (selected_count_ == 0) return Tensor::empty({0}, DType::i64, device_);
+  return device_selected_indices_.slice(0, 0, selected_count_);
+}
+
+Tensor TopKSparsifier::selected_values_tensor() const {
+  if (device_.is_cpu()) return Tensor::from_vector(selected_values_, {static_cast<int64_t>(selected_values_.size())});
+  if (selected_count_ == 0) return Tensor::empty({0}, DType::f32, device_);
+  return device_selected_values_.slice(0, 0, selected_count_);
 }
 
 int64_t TopKSparsifier::sample_position(uint64_t seed, int64_t step, int64_t draw, int64_t n) {
-  Philox4 bits = philox4x32_10(seed, (static_cast<uint64_t>(step) << 32) + static_cast<uint64_t>(draw));
-  uint64_t wide = (static_cast<uint64_t>(bits.v[0]) << 32) | bits.v[1];
-  // floor(wide * n / 2^64): uniform in [0, n) without a 64-bit division.
-  return static_cast<int64_t>((static_cast<unsigned __int128>(wide) * static_cast<uint64_t>(n)) >> 64);
+  return topk_sample_position(seed, step, draw, n);
 }
 
 int64_t TopKSparsifier::sample_size_for(double density) const {
@@ -98,8 +171,7 @@ int64_t TopKSparsifier::sample_size_for(double density) const {
 }
 
 double TopKSparsifier::score_squared(int64_t i) const {
-  const double value = state_.accumulator[static_cast<size_t>(i)];
-  return value * value * static_cast<double>(state_.variance[static_cast<size_t>(i)]);
+  return topk_score_squared(state_.accumulator[static_cast<size_t>(i)], state_.variance[static_cast<size_t>(i)]);
 }
 
 void TopKSparsifier::draw_sample(int64_t sample_size) {
@@ -120,9 +192,7 @@ void TopKSparsifier::draw_sample(int64_t sample_size) {
 
 void TopKSparsifier::accumulate(const float* gradient, float grad_multiplier, float accumulator_factor,
                                 bool with_sample) {
-  const float beta = static_cast<float>(options_.variance_beta);
-  const float one_minus_beta = 1.0f - beta;
-  const float momentum = static_cast<float>(options_.momentum);
+  const TopKAccumulateScalars scalars = accumulate_scalars(grad_multiplier, accumulator_factor);
   float* accumulator = state_.accumulator.data();
   float* variance = state_.variance.data();
   float* velocity = state_.velocity.data();
@@ -133,19 +203,11 @@ void TopKSparsifier::accumulate(const float* gradient, float grad_multiplier, fl
     const int64_t begin = b * kBlock, end = std::min(n_, begin + kBlock);
     if (momentum_correction) {
 #pragma omp simd
-      for (int64_t i = begin; i < end; ++i) {
-        float g = gradient[i] * grad_multiplier;
-        variance[i] = beta * variance[i] + one_minus_beta * g * g;
-        velocity[i] = momentum * velocity[i] + g;                            // DGC eq. 5: u = m*u + g
-        accumulator[i] = accumulator[i] * accumulator_factor + velocity[i];  // v_acc += u
-      }
+      for (int64_t i = begin; i < end; ++i)
+        topk_accumulate_element(gradient[i], variance[i], velocity[i], accumulator[i], scalars);
     } else {
 #pragma omp simd
-      for (int64_t i = begin; i < end; ++i) {
-        float g = gradient[i] * grad_multiplier;
-        variance[i] = beta * variance[i] + one_minus_beta * g * g;
-        accumulator[i] = accumulator[i] * accumulator_factor + g;  // error feedback: residual += g
-      }
+      for (int64_t i = begin; i < end; ++i) topk_accumulate_element(gradient[i], variance[i], accumulator[i], scalars);
     }
     if (with_sample) {
       for (int64_t slot = block_sample_first_[b]; slot < block_sample_first_[b + 1]; ++slot)
@@ -169,6 +231,11 @@ void TopKSparsifier::send_everything(float* gradient) {
 }
 
 void TopKSparsifier::count_blocks(double threshold) {
+  if (!device_.is_cpu()) {
+    topk_kernels(device_).count_blocks(device_accumulator_.data<float>(), device_variance_.data<float>(), n_, threshold,
+                                       block_greater_.data(), block_ties_.data());
+    return;
+  }
   const float* accumulator = state_.accumulator.data();
   const float* variance = state_.variance.data();
   const int64_t blocks = static_cast<int64_t>(block_greater_.size());
@@ -204,6 +271,10 @@ bool TopKSparsifier::try_sampled_selection(double density, int64_t k, Selection&
   const int64_t sample_size = static_cast<int64_t>(sample_scores_.size());
   // The sample's own k-th largest, k scaled to the sample: an estimate of the population's threshold.
   const int64_t sample_k = std::clamp<int64_t>(std::llround(density * static_cast<double>(sample_size)), 1, sample_size);
+  // NaN scores (non-finite inputs) count as 0, as in exact_selection(): with NaN, std::greater is no strict
+  // weak order, and nth_element's answer would depend on the order of the sample, which the CPU (grouped
+  // by block) and the CUDA sparsifier (draw order) do not share.
+  for (double& score : sample_scores_) score = score > 0.0 ? score : 0.0;
   std::nth_element(sample_scores_.begin(), sample_scores_.begin() + (sample_k - 1), sample_scores_.end(),
                    std::greater<double>());
   const double threshold = sample_scores_[static_cast<size_t>(sample_k - 1)];
@@ -216,6 +287,22 @@ bool TopKSparsifier::try_sampled_selection(double density, int64_t k, Selection&
 }
 
 TopKSparsifier::Selection TopKSparsifier::exact_selection(int64_t k) {
+  if (!device_.is_cpu()) {
+    // The same selection as below: k < n here, and more than k positive scores exactly when the (k+1)-th
+    // largest is positive.
+    double kth = 0.0, next = 0.0;
+    topk_kernels(device_).kth_largest(device_accumulator_.data<float>(), device_variance_.data<float>(), n_, k, &kth,
+                                      &next);
+    Selection selection{next > 0.0 ? kth : 0.0, 0};
+    count_blocks(selection.threshold);
+    if (selection.threshold > 0.0) {
+      int64_t greater = 0;
+      for (int64_t count : block_greater_) greater += count;
+      selection.tie_quota = k - greater;
+    }
+    plan_blocks(selection);
+    return selection;
+  }
   scratch_scores_.resize(static_cast<size_t>(n_));
   const float* accumulator = state_.accumulator.data();
   const float* variance = state_.variance.data();
@@ -314,18 +401,11 @@ void TopKSparsifier::write_selected(float* gradient, const Selection& selection)
 
 TopKStepReport TopKSparsifier::sparsify(float* gradient, int64_t epoch, float grad_multiplier, float lr) {
   OPSNN_CHECK(gradient != nullptr, "TopKSparsifier::sparsify: null gradient");
-  TopKStepReport report;
-  const double density = options_.density_for_epoch(epoch);
-  const int64_t k = std::clamp<int64_t>(std::llround(density * static_cast<double>(n_)), 1, n_);
-  report.target_density = density;
-  report.target_count = k;
-  if (options_.lr_compensation) {
-    OPSNN_CHECK_AS(ConfigError, lr > 0.0f, "TopKSparsifier::sparsify: lr compensation needs the step's lr > 0, got ",
-                   lr);
-    report.accumulator_lr_factor = state_.previous_lr > 0.0f ? state_.previous_lr / lr : 1.0f;
-    state_.previous_lr = lr;
-  }
-
+  OPSNN_CHECK_AS(DeviceError, device_.is_cpu(), "TopKSparsifier::sparsify: this sparsifier lives on ", device_.str(),
+                 "; pass the gradient as a tensor on that device");
+  TopKStepReport report = begin_step(epoch, lr);
+  const double density = report.target_density;
+  const int64_t k = report.target_count;
   report.sample_size = k == n_ ? 0 : sample_size_for(density);
   if (report.sample_size > 0) draw_sample(report.sample_size);
   accumulate(gradient, grad_multiplier, report.accumulator_lr_factor, report.sample_size > 0);
@@ -348,13 +428,103 @@ TopKStepReport TopKSparsifier::sparsify(float* gradient, int64_t epoch, float gr
 }
 
 TopKStepReport TopKSparsifier::sparsify(const Tensor& gradient, int64_t epoch, float grad_multiplier, float lr) {
-  OPSNN_CHECK_AS(DeviceError, gradient.device() == kCPU, "TopKSparsifier::sparsify: the gradient must be on the CPU, got ",
-                 gradient.str());
+  OPSNN_CHECK_AS(DeviceError, gradient.device() == device_, "TopKSparsifier::sparsify: the gradient must be on ",
+                 device_.str(), " with the sparsifier's state, got ", gradient.str());
   OPSNN_CHECK_AS(TypeError, gradient.dtype() == DType::f32, "TopKSparsifier::sparsify: the gradient must be f32, got ",
                  gradient.str());
   OPSNN_CHECK_AS(ShapeError, gradient.is_contiguous() && gradient.numel() == n_, "TopKSparsifier::sparsify: the gradient ",
                  gradient.str(), " must be contiguous with ", n_, " elements");
+  if (!device_.is_cpu()) return sparsify_on_device(gradient.data<float>(), epoch, grad_multiplier, lr);
   return sparsify(gradient.data<float>(), epoch, grad_multiplier, lr);
+}
+
+TopKStepReport TopKSparsifier::begin_step(int64_t epoch, float lr) {
+  TopKStepReport report;
+  const double density = options_.density_for_epoch(epoch);
+  report.target_density = density;
+  report.target_count = std::clamp<int64_t>(std::llround(density * static_cast<double>(n_)), 1, n_);
+  if (options_.lr_compensation) {
+    OPSNN_CHECK_AS(ConfigError, lr > 0.0f, "TopKSparsifier::sparsify: lr compensation needs the step's lr > 0, got ",
+                   lr);
+    report.accumulator_lr_factor = state_.previous_lr > 0.0f ? state_.previous_lr / lr : 1.0f;
+    state_.previous_lr = lr;
+  }
+  return report;
+}
+
+TopKAccumulateScalars TopKSparsifier::accumulate_scalars(float grad_multiplier, float accumulator_factor) const {
+  TopKAccumulateScalars scalars;
+  scalars.beta = static_cast<float>(options_.variance_beta);
+  scalars.one_minus_beta = 1.0f - scalars.beta;
+  scalars.momentum = static_cast<float>(options_.momentum);
+  scalars.accumulator_factor = accumulator_factor;
+  scalars.grad_multiplier = grad_multiplier;
+  return scalars;
+}
+
+void TopKSparsifier::ensure_device_pairs(int64_t count) {
+  if (device_selected_indices_.defined() && device_selected_indices_.numel() >= count) return;
+  device_selected_indices_ = Tensor::empty({count}, DType::i64, device_);
+  device_selected_values_ = Tensor::empty({count}, DType::f32, device_);
+}
+
+int64_t TopKSparsifier::tie_cutoff(double threshold) {
+  // Allowances are granted greedily in block order, so the selected ties are a prefix in index order: the
+  // first block not granted all its ties holds the cut.
+  for (size_t b = 0; b < block_ties_.size(); ++b) {
+    if (block_tie_allowance_[b] == block_ties_[b]) continue;
+    const int64_t begin = static_cast<int64_t>(b) * kBlock, end = std::min(n_, begin + kBlock);
+    if (block_tie_allowance_[b] == 0) return begin;
+    return topk_kernels(device_).tie_position(device_accumulator_.data<float>(), device_variance_.data<float>(), begin,
+                                              end, threshold, block_tie_allowance_[b] - 1) + 1;
+  }
+  return n_;
+}
+
+// The CPU's sparsify() step for step, with the n-sized passes on the device: the same sample, counts, plan
+// and tie rule, so the same selection.
+TopKStepReport TopKSparsifier::sparsify_on_device(float* gradient, int64_t epoch, float grad_multiplier, float lr) {
+  const TopKKernels& kernels = topk_kernels(device_);
+  TopKStepReport report = begin_step(epoch, lr);
+  const double density = report.target_density;
+  const int64_t k = report.target_count;
+  float* accumulator = device_accumulator_.data<float>();
+  float* variance = device_variance_.data<float>();
+  float* velocity = options_.momentum_correction ? device_velocity_.data<float>() : nullptr;
+  kernels.accumulate(gradient, accumulator, variance, velocity, n_,
+                     accumulate_scalars(grad_multiplier, report.accumulator_lr_factor));
+  if (k == n_) {
+    ensure_device_pairs(n_);
+    kernels.send_everything(gradient, accumulator, velocity, n_, device_selected_indices_.data<int64_t>(),
+                            device_selected_values_.data<float>());
+    report.exact_selection = true;
+    selected_count_ = n_;
+  } else {
+    report.sample_size = sample_size_for(density);
+    Selection selection;
+    bool sampled = false;
+    if (report.sample_size > 0) {
+      sample_scores_.resize(static_cast<size_t>(report.sample_size));
+      kernels.sample_scores(options_.seed, state_.steps, n_, report.sample_size, accumulator, variance,
+                            sample_scores_.data());
+      sampled = try_sampled_selection(density, k, selection);
+    }
+    if (!sampled) {
+      report.exact_selection = true;
+      selection = exact_selection(k);
+    }
+    report.threshold = static_cast<float>(std::sqrt(selection.threshold));
+    selected_count_ = block_first_.back();
+    ensure_device_pairs(std::max<int64_t>(selected_count_, 1));
+    kernels.write_selected(gradient, accumulator, variance, velocity, n_, selection.threshold,
+                           tie_cutoff(selection.threshold), block_first_.data(),
+                           device_selected_indices_.data<int64_t>(), device_selected_values_.data<float>());
+  }
+  host_pairs_current_ = false;
+  ++state_.steps;
+  report.selected_count = selected_count_;
+  report.achieved_density = static_cast<double>(report.selected_count) / static_cast<double>(n_);
+  return report;
 }
 
 }  // namespace opsnn::optim

@@ -34,7 +34,22 @@ struct CoalescedRows {
   double sum_of_squares = 0.0;
   // Some coalesced value is inf or NaN (exactly when sum_of_squares is not finite).
   bool non_finite = false;
-  int64_t row_count() const { return static_cast<int64_t>(indices.size()); }
+
+  // Where the rows live. On a CUDA device (coalesce() of a gradient whose chunks are there) `indices` and
+  // `values` stay empty: device_indices holds row_count() unique rows in an unspecified order (atomics
+  // decide it) and device_values their [row_count, width] sums, both on `device` with room for more rows
+  // than used; sum_of_squares and non_finite are still set on the host.
+  Device device = kCPU;
+  int64_t device_row_count = 0;
+  int64_t table_rows = 0;  // the table size the device rows were checked against
+  Tensor device_indices;   // i64 [capacity]
+  Tensor device_values;    // f32 [capacity * width]
+  Tensor row_slots;        // i32 [table_rows] scratch of the CUDA coalescing: -1 for every row between calls
+  Tensor device_header;    // small scratch of the CUDA coalescing (row count, first bad index, norm)
+
+  int64_t row_count() const {
+    return device.is_cpu() ? static_cast<int64_t>(indices.size()) : device_row_count;
+  }
 };
 
 // Sums duplicate rows of all chunks into `out`. The occurrences of one index are summed in occurrence
@@ -87,15 +102,39 @@ extern template void lazy_adam_step<Half>(float*, Half*, Half*, Half*, int64_t, 
 extern template void lazy_adam_step<BFloat16>(float*, BFloat16*, BFloat16*, BFloat16*, int64_t, int64_t,
                                               const int64_t*, const float*, int64_t, const AdamScalars&, float);
 
-// ---- Tensor-facing layer (CPU tensors) ----
+// ---- device implementations of the Tensor-facing layer ----
+
+// One device type's sparse-row kernels (DESIGN.md decision 6: the Tensor layer dispatches on the table's
+// device through this table, no #ifdef). Pointers are on that device; `rows` are the unique indices of a
+// CoalescedRows coalesced there (in range by construction), `row_count` of them.
+struct SparseRowKernels {
+  // Coalesces a gradient whose chunks live on the device into `out` (device fields); same contract as
+  // coalesce() below, including the error for an index outside the table.
+  void (*coalesce)(const RowSparseGrad& grad, int64_t num_rows, int64_t width, float scale,
+                   CoalescedRows& out) = nullptr;
+  void (*sgd_step)(float* param, void* momentum_buffer, DType state_dtype, uint8_t* row_initialized, int64_t width,
+                   const int64_t* rows, const float* grad_rows, int64_t row_count, const SgdScalars& scalars,
+                   float grad_multiplier) = nullptr;
+  void (*adam_step)(float* param, void* exp_avg, void* exp_avg_sq, void* max_exp_avg_sq, DType state_dtype,
+                    int64_t width, const int64_t* rows, const float* grad_rows, int64_t row_count,
+                    const AdamScalars& scalars, float grad_multiplier) = nullptr;
+};
+
+void register_sparse_row_kernels(DeviceType type, const SparseRowKernels& kernels);
+// The kernels of device's type; DeviceError naming the device when none are registered.
+const SparseRowKernels& sparse_row_kernels(Device device);
+
+// ---- Tensor-facing layer (CPU tensors, or CUDA tensors through sparse_row_kernels) ----
 
 // Coalesces a table's RowSparseGrad. Each chunk: indices i64 of any shape with n_k elements, rows
 // [n_k, width] in f32/f16/bf16 (non-f32 rows are converted to f32 first). Throws ShapeError/TypeError
-// naming the chunk on malformed input.
+// naming the chunk on malformed input. When the first chunk's rows live on a CUDA device, coalescing
+// runs there (the other chunks are moved to it) and the result stays there; no chunks: an empty CPU result.
 void coalesce(const RowSparseGrad& grad, int64_t num_rows, int64_t width, float scale, CoalescedRows& out);
 CoalescedRows coalesce(const RowSparseGrad& grad, int64_t num_rows, int64_t width, float scale = 1.0f);
 
-// param: f32 [num_rows, width], contiguous. momentum_buffer: same shape, f32/f16/bf16 (undefined Tensor
+// The tensors and the coalesced gradient must be on one device. param: f32 [num_rows, width], contiguous.
+// momentum_buffer: same shape, f32/f16/bf16 (undefined Tensor
 // when momentum == 0). row_initialized: u8 [num_rows] (undefined when momentum == 0).
 void sparse_sgd_step(const Tensor& param, const Tensor& momentum_buffer, const Tensor& row_initialized,
                      const CoalescedRows& grad, const SgdScalars& scalars, float grad_multiplier = 1.0f);

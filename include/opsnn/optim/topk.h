@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "opsnn/core/tensor.h"
+#include "opsnn/optim/topk_rules.h"
 
 namespace opsnn::optim {
 
@@ -76,10 +77,46 @@ struct TopKState {
   float previous_lr = 0.0f;        // lr of the last step (lr compensation), 0 before the first
 };
 
+// One device type's top-k kernels (the sparsifier dispatches on its device through this table, DESIGN.md
+// decision 6). n-sized arrays are device pointers; the small results the host selection logic needs
+// (sample scores, per-block counts) come back in host arrays.
+struct TopKKernels {
+  // topk_accumulate_element over [0, n); velocity is null without momentum correction.
+  void (*accumulate)(const float* gradient, float* accumulator, float* variance, float* velocity, int64_t n,
+                     const TopKAccumulateScalars& scalars) = nullptr;
+  // scores[d] = topk_score_squared at topk_sample_position(seed, step, d, n), d < sample_size (host array).
+  void (*sample_scores)(uint64_t seed, int64_t step, int64_t n, int64_t sample_size, const float* accumulator,
+                        const float* variance, double* scores) = nullptr;
+  // Per block of kTopKBlock elements: squared scores > threshold and == threshold (host arrays).
+  void (*count_blocks)(const float* accumulator, const float* variance, int64_t n, double threshold,
+                       int64_t* block_greater, int64_t* block_ties) = nullptr;
+  // With NaN scores counted as 0: the k-th and (k+1)-th largest squared scores (1 <= k < n).
+  void (*kth_largest)(const float* accumulator, const float* variance, int64_t n, int64_t k, double* kth,
+                      double* next) = nullptr;
+  // Index of the tie (squared score == threshold) of 0-based rank `rank` in [begin, end); it exists.
+  int64_t (*tie_position)(const float* accumulator, const float* variance, int64_t begin, int64_t end,
+                          double threshold, int64_t rank) = nullptr;
+  // Selected: score^2 > threshold, or == threshold at an index < tie_cutoff. Writes the sparse gradient,
+  // clears accumulator (and velocity) where selected, and the pairs of block b from block_first[b] (host
+  // array of blocks + 1 entries) in index order.
+  void (*write_selected)(float* gradient, float* accumulator, const float* variance, float* velocity, int64_t n,
+                         double threshold, int64_t tie_cutoff, const int64_t* block_first, int64_t* selected_indices,
+                         float* selected_values) = nullptr;
+  // Density 1: gradient = accumulator, all pairs, accumulator (and velocity) = 0.
+  void (*send_everything)(float* gradient, float* accumulator, float* velocity, int64_t n, int64_t* selected_indices,
+                          float* selected_values) = nullptr;
+};
+
+void register_topk_kernels(DeviceType type, const TopKKernels& kernels);
+// The kernels of device's type; DeviceError naming the device when none are registered.
+const TopKKernels& topk_kernels(Device device);
+
 class TopKSparsifier {
  public:
-  // n: elements of the gradient arena. Validates the options.
-  TopKSparsifier(int64_t n, TopKOptions options);
+  // n: elements of the gradient arena. Validates the options. With a CUDA `device` the state buffers and
+  // the selected pairs live there and sparsify() takes gradients on that device; the selection is the
+  // CPU's, element for element (same sample, same scores in double, same tie rule).
+  TopKSparsifier(int64_t n, TopKOptions options, Device device = kCPU);
 
   // One step on the gradient arena `gradient` (n fp32 values, overwritten by the sparse gradient).
   // Per element i, with g = gradient[i] * grad_multiplier (pass 1/loss_scale times a clip factor, or 1):
@@ -94,17 +131,24 @@ class TopKSparsifier {
   // factor masking). Not selected: gradient[i] = 0 and acc_i is kept for later steps (error feedback).
   // Call it only for steps that are applied (after the non-finite check), with lr > 0 when lr
   // compensation is on. The mask depends only on the inputs, the state and the seed, not on threads.
+  // `gradient` is a host array (CPU sparsifier only).
   TopKStepReport sparsify(float* gradient, int64_t epoch, float grad_multiplier = 1.0f, float lr = 0.0f);
-  // The same on an f32 contiguous CPU tensor of n elements.
+  // The same on an f32 contiguous tensor of n elements on the sparsifier's device.
   TopKStepReport sparsify(const Tensor& gradient, int64_t epoch, float grad_multiplier = 1.0f, float lr = 0.0f);
 
-  // The pairs sent by the last step, in ascending index order (for the distributed exchange).
-  const std::vector<int64_t>& selected_indices() const { return selected_indices_; }
-  const std::vector<float>& selected_values() const { return selected_values_; }
+  // The pairs sent by the last step, in ascending index order (for the distributed exchange); on a CUDA
+  // sparsifier these copy the device pairs to the host on first use after a step.
+  const std::vector<int64_t>& selected_indices() const;
+  const std::vector<float>& selected_values() const;
+  // The same pairs where they live (i64 and f32 [selected count]), without a copy; CPU: host tensors.
+  Tensor selected_indices_tensor() const;
+  Tensor selected_values_tensor() const;
 
   int64_t size() const { return n_; }
+  Device device() const { return device_; }
   const TopKOptions& options() const { return options_; }
-  const TopKState& state() const { return state_; }
+  // On a CUDA sparsifier this copies the device buffers to the host (a checkpoint, a test).
+  const TopKState& state() const;
   // Restores a saved state (checkpoint resume); throws ShapeError when its buffers do not fit n and the
   // momentum-correction setting.
   void load_state(TopKState state);
@@ -138,11 +182,25 @@ class TopKSparsifier {
   // vectorised sqrtf needs -fno-math-errno) and without fp32 overflow or underflow of the square.
   double score_squared(int64_t i) const;
 
+  // Density, k and the lr compensation of a step (advances previous_lr).
+  TopKStepReport begin_step(int64_t epoch, float lr);
+  TopKAccumulateScalars accumulate_scalars(float grad_multiplier, float accumulator_factor) const;
+  TopKStepReport sparsify_on_device(float* gradient, int64_t epoch, float grad_multiplier, float lr);
+  // Ties at indices below this are selected (device selection): from the block tie allowances.
+  int64_t tie_cutoff(double threshold);
+  void ensure_device_pairs(int64_t count);
+
   int64_t n_;
   TopKOptions options_;
-  TopKState state_;
-  std::vector<int64_t> selected_indices_;
-  std::vector<float> selected_values_;
+  Device device_;
+  mutable TopKState state_;  // on a CUDA sparsifier the buffers are a host copy made by state()
+  mutable std::vector<int64_t> selected_indices_;
+  mutable std::vector<float> selected_values_;
+  // CUDA sparsifier: the state buffers and the last step's pairs (capacity >= selected_count_).
+  Tensor device_accumulator_, device_variance_, device_velocity_;
+  Tensor device_selected_indices_, device_selected_values_;
+  int64_t selected_count_ = 0;
+  mutable bool host_pairs_current_ = true;
   std::vector<double> scratch_scores_, sample_scores_;
   std::vector<int64_t> sample_positions_, sample_by_block_, block_sample_first_;
   std::vector<int64_t> block_greater_, block_ties_, block_first_, block_tie_allowance_;

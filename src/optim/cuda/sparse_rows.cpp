@@ -1,0 +1,129 @@
+// The CUDA implementation of the row-sparse Tensor layer (sparse_update.h): prepares the chunks on the
+// table's device, runs the coalescing kernels (sparse_rows.cu) with one host synchronization at the end
+// (row count, first bad index, sum of squares), and registers the device table.
+#include "optim/cuda/sparse_rows.h"
+
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cmath>
+#include <vector>
+
+#include "core/cuda/cuda_check.h"
+#include "opsnn/optim/sparse_update.h"
+#include "optim/cuda/sparse_rows_kernels.h"
+
+namespace opsnn::optim {
+namespace {
+
+// Keeps `buffer` at least `count` elements of `dtype` on `device` (contents not preserved on growth).
+void ensure_capacity(Tensor& buffer, int64_t count, DType dtype, Device device) {
+  if (buffer.defined() && buffer.device() == device && buffer.numel() >= count) return;
+  buffer = Tensor::empty({count}, dtype, device);
+}
+
+void cuda_coalesce(const RowSparseGrad& grad, int64_t num_rows, int64_t width, float scale, CoalescedRows& out) {
+  OPSNN_CHECK(width > 0, "coalesce_rows: row width must be positive, got ", width);
+  OPSNN_CHECK(num_rows >= 0, "coalesce_rows: table size must be non-negative, got ", num_rows);
+  const Device device = grad.rows[0].device();
+  std::vector<Tensor> indices, rows;  // contiguous, on `device`; rows f32
+  int64_t total = 0;
+  for (size_t c = 0; c < grad.indices.size(); ++c) {
+    Tensor chunk_indices = grad.indices[c].to(device), chunk_rows = grad.rows[c].to(device);
+    OPSNN_CHECK_AS(TypeError, chunk_indices.dtype() == DType::i64, "coalesce: chunk ", c,
+                   " indices must be i64, got ", chunk_indices.str());
+    OPSNN_CHECK_AS(TypeError,
+                   chunk_rows.dtype() == DType::f32 || chunk_rows.dtype() == DType::f16 ||
+                       chunk_rows.dtype() == DType::bf16,
+                   "coalesce: chunk ", c, " rows must be f32, f16 or bf16, got ", chunk_rows.str());
+    OPSNN_CHECK_AS(ShapeError,
+                   chunk_rows.dim() == 2 && chunk_rows.size(0) == chunk_indices.numel() && chunk_rows.size(1) == width,
+                   "coalesce: chunk ", c, " rows ", chunk_rows.str(), " do not match ", chunk_indices.numel(),
+                   " indices of a table with width ", width);
+    indices.push_back(chunk_indices.contiguous());
+    rows.push_back(chunk_rows.to(DType::f32).contiguous());
+    total += chunk_indices.numel();
+  }
+  // Slots are int32 on the device (half the scratch of int64 per table row).
+  OPSNN_CHECK(total <= INT_MAX, "coalesce: ", total, " row occurrences in one step exceed the CUDA limit of ",
+              INT_MAX);
+
+  out.width = width;
+  out.indices.clear();
+  out.values.clear();
+  out.device = device;
+  out.table_rows = num_rows;
+  out.device_row_count = 0;
+  out.sum_of_squares = 0.0;
+  out.non_finite = false;
+  if (total == 0) return;
+
+  if (!out.row_slots.defined() || out.row_slots.device() != device || out.row_slots.numel() != num_rows) {
+    out.row_slots = Tensor::empty({num_rows}, DType::i32, device);
+    cuda::launch_clear_row_slots(out.row_slots.data<int32_t>(), num_rows);
+  }
+  ensure_capacity(out.device_indices, total, DType::i64, device);
+  ensure_capacity(out.device_values, total * width, DType::f32, device);
+  static_assert(sizeof(cuda::CoalesceHeader) % sizeof(int64_t) == 0);
+  ensure_capacity(out.device_header, sizeof(cuda::CoalesceHeader) / sizeof(int64_t), DType::i64, device);
+  auto* header = static_cast<cuda::CoalesceHeader*>(out.device_header.data_ptr());
+  int* slots = out.row_slots.data<int32_t>();
+  int64_t* unique_rows = out.device_indices.data<int64_t>();
+  float* values = out.device_values.data<float>();
+
+  cuda::launch_coalesce_begin(header);
+  int64_t base = 0;
+  for (size_t c = 0; c < indices.size(); ++c) {
+    cuda::launch_claim_rows(indices[c].data<int64_t>(), indices[c].numel(), base, num_rows, slots, unique_rows, header);
+    base += indices[c].numel();
+  }
+  cuda::launch_assign_slots(unique_rows, header, total, width, slots, values);
+  for (size_t c = 0; c < indices.size(); ++c)
+    cuda::launch_scatter_rows(indices[c].data<int64_t>(), rows[c].data<float>(), indices[c].numel(), width, num_rows,
+                              slots, values);
+  // Also restores row_slots to -1 for every claimed row, so the scratch is clean even when we throw below.
+  cuda::launch_finalize_rows(unique_rows, header, total, width, scale, values, slots);
+
+  cuda::CoalesceHeader result{};
+  OPSNN_CUDA_CHECK(cudaMemcpy(&result, header, sizeof(result), cudaMemcpyDeviceToHost));
+  if (result.first_bad_position != cuda::kNoBadPosition) {
+    int64_t position = static_cast<int64_t>(result.first_bad_position);
+    size_t chunk = 0;
+    while (position >= indices[chunk].numel()) position -= indices[chunk++].numel();
+    int64_t index = 0;
+    OPSNN_CUDA_CHECK(cudaMemcpy(&index, indices[chunk].data<int64_t>() + position, sizeof(index),
+                                cudaMemcpyDeviceToHost));
+    throw Error(detail::concat("row-sparse gradient: index ", index, " (chunk ", chunk, ", position ", position,
+                               ") is outside the embedding table of ", num_rows, " rows [0, ", num_rows, ")"));
+  }
+  out.device_row_count = result.row_count;
+  out.sum_of_squares = result.sum_of_squares;
+  out.non_finite = !std::isfinite(result.sum_of_squares);
+}
+
+void cuda_sparse_sgd(float* param, void* momentum_buffer, DType state_dtype, uint8_t* row_initialized, int64_t width,
+                     const int64_t* rows, const float* grad_rows, int64_t row_count, const SgdScalars& scalars,
+                     float grad_multiplier) {
+  cuda::launch_sparse_sgd(param, momentum_buffer, state_dtype, row_initialized, width, rows, grad_rows, row_count,
+                          scalars, grad_multiplier);
+}
+
+void cuda_lazy_adam(float* param, void* exp_avg, void* exp_avg_sq, void* max_exp_avg_sq, DType state_dtype,
+                    int64_t width, const int64_t* rows, const float* grad_rows, int64_t row_count,
+                    const AdamScalars& scalars, float grad_multiplier) {
+  cuda::launch_lazy_adam(param, exp_avg, exp_avg_sq, max_exp_avg_sq, state_dtype, width, rows, grad_rows, row_count,
+                         scalars, grad_multiplier);
+}
+
+}  // namespace
+
+void register_cuda_sparse_gradient_kernels() {
+  SparseRowKernels kernels;
+  kernels.coalesce = cuda_coalesce;
+  kernels.sgd_step = cuda_sparse_sgd;
+  kernels.adam_step = cuda_lazy_adam;
+  register_sparse_row_kernels(DeviceType::cuda, kernels);
+  register_cuda_topk_kernels();
+}
+
+}  // namespace opsnn::optim
