@@ -4,7 +4,9 @@
 
 #include <cmath>
 
+#include "opsnn/autograd/node.h"
 #include "opsnn/core/error.h"
+#include "opsnn/ops/ops.h"
 
 namespace opsnn::train {
 namespace {
@@ -42,7 +44,7 @@ RowSparseUpdater::RowSparseUpdater(const optim::Optimizer& optimizer) {
                    "' has row-sparse gradients but is not a [rows, width] table: ", shape_str(segment.shape));
     names_[i] = segment.name;
     if (name == "sgd" && optimizer.options().momentum() > 0.0)
-      row_initialized_[i] = Tensor::zeros({segment.shape[0]}, DType::u8);
+      row_initialized_[i] = Tensor::zeros({segment.shape[0]}, DType::u8, segment.parameter.device());
   }
 }
 
@@ -101,8 +103,6 @@ GradientSparsifier::GradientSparsifier(const TrainConfig& config, const optim::O
   OPSNN_CHECK_AS(ConfigError, !config.loss_scaling_enabled(),
                  "key 'optimizer.settings.sparsification.method': topk works on unscaled gradients and cannot be "
                  "combined with loss scaling (optimizer.settings.loss_scaling.enabled / train.precision fp16)");
-  OPSNN_CHECK_AS(ConfigError, optimizer.arena().device().is_cpu(),
-                 "key 'optimizer.settings.sparsification.method': topk runs on the CPU only in this build");
   if (settings.momentum_correction) {
     OPSNN_CHECK_AS(ConfigError, config.optimizer.name == "sgd" && config.optimizer.momentum > 0.0 &&
                                     !config.optimizer.nesterov,
@@ -122,15 +122,21 @@ GradientSparsifier::GradientSparsifier(const TrainConfig& config, const optim::O
   // warm-up runs over sparsification.warmup_steps steps.
   options.warmup_epochs = settings.warmup_steps;
   options.warmup_start_density = std::max(settings.initial_density, settings.density);
-  sparsifier_ = std::make_unique<optim::TopKSparsifier>(optimizer.arena().padded_elements(), options);
+  sparsifier_ = std::make_unique<optim::TopKSparsifier>(optimizer.arena().padded_elements(), options,
+                                                         optimizer.arena().device());
 }
 
 std::optional<optim::TopKStepReport> GradientSparsifier::apply(const optim::Optimizer& optimizer) {
   Tensor gradient = optimizer.arena().grads();
-  const float* values = gradient.data<float>();
-  int64_t n = gradient.numel();
   bool finite = true;
-  for (int64_t i = 0; i < n; ++i) finite &= std::isfinite(values[i]);
+  if (gradient.device().is_cpu()) {
+    const float* values = gradient.data<float>();
+    int64_t n = gradient.numel();
+    for (int64_t i = 0; i < n; ++i) finite &= std::isfinite(values[i]);
+  } else {  // sum of g * 0: NaN exactly when some g is inf or NaN (one reduction on the device)
+    autograd::NoGradGuard no_grad;
+    finite = std::isfinite(ops::sum(ops::scale(gradient, 0.0)).item());
+  }
   if (!finite) return std::nullopt;
   float lr = static_cast<float>(optimizer.next_lr());
   return sparsifier_->sparsify(gradient, sparsifier_->state().steps, 1.0f, lr);

@@ -57,8 +57,9 @@ struct Curve {
   double test_loss = 0.0;
 };
 
-Curve train_on(const std::string& device, const fs::path& out) {
-  TrainConfig config = load_config_text(kQuickstartLikeYaml, "quickstart_like.yaml", {"train.device=" + device});
+Curve train_on(const std::string& device, const fs::path& out, const char* yaml = kQuickstartLikeYaml,
+               int64_t steps = 200) {
+  TrainConfig config = load_config_text(yaml, "quickstart_like.yaml", {"train.device=" + device});
   TrainerOptions options;
   options.out_dir = out.string();
   options.show_progress = false;
@@ -72,7 +73,7 @@ Curve train_on(const std::string& device, const fs::path& out) {
     if (record["event"] == "train") curve.losses.push_back(record["loss"].get<double>());
     if (record["event"] == "eval") curve.test_loss = record["test_loss"].get<double>();
   }
-  REQUIRE(summary.steps == 200);
+  REQUIRE(summary.steps == steps);
   return curve;
 }
 
@@ -98,4 +99,63 @@ TEST_CASE("cuda: a quickstart-like run trains to the same loss curve on the GPU 
   CHECK(cpu.losses.back() < 0.8 * cpu.losses.front());  // it learned something: the comparison is not vacuous
   INFO("test loss: cpu " << cpu.test_loss << ", gpu " << gpu.test_loss);
   CHECK(std::fabs(gpu.test_loss - cpu.test_loss) <= 0.03 * std::fabs(cpu.test_loss));
+}
+
+// Row-sparse embedding gradients (lazy Adam through the GPU sparse-row kernels) and top-k sparsification
+// (DGC with momentum correction on the GPU arena) under the trainer: CPU and GPU runs agree.
+const char* kCtrLazyAdamYaml = R"(
+run: {name: ctr_lazy_adam}
+model: {arch: ctr, embedding_dim: 8, hidden_sizes: [32]}
+data:
+  dataset: ctr_synthetic
+  batch_size: 64
+  eval_batch_size: 1024
+  ctr: {train_size: 12800, test_size: 2048, vocab_sizes: [400, 50, 7], seed: 3}
+train: {epochs: 0, max_steps: 100, seed: 1}
+optimizer: {name: adam, lr: 0.01}
+logging: {every_steps: 10, progress: plain}
+checkpoint: {enabled: false}
+)";
+
+const char* kTopKYaml = R"(
+run: {name: topk_like}
+model: {arch: small_cnn}
+data:
+  dataset: synthetic
+  batch_size: 64
+  eval_batch_size: 500
+  synthetic: {train_size: 6400, test_size: 1000, channels: 1, height: 16, width: 16, num_classes: 10, noise: 0.5, seed: 5}
+train: {epochs: 0, max_steps: 100, seed: 7}
+optimizer:
+  name: sgd
+  lr: 0.05
+  momentum: 0.9
+  settings:
+    sparsification: {method: topk, density: 0.05, initial_density: 0.25, warmup_steps: 30, momentum_correction: true}
+logging: {every_steps: 10, progress: plain}
+checkpoint: {enabled: false}
+)";
+
+void require_same_curves(const Curve& cpu, const Curve& gpu, double tolerance) {
+  REQUIRE(cpu.losses.size() >= 10);
+  REQUIRE(gpu.losses.size() == cpu.losses.size());
+  for (size_t i = 0; i < cpu.losses.size(); ++i) {
+    INFO("logged interval " << i << ": cpu " << cpu.losses[i] << ", gpu " << gpu.losses[i]);
+    CHECK(std::fabs(gpu.losses[i] - cpu.losses[i]) <= tolerance * std::fabs(cpu.losses[i]));
+  }
+  INFO("test loss: cpu " << cpu.test_loss << ", gpu " << gpu.test_loss);
+  CHECK(std::fabs(gpu.test_loss - cpu.test_loss) <= tolerance * std::fabs(cpu.test_loss));
+}
+
+TEST_CASE("cuda: lazy Adam on row-sparse embeddings and top-k sparsification train alike on GPU and CPU",
+          "[cuda][trainer]") {
+  if (cuda_device_count() == 0) {
+    WARN("no CUDA device: the GPU training comparison is skipped");
+    return;
+  }
+  TemporaryFolder folder;
+  require_same_curves(train_on("cpu", folder.path / "ctr_cpu", kCtrLazyAdamYaml, 100),
+                      train_on("cuda", folder.path / "ctr_gpu", kCtrLazyAdamYaml, 100), 0.02);
+  require_same_curves(train_on("cpu", folder.path / "topk_cpu", kTopKYaml, 100),
+                      train_on("cuda", folder.path / "topk_gpu", kTopKYaml, 100), 0.05);
 }
