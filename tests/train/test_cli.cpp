@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+
+#include "support/temporary_folder.h"
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -27,18 +29,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TemporaryFolder {
-  fs::path path;
-  TemporaryFolder() {
-    static int counter = 0;
-    path = fs::temp_directory_path() / ("opsnn-cli-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TemporaryFolder() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
+// One temporary folder per test, named after this file.
+struct TemporaryFolder : opsnn::testing::TemporaryFolder {
+  TemporaryFolder() : opsnn::testing::TemporaryFolder("opsnn-cli-test") {}
 };
 
 struct Outcome {

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+
+#include "support/temporary_folder.h"
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -21,19 +23,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TemporaryFolder {
-  fs::path path;
-  TemporaryFolder() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("opsnn-trainer-cuda-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TemporaryFolder() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
+// One temporary folder per test, named after this file.
+struct TemporaryFolder : opsnn::testing::TemporaryFolder {
+  TemporaryFolder() : opsnn::testing::TemporaryFolder("opsnn-trainer-cuda-test") {}
 };
 
 // The quickstart's model and optimizer on synthetic 16x16 images (no dataset download needed).

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/device_guard.h"
 #include "opsnn/core/error.h"
 #include "opsnn/core/storage.h"
 #include "opsnn/optim/device_step.h"
@@ -24,17 +25,7 @@
 namespace opsnn::optim::cuda {
 namespace {
 
-class CurrentDevice {
- public:
-  explicit CurrentDevice(int index) {
-    OPSNN_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != index) OPSNN_CUDA_CHECK(cudaSetDevice(index));
-  }
-  ~CurrentDevice() { cudaSetDevice(previous_); }
-
- private:
-  int previous_ = 0;
-};
+using CurrentDevice = ::opsnn::cuda::DeviceGuard;
 
 template <typename T> struct PinnedDeleter {
   void operator()(T* pointer) const { cudaFreeHost(pointer); }

@@ -86,6 +86,17 @@ __device__ __forceinline__ void report_parameter_check(const FusedBuffers& b, fl
   if (__syncthreads_or(!(check == 0.0f)) && threadIdx.x == 0) atomicMin(&b.report->bad_param_chunk, c);
 }
 
+// A tile's group settings into the step's scalars (lr x multiplier, weight decay); returns how many of
+// its elements the 8-wide vector loop covers (the rest is the scalar tail).
+template <typename Scalars>
+__device__ __forceinline__ int64_t apply_segment(const FusedBuffers& b, const StepScalars& step, const ArenaChunk& chunk,
+                                                 Scalars& s) {
+  const DeviceSegment segment = b.segments[chunk.segment];
+  s.lr = static_cast<float>(step.lr * segment.lr_multiplier);
+  s.weight_decay = segment.weight_decay;
+  return (chunk.end - chunk.begin) & ~int64_t{kVector - 1};
+}
+
 __device__ __forceinline__ AdamScalars adam_scalars(const StepConstants& k, const StepScalars& step) {
   AdamScalars s{};
   s.beta1 = static_cast<float>(k.beta1);
@@ -259,10 +270,7 @@ __global__ void __launch_bounds__(kThreads) adam_kernel(FusedBuffers b, StepCons
   const float multiplier = step.grad_multiplier;
   for (int c = blockIdx.x; c < b.chunk_count; c += gridDim.x) {
     const ArenaChunk chunk = b.chunks[c];
-    const DeviceSegment segment = b.segments[chunk.segment];
-    s.lr = static_cast<float>(step.lr * segment.lr_multiplier);
-    s.weight_decay = segment.weight_decay;
-    const int64_t count = chunk.end - chunk.begin, vector_count = count & ~int64_t{kVector - 1};
+    const int64_t vector_count = apply_segment(b, step, chunk, s);
     float check = 0.0f;
     double sum = 0.0;
     for (int64_t i = chunk.begin + threadIdx.x * kVector; i < chunk.begin + vector_count; i += kThreads * kVector) {
@@ -325,10 +333,7 @@ __global__ void __launch_bounds__(kThreads) sgd_kernel(FusedBuffers b, StepConst
   const float multiplier = step.grad_multiplier;
   for (int c = blockIdx.x; c < b.chunk_count; c += gridDim.x) {
     const ArenaChunk chunk = b.chunks[c];
-    const DeviceSegment segment = b.segments[chunk.segment];
-    s.lr = static_cast<float>(step.lr * segment.lr_multiplier);
-    s.weight_decay = segment.weight_decay;
-    const int64_t count = chunk.end - chunk.begin, vector_count = count & ~int64_t{kVector - 1};
+    const int64_t vector_count = apply_segment(b, step, chunk, s);
     float check = 0.0f;
     double sum = 0.0;
     for (int64_t i = chunk.begin + threadIdx.x * kVector; i < chunk.begin + vector_count; i += kThreads * kVector) {
@@ -379,10 +384,7 @@ __global__ void __launch_bounds__(kThreads) lamb_phase1_kernel(FusedBuffers b, S
   const float multiplier = step.grad_multiplier;
   for (int c = blockIdx.x; c < b.chunk_count; c += gridDim.x) {
     const ArenaChunk chunk = b.chunks[c];
-    const DeviceSegment segment = b.segments[chunk.segment];
-    s.lr = static_cast<float>(step.lr * segment.lr_multiplier);
-    s.weight_decay = segment.weight_decay;
-    const int64_t count = chunk.end - chunk.begin, vector_count = count & ~int64_t{kVector - 1};
+    const int64_t vector_count = apply_segment(b, step, chunk, s);
     double update_sum = 0.0, param_sum = 0.0;
     for (int64_t i = chunk.begin + threadIdx.x * kVector; i < chunk.begin + vector_count; i += kThreads * kVector) {
       float p[kVector], g[kVector], m[kVector], v[kVector];
@@ -429,13 +431,10 @@ __global__ void __launch_bounds__(kThreads) lamb_phase2_kernel(FusedBuffers b, S
   AdamScalars s = adam_scalars(k, step);
   for (int c = blockIdx.x; c < b.chunk_count; c += gridDim.x) {
     const ArenaChunk chunk = b.chunks[c];
-    const DeviceSegment segment = b.segments[chunk.segment];
-    s.lr = static_cast<float>(step.lr * segment.lr_multiplier);
-    s.weight_decay = segment.weight_decay;
+    const int64_t vector_count = apply_segment(b, step, chunk, s);
     const float trust = lamb_trust_ratio(static_cast<float>(sqrt(b.segment_sums[1][chunk.segment])),
                                          static_cast<float>(sqrt(b.segment_sums[0][chunk.segment])), k.trust_lower,
                                          k.trust_upper);
-    const int64_t count = chunk.end - chunk.begin, vector_count = count & ~int64_t{kVector - 1};
     float check = 0.0f;
     for (int64_t i = chunk.begin + threadIdx.x * kVector; i < chunk.begin + vector_count; i += kThreads * kVector) {
       float p[kVector], m[kVector], v[kVector];

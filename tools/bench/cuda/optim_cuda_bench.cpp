@@ -16,16 +16,12 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench.h"
+#include "bench/cuda/cuda_bench.h"
 #include "bench/cuda/unfused_chain.h"
 #include "opsnn/core/error.h"
 #include "opsnn/optim/device_step.h"
 #include "opsnn/optim/optimizer.h"
 
-#define BENCH_CUDA_CHECK(call)                                                                              \
-  do {                                                                                                    \
-    cudaError_t bench_status = (call);                                                                    \
-    OPSNN_CHECK(bench_status == cudaSuccess, #call, " failed: ", cudaGetErrorString(bench_status));       \
-  } while (0)
 
 namespace opsnn::bench {
 namespace {

@@ -13,16 +13,12 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench.h"
+#include "bench/cuda/cuda_bench.h"
 #include "opsnn/core/error.h"
 #include "opsnn/models/models.h"
 #include "opsnn/ops/ops.h"
 #include "opsnn/optim/optimizer.h"
 
-#define RESNET_BENCH_CHECK(call)                                                                  \
-  do {                                                                                          \
-    cudaError_t status = (call);                                                                \
-    OPSNN_CHECK(status == cudaSuccess, #call, " failed: ", cudaGetErrorString(status));         \
-  } while (0)
 
 namespace opsnn::bench {
 namespace {
@@ -77,27 +73,27 @@ int run(const std::vector<std::string>& args) {
     return loss;
   };
   for (int i = 0; i < warmup; ++i) last_loss = train_step().item();
-  RESNET_BENCH_CHECK(cudaDeviceSynchronize());
+  BENCH_CUDA_CHECK(cudaDeviceSynchronize());
   cudaMemPool_t pool;
-  RESNET_BENCH_CHECK(cudaDeviceGetDefaultMemPool(&pool, 0));
+  BENCH_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, 0));
   uint64_t zero = 0;
-  RESNET_BENCH_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
+  BENCH_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
   cudaEvent_t start, stop;
-  RESNET_BENCH_CHECK(cudaEventCreate(&start));
-  RESNET_BENCH_CHECK(cudaEventCreate(&stop));
-  RESNET_BENCH_CHECK(cudaEventRecord(start, nullptr));
+  BENCH_CUDA_CHECK(cudaEventCreate(&start));
+  BENCH_CUDA_CHECK(cudaEventCreate(&stop));
+  BENCH_CUDA_CHECK(cudaEventRecord(start, nullptr));
   Tensor loss;
   for (int i = 0; i < steps; ++i) loss = train_step();
-  RESNET_BENCH_CHECK(cudaEventRecord(stop, nullptr));
-  RESNET_BENCH_CHECK(cudaEventSynchronize(stop));
+  BENCH_CUDA_CHECK(cudaEventRecord(stop, nullptr));
+  BENCH_CUDA_CHECK(cudaEventSynchronize(stop));
   last_loss = loss.item();
   optimizer->sync_state();
   float ms = 0.0f;
-  RESNET_BENCH_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  BENCH_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
   uint64_t peak = 0;
-  RESNET_BENCH_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &peak));
+  BENCH_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &peak));
   cudaDeviceProp properties{};
-  RESNET_BENCH_CHECK(cudaGetDeviceProperties(&properties, 0));
+  BENCH_CUDA_CHECK(cudaGetDeviceProperties(&properties, 0));
   const double images_per_second = static_cast<double>(batch) * steps / (ms * 1e-3);
   std::printf("opsnn-bench resnet%d: %s, batch %d, %dx%d, %s, %d steps after %d warm-up\n", depth, properties.name,
               batch, image_size, image_size, precision.c_str(), steps, warmup);
