@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "support/run_program.h"
 #include "support/temporary_folder.h"
 #include <chrono>
 #include <filesystem>
@@ -34,41 +35,11 @@ struct TemporaryFolder : opsnn::testing::TemporaryFolder {
   TemporaryFolder() : opsnn::testing::TemporaryFolder("opsnn-cli-test") {}
 };
 
-struct Outcome {
-  int exit_code = -1;       // -1 when the program did not exit normally (a signal: a crash)
-  std::string output;       // stdout and stderr together
-};
-
-std::string quote(const std::string& text) {
-  std::string quoted = "'";
-  for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return quoted + "'";
-}
+using opsnn::testing::Outcome;
 
 // Runs opsnn-train with `arguments` in `folder`, capturing its output.
 Outcome run_train(const std::vector<std::string>& arguments, const fs::path& folder) {
-  // Appended piece by piece: `"literal" + std::string` trips GCC 12's -Wrestrict false positive.
-  std::string command = "cd ";
-  command += quote(folder.string());
-  command += " && ";
-  command += quote(OPSNN_TRAIN_EXE);
-  for (const std::string& argument : arguments) {
-    command += ' ';
-    command += quote(argument);
-  }
-  fs::path output_file = folder / "opsnn-train.out";
-  command += " > ";
-  command += quote(output_file.string());
-  command += " 2>&1 < /dev/null";
-  int status = std::system(command.c_str());
-  Outcome outcome;
-  // The shell reports a child killed by a signal as 128 + signal.
-  if (status != -1 && WIFEXITED(status) && WEXITSTATUS(status) < 128) outcome.exit_code = WEXITSTATUS(status);
-  std::ifstream file(output_file);
-  std::stringstream text;
-  text << file.rdbuf();
-  outcome.output = text.str();
-  return outcome;
+  return opsnn::testing::run_program(OPSNN_TRAIN_EXE, arguments, folder);
 }
 
 void write_text(const fs::path& path, const std::string& text) {

@@ -1,0 +1,63 @@
+// opsnn-bench's command line: bad input is one clear message and a non-zero exit code (2 for usage
+// errors), decided before anything is measured. Runs the built program.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "opsnn/core/storage.h"
+#include "support/run_program.h"
+#include "support/temporary_folder.h"
+
+#ifdef OPSNN_BENCH_EXE  // built with the tools (OPSNN_BUILD_TOOLS)
+
+using opsnn::testing::Outcome;
+
+namespace {
+
+Outcome bench(const std::vector<std::string>& arguments) {
+  opsnn::testing::TemporaryFolder folder("opsnn-bench-cli-test");
+  return opsnn::testing::run_program(OPSNN_BENCH_EXE, arguments, folder.path);
+}
+
+void require_usage_error(const std::vector<std::string>& arguments, const std::string& message) {
+  Outcome outcome = bench(arguments);
+  INFO(outcome.output);
+  REQUIRE(outcome.exit_code == 2);
+  REQUIRE(outcome.output.find(message) != std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("opsnn-bench: usage errors exit 2 with a message naming the option", "[cli][bench]") {
+  require_usage_error({}, "usage: opsnn-bench");
+  require_usage_error({"nonsense"}, "unknown command 'nonsense'");
+  require_usage_error({"optim", "--sizes", "many"}, "--sizes: 'many' is neither a number of parameters");
+  require_usage_error({"optim", "--sizes", "10"}, "must be in [1e3, 4e9]");
+  require_usage_error({"optim", "--sizes", "1e6x0"}, "the tensor count after 'x' must be in [1, 100000]");
+  require_usage_error({"optim", "--sizes", "1e6", "--repeats", "0"}, "--repeats must be a positive integer");
+  require_usage_error({"optim", "--device", "tpu"}, "--device: expected cpu or cuda, got 'tpu'");
+  Outcome help = bench({"optim", "--help"});
+  REQUIRE(help.exit_code == 0);
+  REQUIRE(help.output.find("--device cpu|cuda") != std::string::npos);
+}
+
+TEST_CASE("opsnn-bench: GPU benchmarks without a GPU fail cleanly", "[cli][bench]") {
+  if (opsnn::cuda_device_count() > 0) {
+    // With a GPU they would measure; only the argument checks run here.
+    require_usage_error({"optim", "--device", "cuda", "--sizes", "many"}, "--sizes");
+    return;
+  }
+  // A CPU-only build has no CUDA benchmarks (exit 2); a CUDA build on a machine without a GPU says so (1).
+  for (const std::vector<std::string>& arguments :
+       {std::vector<std::string>{"optim", "--device", "cuda"}, std::vector<std::string>{"resnet50"}}) {
+    Outcome outcome = bench(arguments);
+    INFO(outcome.output);
+    REQUIRE((outcome.exit_code == 1 || outcome.exit_code == 2));
+    bool explained = outcome.output.find("CUDA") != std::string::npos ||
+                     outcome.output.find("unknown command 'resnet50'") != std::string::npos;
+    REQUIRE(explained);
+  }
+}
+
+#endif  // OPSNN_BENCH_EXE
