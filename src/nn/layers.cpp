@@ -27,6 +27,13 @@ void default_uniform_init(const Tensor& weight, const Tensor& bias, Generator& g
 
 std::string bool_text(bool value) { return value ? "true" : "false"; }
 
+// t cast (with autograd) to the module's compute dtype when that is low precision; f32 modules leave
+// every dtype as it is. Undefined tensors (no bias) pass through.
+Tensor in_compute_dtype(const Module& module, const Tensor& t) {
+  if (module.compute_dtype() == DType::f32 || !t.defined()) return t;
+  return ops::cast(t, module.compute_dtype());
+}
+
 }  // namespace
 
 // ---- Linear ----
@@ -45,7 +52,7 @@ Tensor Linear::forward(const Tensor& input) {
   OPSNN_CHECK_AS(ShapeError, input.dim() >= 1 && input.size(-1) == options_.in_features(), "Linear(",
                  extra_repr(), "): input ", shape_str(input.shape()), " does not end in ", options_.in_features(),
                  " features");
-  return ops::linear(input, weight_, bias_);
+  return ops::linear(in_compute_dtype(*this, input), in_compute_dtype(*this, weight_), in_compute_dtype(*this, bias_));
 }
 
 std::string Linear::extra_repr() const {
@@ -79,7 +86,8 @@ ops::Conv2dGeometry Conv2d::geometry() const {
 Tensor Conv2d::forward(const Tensor& input) {
   OPSNN_CHECK_AS(ShapeError, input.dim() == 4 && input.size(1) == options_.in_channels(), "Conv2d(", extra_repr(),
                  "): expected input [N, ", options_.in_channels(), ", H, W], got ", shape_str(input.shape()));
-  return ops::conv2d(input, weight_, bias_, geometry());
+  return ops::conv2d(in_compute_dtype(*this, input), in_compute_dtype(*this, weight_), in_compute_dtype(*this, bias_),
+                     geometry());
 }
 
 std::string Conv2d::extra_repr() const {

@@ -129,6 +129,13 @@ void Module::train(bool on) {
   for (auto& entry : children_) entry.second->train(on);
 }
 
+void Module::set_compute_dtype(DType dtype) {
+  OPSNN_CHECK_AS(TypeError, dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16, type_name_,
+                 ": compute dtype must be f32, f16 or bf16, got ", dtype_name(dtype));
+  compute_dtype_ = dtype;
+  for (auto& entry : children_) entry.second->set_compute_dtype(dtype);
+}
+
 void Module::to(Device device) {
   device_services(device);  // an absent device fails here, before anything has moved
   for (const Tensor& tensor : parameters()) move_in_place(tensor, device);

@@ -1,8 +1,10 @@
-// The compute-backend registry that the functional ops dispatch through, and the one place that
-// registers every backend compiled into the library (the only OPSNN_WITH_CUDA switch in the tree).
+// The compute-backend registry that the functional ops dispatch through, the process-wide f32 math
+// setting, and the one place that registers every backend compiled into the library (the only
+// OPSNN_WITH_CUDA switch in the tree).
 #include "opsnn/ops/backend.h"
 
 #include <array>
+#include <atomic>
 
 #include "core/cpu_services.h"
 #include "ops/cpu/cpu_backend.h"
@@ -31,7 +33,12 @@ std::array<std::unique_ptr<Backend>, 2>& backends() {
   static std::array<std::unique_ptr<Backend>, 2> instance;
   return instance;
 }
+
+std::atomic<Fp32Math> fp32_math_setting{Fp32Math::strict};
 }  // namespace
+
+void set_fp32_math(Fp32Math math) { fp32_math_setting.store(math); }
+Fp32Math fp32_math() { return fp32_math_setting.load(); }
 
 void register_backend(DeviceType type, std::unique_ptr<Backend> backend) {
   backends()[static_cast<size_t>(type)] = std::move(backend);

@@ -84,7 +84,8 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, double label_smoo
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_smoothing) {
-  return nll_loss(log_softmax(logits), target, label_smoothing);
+  const bool low_precision = logits.dtype() == DType::f16 || logits.dtype() == DType::bf16;
+  return nll_loss(log_softmax(low_precision ? cast(logits, DType::f32) : logits), target, label_smoothing);
 }
 
 }  // namespace opsnn::ops

@@ -9,6 +9,12 @@
 namespace opsnn::ops {
 namespace {
 
+bool is_low_precision(DType dtype) { return dtype == DType::f16 || dtype == DType::bf16; }
+
+// The dtype of the per-channel tensors (gamma, beta, statistics): f32 for a low-precision input (mixed
+// precision keeps them in f32), else the input's.
+DType channel_dtype(const Tensor& input) { return is_low_precision(input.dtype()) ? DType::f32 : input.dtype(); }
+
 // Checks a per-channel tensor (gamma, beta, running stats) against the input; undefined passes.
 void check_channel_tensor(const Tensor& input, const Tensor& tensor, const char* what) {
   if (!tensor.defined()) return;
@@ -16,7 +22,9 @@ void check_channel_tensor(const Tensor& input, const Tensor& tensor, const char*
   OPSNN_CHECK_AS(ShapeError, tensor.dim() == 1 && tensor.size(0) == channels, "batch_norm: ", what, " ",
                  shape_str(tensor.shape()), " does not match input ", shape_str(input.shape()), " (expected [",
                  channels, "])");
-  check_same_dtype(input, tensor, (std::string("batch_norm input vs ") + what).c_str());
+  OPSNN_CHECK_AS(TypeError, tensor.dtype() == channel_dtype(input), "batch_norm: ", what, " ", tensor.str(),
+                 " must be ", dtype_name(channel_dtype(input)), " for input ", input.str(),
+                 is_low_precision(input.dtype()) ? " (f16/bf16 inputs keep per-channel tensors in f32)" : "");
   check_same_device(input, tensor, (std::string("batch_norm input vs ") + what).c_str());
 }
 
@@ -28,7 +36,7 @@ void check_running_stat(const Tensor& input, const Tensor& stat, const char* wha
 
 Tensor defined_or(const Tensor& tensor, double fill, const Tensor& input) {
   if (tensor.defined()) return tensor.contiguous().detach();
-  return Tensor::full({input.size(1)}, fill, input.dtype(), input.device());
+  return Tensor::full({input.size(1)}, fill, channel_dtype(input), input.device());
 }
 
 // Training mode: gradients through the batch statistics.
@@ -129,10 +137,11 @@ Tensor batch_norm(const Tensor& input, const Tensor& gamma, const Tensor& beta, 
   OPSNN_CHECK_AS(ShapeError, input.numel() / channels > 1,
                  "batch_norm: training needs more than one value per channel, input ", shape_str(input.shape()));
   // Without running statistics (track_running_stats off) the update goes to throwaway buffers.
-  Tensor mean_buffer = running_mean.defined() ? running_mean : Tensor::zeros({channels}, input.dtype(), input.device());
-  Tensor var_buffer = running_var.defined() ? running_var : Tensor::ones({channels}, input.dtype(), input.device());
-  Tensor save_mean = Tensor::empty({channels}, input.dtype(), input.device());
-  Tensor save_invstd = Tensor::empty({channels}, input.dtype(), input.device());
+  const DType stats_dtype = channel_dtype(input);
+  Tensor mean_buffer = running_mean.defined() ? running_mean : Tensor::zeros({channels}, stats_dtype, input.device());
+  Tensor var_buffer = running_var.defined() ? running_var : Tensor::ones({channels}, stats_dtype, input.device());
+  Tensor save_mean = Tensor::empty({channels}, stats_dtype, input.device());
+  Tensor save_invstd = Tensor::empty({channels}, stats_dtype, input.device());
   backend.batch_norm_forward_train(input_data, gamma_data, beta_data, mean_buffer, var_buffer, momentum, eps, out,
                                    save_mean, save_invstd);
   if (!autograd::any_requires_grad({input, gamma, beta})) return out;

@@ -45,6 +45,7 @@ struct Trainer::State {
   std::shared_ptr<spdlog::logger> logger;              // train.log (+ stderr)
   std::shared_ptr<spdlog::logger> file_logger;         // train.log only: periodic lines under a progress bar
   std::shared_ptr<spdlog::logger> previous_default_logger;
+  std::optional<ops::Fp32Math> previous_fp32_math;  // set while train.precision tf32 has changed it
   std::ofstream metrics;
   ProgressBar progress{"plain", false};
   std::optional<double> bayes_test_loss;
@@ -70,6 +71,8 @@ struct Trainer::State {
   ~State() {
     // Library code logs through the default logger; hand it back so it does not outlive the run folder.
     if (logger && spdlog::default_logger() == logger) spdlog::set_default_logger(previous_default_logger);
+    // The f32 math setting is process-wide: a tf32 run hands back what it found.
+    if (previous_fp32_math) ops::set_fp32_math(*previous_fp32_math);
   }
 
   void write_metrics(nlohmann::json record) {
@@ -166,13 +169,18 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
   s.model = models::build_model(make_model_options(c, *s.datasets.train), init_generator);
   s.model->to(s.device);
   s.model->train();
+  // Mixed precision: activations in bf16/fp16 (master weights, BatchNorm statistics and the loss in fp32);
+  // tf32: fp32 tensors, TF32 tensor cores for the GEMMs and convolutions.
+  if (c.train.precision == "bf16") s.model->set_compute_dtype(DType::bf16);
+  if (c.train.precision == "fp16") s.model->set_compute_dtype(DType::f16);
+  if (c.train.precision == "tf32") {
+    s.previous_fp32_math = ops::fp32_math();
+    ops::set_fp32_math(ops::Fp32Math::tf32);
+  }
   s.optimizer = optim::make_optimizer(c.optimizer.name, s.model->named_parameters(),
                                       make_optimizer_options(c, s.steps_per_epoch, s.total_steps));
   s.sparse_updater = install_row_sparse_updater(*s.optimizer);
   if (topk_enabled(c)) s.sparsifier = std::make_unique<GradientSparsifier>(c, *s.optimizer);
-  if (c.train.precision != "fp32")
-    s.logger->warn("train.precision {}: the trainer runs activations in fp32 until the CUDA mixed-precision path "
-                   "lands; only the optimizer settings (loss scaling, state dtype) follow it", c.train.precision);
 
   s.logger->info("opsnn run '{}' in {}: {} on {} ({} train / {} test samples), {} parameters, {} on {}",
                  run_name_of(c), s.run_dir.string(), c.model.arch, s.datasets.train->name(), s.datasets.train->size(),

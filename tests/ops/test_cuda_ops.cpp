@@ -1,6 +1,6 @@
 // Tests of the CUDA compute backend (src/ops/cuda/): every op through the functional API on the GPU
 // against its CPU twin on the same random f32 values, forward and backward (autograd gradients of every
-// input), on odd shapes; index range errors and the TypeError for dtypes other than f32. Each test
+// input), on odd shapes; index range errors and the TypeError for unsupported dtypes. Each test
 // prints its largest scaled error so a GPU run shows the margins. Tagged [cuda]: skipped without a GPU.
 #include <catch2/catch.hpp>
 
@@ -345,12 +345,18 @@ TEST_CASE("CUDA index errors name the bad entry like the CPU", "[cuda][ops]") {
   CHECK_THAT(loss_message, Catch::Contains("target -1 (row 1)") && Catch::Contains("4 classes"));
 }
 
-TEST_CASE("CUDA kernels refuse dtypes other than f32 with a TypeError", "[cuda][ops]") {
+TEST_CASE("CUDA kernels refuse unsupported dtypes with a TypeError", "[cuda][ops]") {
   if (gpu_missing()) return;
+  // f64 has no CUDA kernels at all; f16/bf16 exist for the mixed-precision ops (test_cuda_mixed_precision)
+  // but not for log-softmax, the NLL loss and embedding, which stay f32.
   const Tensor doubles = Tensor::ones({4, 4}, DType::f64, kGpu);
   const std::string relu_message = require_throws<TypeError>([&] { ops::relu(doubles); });
   CHECK_THAT(relu_message, Catch::Contains("CUDA relu") && Catch::Contains("f64"));
+  require_throws<TypeError>([&] { ops::matmul(doubles, doubles); });
+  require_throws<TypeError>([&] { ops::add(doubles, doubles); });
   const Tensor halves = Tensor::ones({4, 4}, DType::f16, kGpu);
-  require_throws<TypeError>([&] { ops::matmul(halves, halves); });
-  require_throws<TypeError>([&] { ops::add(halves, halves); });
+  const std::string softmax_message = require_throws<TypeError>([&] { ops::log_softmax(halves); });
+  CHECK_THAT(softmax_message, Catch::Contains("log_softmax") && Catch::Contains("f16"));
+  const Tensor table = Tensor::ones({4, 4}, DType::bf16, kGpu);
+  require_throws<TypeError>([&] { ops::embedding(table, Tensor::zeros({2}, DType::i64, kGpu)); });
 }

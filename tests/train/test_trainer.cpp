@@ -219,9 +219,9 @@ TEST_CASE("top-k: momentum correction needs sgd with momentum; loss scaling is r
                     Catch::Contains("loss scaling"));
 }
 
-TEST_CASE("trainer: bf16 and fp16 on the CPU are config errors naming train.precision", "[trainer]") {
+TEST_CASE("trainer: tf32, bf16 and fp16 on the CPU are config errors naming train.precision", "[trainer]") {
   TemporaryFolder folder;
-  for (const char* precision : {"bf16", "fp16"}) {
+  for (const char* precision : {"tf32", "bf16", "fp16"}) {
     INFO(precision);
     CHECK_THROWS_AS(Trainer(make_config(kSmallCnnYaml, {std::string("train.precision=") + precision}),
                             quiet_options(folder.path / precision)),

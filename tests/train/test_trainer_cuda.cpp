@@ -1,12 +1,15 @@
 // End-to-end check of the CUDA backend under the trainer (src/train/trainer.cpp with train.device
 // cuda): a quickstart-like small CNN trained 200 steps on the CPU and on the GPU from the same seed
-// gives the same loss curve within fp32 nondeterminism, and the same evaluation. Tagged [cuda].
+// gives the same loss curve within fp32 nondeterminism, and the same evaluation; with train.precision
+// tf32, bf16 and fp16 (mixed precision) the small CNN and a ResNet-18 reach losses close to fp32's, and
+// fp16 records its dynamic loss scale in metrics.jsonl. Tagged [cuda].
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 
 #include "support/temporary_folder.h"
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -46,12 +49,16 @@ checkpoint: {enabled: false}
 
 struct Curve {
   std::vector<double> losses;
+  std::vector<double> loss_scales;  // of the train lines
   double test_loss = 0.0;
+  double test_accuracy = 0.0;
 };
 
 Curve train_on(const std::string& device, const fs::path& out, const char* yaml = kQuickstartLikeYaml,
-               int64_t steps = 200) {
-  TrainConfig config = load_config_text(yaml, "quickstart_like.yaml", {"train.device=" + device});
+               const std::vector<std::string>& overrides = {}) {
+  std::vector<std::string> settings{"train.device=" + device};
+  settings.insert(settings.end(), overrides.begin(), overrides.end());
+  TrainConfig config = load_config_text(yaml, "quickstart_like.yaml", settings);
   TrainerOptions options;
   options.out_dir = out.string();
   options.show_progress = false;
@@ -62,10 +69,16 @@ Curve train_on(const std::string& device, const fs::path& out, const char* yaml 
   std::ifstream file(out / "metrics.jsonl");
   for (std::string line; std::getline(file, line);) {
     nlohmann::json record = nlohmann::json::parse(line);
-    if (record["event"] == "train") curve.losses.push_back(record["loss"].get<double>());
-    if (record["event"] == "eval") curve.test_loss = record["test_loss"].get<double>();
+    if (record["event"] == "train") {
+      curve.losses.push_back(record["loss"].get<double>());
+      curve.loss_scales.push_back(record["loss_scale"].get<double>());
+    }
+    if (record["event"] == "eval") {
+      curve.test_loss = record["test_loss"].get<double>();
+      curve.test_accuracy = record["test_acc"].get<double>();
+    }
   }
-  REQUIRE(summary.steps == steps);
+  REQUIRE(summary.steps == config.train.max_steps);
   return curve;
 }
 
@@ -146,8 +159,56 @@ TEST_CASE("cuda: lazy Adam on row-sparse embeddings and top-k sparsification tra
     return;
   }
   TemporaryFolder folder;
-  require_same_curves(train_on("cpu", folder.path / "ctr_cpu", kCtrLazyAdamYaml, 100),
-                      train_on("cuda", folder.path / "ctr_gpu", kCtrLazyAdamYaml, 100), 0.02);
-  require_same_curves(train_on("cpu", folder.path / "topk_cpu", kTopKYaml, 100),
-                      train_on("cuda", folder.path / "topk_gpu", kTopKYaml, 100), 0.05);
+  require_same_curves(train_on("cpu", folder.path / "ctr_cpu", kCtrLazyAdamYaml),
+                      train_on("cuda", folder.path / "ctr_gpu", kCtrLazyAdamYaml), 0.02);
+  require_same_curves(train_on("cpu", folder.path / "topk_cpu", kTopKYaml),
+                      train_on("cuda", folder.path / "topk_gpu", kTopKYaml), 0.05);
+}
+
+TEST_CASE("cuda: tf32, bf16 and fp16 train a small CNN and a ResNet-18 to losses close to fp32's", "[cuda][trainer]") {
+  if (cuda_device_count() == 0) {
+    WARN("no CUDA device: the mixed-precision training comparison is skipped");
+    return;
+  }
+  TemporaryFolder folder;
+  struct Model {
+    std::string name;
+    std::vector<std::string> overrides;
+  };
+  // The small CNN brings max pooling, the ResNet BatchNorm (f32 statistics under low-precision data),
+  // residual adds and the global average pool into the low-precision path.
+  const std::vector<Model> models = {{"small_cnn", {}},
+                                     {"resnet18", {"model.arch=resnet18", "train.max_steps=120"}}};
+  for (const Model& model : models) {
+    const Curve fp32 = train_on("cuda", folder.path / (model.name + "-fp32"), kQuickstartLikeYaml, model.overrides);
+    // The mean of the last three logged intervals smooths single-batch noise.
+    auto final_loss = [](const Curve& curve) {
+      const size_t n = curve.losses.size();
+      return (curve.losses[n - 1] + curve.losses[n - 2] + curve.losses[n - 3]) / 3.0;
+    };
+    REQUIRE(fp32.losses.size() >= 10);
+    CHECK(final_loss(fp32) < 0.8 * fp32.losses.front());  // it learned: the comparison is not vacuous
+    for (const std::string precision : {"tf32", "bf16", "fp16"}) {
+      std::vector<std::string> overrides = model.overrides;
+      overrides.push_back("train.precision=" + precision);
+      const Curve low = train_on("cuda", folder.path / (model.name + "-" + precision), kQuickstartLikeYaml, overrides);
+      REQUIRE(low.losses.size() == fp32.losses.size());
+      INFO(model.name << " " << precision << ": final loss " << final_loss(low) << " vs fp32 " << final_loss(fp32)
+                      << ", test accuracy " << low.test_accuracy << " vs fp32 " << fp32.test_accuracy);
+      std::printf("%s %s: final loss %.4f (fp32 %.4f), test loss %.4f (fp32 %.4f), test accuracy %.4f (fp32 %.4f)\n",
+                  model.name.c_str(), precision.c_str(), final_loss(low), final_loss(fp32), low.test_loss,
+                  fp32.test_loss, low.test_accuracy, fp32.test_accuracy);
+      for (double loss : low.losses) REQUIRE(std::isfinite(loss));
+      CHECK(std::fabs(final_loss(low) - final_loss(fp32)) <= 0.15 * final_loss(fp32) + 0.05);
+      CHECK(std::fabs(low.test_loss - fp32.test_loss) <= 0.15 * fp32.test_loss + 0.05);
+      CHECK(std::fabs(low.test_accuracy - fp32.test_accuracy) <= 0.03);
+      if (precision == "fp16") {
+        // The dynamic loss scale is on (auto with fp16) and every train line records it.
+        REQUIRE(low.loss_scales.size() == low.losses.size());
+        for (double scale : low.loss_scales) CHECK((scale > 1.0 && std::isfinite(scale)));
+      } else {
+        for (double scale : low.loss_scales) CHECK(scale == 1.0);
+      }
+    }
+  }
 }

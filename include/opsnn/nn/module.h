@@ -86,6 +86,12 @@ class Module {
   // Moves every parameter, buffer and gradient in place (all existing handles follow). Call it before
   // an optimizer re-homes the parameters into its arena: moving afterwards leaves the arena behind.
   void to(Device device);
+  // The dtype activations are computed in (recursive; default f32). With f16 or bf16 (mixed precision)
+  // Conv2d and Linear cast their input and their f32 parameters to it (autograd casts: the gradients
+  // reach the parameters as f32), so activations flow in low precision while parameters, gradients,
+  // BatchNorm's statistics and affine parameters stay f32. Parameters themselves are never converted.
+  void set_compute_dtype(DType dtype);
+  DType compute_dtype() const { return compute_dtype_; }
   // Zeroes the gradients in place by default, unlike PyTorch: an optimizer's gradients may be views of
   // its arena, which must stay where they are. set_to_none drops them instead. Sparse rows are cleared.
   void zero_grad(bool set_to_none = false);
@@ -106,6 +112,7 @@ class Module {
 
   std::string type_name_;
   bool training_ = true;
+  DType compute_dtype_ = DType::f32;
   NamedTensors parameters_;
   NamedTensors buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;

@@ -94,6 +94,14 @@ class Backend {
   virtual void embedding_backward_dense(const Tensor& grad_out, const Tensor& indices, Tensor& grad_weight) = 0;
 };
 
+// How f32 matrix products and convolutions may compute. strict: full f32 products (FMA math), so CUDA
+// results match the CPU to rounding. tf32: the CUDA backend may use TF32 tensor cores (inputs rounded
+// to a 10-bit mantissa, f32 accumulation), like PyTorch's allow_tf32. Process-wide; the CPU ignores it;
+// f16/bf16 operands always use tensor cores with f32 accumulation.
+enum class Fp32Math : uint8_t { strict, tf32 };
+void set_fp32_math(Fp32Math math);
+Fp32Math fp32_math();
+
 void register_backend(DeviceType type, std::unique_ptr<Backend> backend);
 // The backend for the tensor's device; throws DeviceError listing what is compiled in.
 Backend& backend_for(Device device);

@@ -14,6 +14,10 @@ namespace opsnn::ops {
 Tensor matmul(const Tensor& a, const Tensor& b);                                 // [M,K] x [K,N]
 Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias);    // x W^T + b; bias optional
 
+// ---- dtype conversion between floating dtypes; the gradient is converted back. Returns x when it
+// already has dtype.
+Tensor cast(const Tensor& x, DType dtype);
+
 // ---- elementwise with broadcasting (NumPy rules) ----
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
@@ -36,6 +40,8 @@ Tensor flatten(const Tensor& x, int64_t start_dim = 1, int64_t end_dim = -1);
 // ---- convolution, normalization, pooling (NCHW) ----
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Conv2dGeometry& geometry = {});
 // training: batch statistics, updates running_mean/running_var in place; eval: running statistics.
+// Mixed precision: an f16/bf16 input may come with f32 gamma, beta and running statistics; statistics
+// are then computed in f32 (or wider), the output has the input's dtype and gamma/beta gradients are f32.
 Tensor batch_norm(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
                   Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5);
 Tensor max_pool2d(const Tensor& input, const Pool2dGeometry& geometry);
@@ -45,6 +51,7 @@ Tensor global_avg_pool2d(const Tensor& input);  // [N, C, H, W] -> [N, C]
 // ---- softmax and losses ----
 Tensor log_softmax(const Tensor& logits);  // over the last dimension of [N, K]
 // Mean cross-entropy of logits [N, K] against class indices (i64 [N]), with optional label smoothing.
+// f16/bf16 logits are cast to f32 first: the loss is always computed and returned in f32.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_smoothing = 0.0);
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, double label_smoothing = 0.0);
 

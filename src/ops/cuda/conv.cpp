@@ -1,7 +1,9 @@
 // CUDA conv2d (NCHW input, OIHW weight) through cuDNN: forward, input gradient and weight gradient.
 // The fastest algorithm for each shape is found once with cudnnFind*Ex (on our own buffers, workspace
-// from the stream-ordered pool) and cached; math is restricted to FMA kernels (no TF32) so f32 results
-// match the CPU twin (src/ops/cpu/conv.cpp) to rounding.
+// from the stream-ordered pool) and cached per shape, dtype and math setting. f32 math is restricted to
+// FMA kernels so results match the CPU twin (src/ops/cpu/conv.cpp) to rounding, unless the f32 math
+// setting is tf32 (TF32 tensor cores allowed). f16 and bf16 data compute in f32 (cuDNN's pseudo-half
+// configurations) on tensor cores.
 #include <algorithm>
 #include <array>
 #include <cstddef>
@@ -12,6 +14,7 @@
 #include "core/cuda/device_guard.h"
 #include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/device_context.h"
+#include "ops/cuda/kernels.h"
 
 namespace opsnn::ops {
 namespace {
@@ -19,11 +22,25 @@ namespace {
 // Workspace the algorithm search may offer cuDNN: at most this, and at most a quarter of free memory.
 constexpr size_t kMaxSearchWorkspaceBytes = size_t{512} << 20;
 
+cudnnDataType_t cudnn_type(DType dtype) {
+  switch (dtype) {
+    case DType::f16: return CUDNN_DATA_HALF;
+    case DType::bf16: return CUDNN_DATA_BFLOAT16;
+    default: return CUDNN_DATA_FLOAT;
+  }
+}
+
+// The math a convolution of `dtype` may use: FMA only for strict f32, tensor cores otherwise.
+cudnnMathType_t allowed_math(DType dtype) {
+  if (dtype != DType::f32) return CUDNN_TENSOR_OP_MATH;
+  return fp32_math() == Fp32Math::tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+}
+
 class TensorDescriptor {
  public:
-  explicit TensorDescriptor(const Shape& shape) {
+  TensorDescriptor(const Shape& shape, DType dtype) {
     OPSNN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&handle_));
-    OPSNN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(handle_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
+    OPSNN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(handle_, CUDNN_TENSOR_NCHW, cudnn_type(dtype),
                                                  cuda::checked_int(shape[0], "conv2d"),
                                                  cuda::checked_int(shape[1], "conv2d"),
                                                  cuda::checked_int(shape[2], "conv2d"),
@@ -40,9 +57,9 @@ class TensorDescriptor {
 
 class FilterDescriptor {
  public:
-  explicit FilterDescriptor(const Shape& shape) {
+  FilterDescriptor(const Shape& shape, DType dtype) {
     OPSNN_CUDNN_CHECK(cudnnCreateFilterDescriptor(&handle_));
-    OPSNN_CUDNN_CHECK(cudnnSetFilter4dDescriptor(handle_, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
+    OPSNN_CUDNN_CHECK(cudnnSetFilter4dDescriptor(handle_, cudnn_type(dtype), CUDNN_TENSOR_NCHW,
                                                  cuda::checked_int(shape[0], "conv2d"),
                                                  cuda::checked_int(shape[1], "conv2d"),
                                                  cuda::checked_int(shape[2], "conv2d"),
@@ -59,13 +76,14 @@ class FilterDescriptor {
 
 class ConvolutionDescriptor {
  public:
-  explicit ConvolutionDescriptor(const Conv2dGeometry& g) {
+  // Accumulation is f32 for every data type; `math` is what the algorithm search may use.
+  ConvolutionDescriptor(const Conv2dGeometry& g, cudnnMathType_t math) {
     OPSNN_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&handle_));
     OPSNN_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
         handle_, cuda::checked_int(g.pad_h, "conv2d"), cuda::checked_int(g.pad_w, "conv2d"),
         cuda::checked_int(g.stride_h, "conv2d"), cuda::checked_int(g.stride_w, "conv2d"), 1, 1,
         CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    set_math(CUDNN_FMA_MATH);
+    set_math(math);
   }
   ~ConvolutionDescriptor() { cudnnDestroyConvolutionDescriptor(handle_); }
   ConvolutionDescriptor(const ConvolutionDescriptor&) = delete;
@@ -84,8 +102,9 @@ struct ConvDescriptors {
   TensorDescriptor output;
   ConvolutionDescriptor convolution;
   ConvDescriptors(const Shape& input_shape, const Shape& weight_shape, const Shape& output_shape,
-                  const Conv2dGeometry& g)
-      : input(input_shape), filter(weight_shape), output(output_shape), convolution(g) {}
+                  const Conv2dGeometry& g, DType dtype)
+      : input(input_shape, dtype), filter(weight_shape, dtype), output(output_shape, dtype),
+        convolution(g, allowed_math(dtype)) {}
 };
 
 // A found algorithm with the workspace and math type it was measured with.
@@ -98,9 +117,12 @@ struct ChosenAlgorithm {
 enum class Direction : int64_t { forward, backward_input, backward_weight };
 using ConvKey = std::array<int64_t, 15>;
 
-ConvKey make_key(Direction direction, int device, const Shape& input, const Shape& weight, const Conv2dGeometry& g) {
+// The last entry tells dtypes and math settings apart: an algorithm found for one may not run another.
+ConvKey make_key(Direction direction, int device, const Shape& input, const Shape& weight, const Conv2dGeometry& g,
+                 DType dtype) {
   return {static_cast<int64_t>(direction), device, input[0], input[1], input[2], input[3], weight[0], weight[1],
-          weight[2], weight[3], g.stride_h, g.stride_w, g.pad_h, g.pad_w, 0};
+          weight[2], weight[3], g.stride_h, g.stride_w, g.pad_h, g.pad_w,
+          static_cast<int64_t>(dtype) * 8 + static_cast<int64_t>(allowed_math(dtype))};
 }
 
 struct AlgorithmCache {
@@ -148,8 +170,10 @@ std::shared_ptr<Storage> workspace(size_t bytes, Device device) {
 void* pointer(const std::shared_ptr<Storage>& storage) { return storage ? storage->data() : nullptr; }
 
 void check_conv_operands(const Tensor& data, const Tensor& weight, const Tensor& result, const char* kernel) {
+  cuda::require_floating(result, kernel);
   for (const Tensor* t : {&data, &weight, &result}) {
-    cuda::require_f32(*t, kernel);
+    OPSNN_CHECK_AS(TypeError, t->dtype() == result.dtype(), "CUDA ", kernel, ": operands must share one dtype, got ",
+                   data.str(), ", ", weight.str(), " and ", result.str());
     cuda::require_on(*t, result.device(), kernel);
     OPSNN_CHECK(t->is_contiguous(), "CUDA ", kernel, ": operands must be contiguous");
     OPSNN_CHECK_AS(ShapeError, t->dim() == 4, "CUDA ", kernel, ": operands must be 4-D, got ", t->str());
@@ -164,9 +188,9 @@ void CudaBackend::conv2d_forward(const Tensor& input, const Tensor& weight, cons
   const Device device = out.device();
   cuda::DeviceGuard guard(device.index);
   cudnnHandle_t handle = cuda::handles_for(device.index).cudnn;
-  ConvDescriptors d(input.shape(), weight.shape(), out.shape(), geometry);
+  ConvDescriptors d(input.shape(), weight.shape(), out.shape(), geometry, out.dtype());
   const ChosenAlgorithm chosen =
-      cached_algorithm(make_key(Direction::forward, device.index, input.shape(), weight.shape(), geometry), [&] {
+      cached_algorithm(make_key(Direction::forward, device.index, input.shape(), weight.shape(), geometry, out.dtype()), [&] {
         size_t largest = 0;
         for (int algorithm = 0; algorithm < CUDNN_CONVOLUTION_FWD_ALGO_COUNT; ++algorithm) {
           size_t bytes = 0;
@@ -193,13 +217,28 @@ void CudaBackend::conv2d_forward(const Tensor& input, const Tensor& weight, cons
                                             static_cast<cudnnConvolutionFwdAlgo_t>(chosen.algorithm), pointer(space),
                                             chosen.workspace_bytes, &zero, d.output.get(), out.data_ptr()));
   if (bias.defined()) {
-    cuda::require_f32(bias, "conv2d_forward");
+    OPSNN_CHECK_AS(TypeError, bias.dtype() == out.dtype(), "CUDA conv2d_forward: bias ", bias.str(),
+                   " must have the output's dtype ", dtype_name(out.dtype()));
     cuda::require_on(bias, device, "conv2d_forward");
     OPSNN_CHECK_AS(ShapeError, bias.numel() == out.size(1), "CUDA conv2d_forward: bias ", bias.str(),
                    " does not match ", out.size(1), " output channels");
-    TensorDescriptor bias_descriptor({1, out.size(1), 1, 1});
-    OPSNN_CUDNN_CHECK(
-        cudnnAddTensor(handle, &one, bias_descriptor.get(), bias.data_ptr(), &one, d.output.get(), out.data_ptr()));
+    // out += bias over [N, C, H*W] with the bias broadcast (stride 0) along N and H*W; in place is safe
+    // as every element reads only itself.
+    cuda::BinaryLayout layout;
+    layout.dim = 3;
+    const int64_t plane = out.size(2) * out.size(3);
+    const int64_t extents[3] = {out.size(0), out.size(1), plane}, out_strides[3] = {out.size(1) * plane, plane, 1},
+                  bias_strides[3] = {0, 1, 0};
+    for (int d = 0; d < 3; ++d) {
+      layout.extents[d] = extents[d];
+      layout.a_strides[d] = out_strides[d];
+      layout.b_strides[d] = bias_strides[d];
+    }
+    cuda::dispatch_floating(out.dtype(), "conv2d_forward", [&](auto tag) {
+      using T = decltype(tag);
+      cuda::launch_binary(cuda::BinaryKind::add, out.data<T>(), bias.data<T>(), out.data<T>(), layout, out.numel());
+    });
+    OPSNN_CUDA_CHECK(cudaGetLastError());
   }
 }
 
@@ -209,9 +248,10 @@ void CudaBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& we
   const Device device = grad_input.device();
   cuda::DeviceGuard guard(device.index);
   cudnnHandle_t handle = cuda::handles_for(device.index).cudnn;
-  ConvDescriptors d(grad_input.shape(), weight.shape(), grad_out.shape(), geometry);
+  ConvDescriptors d(grad_input.shape(), weight.shape(), grad_out.shape(), geometry, grad_input.dtype());
   const ChosenAlgorithm chosen = cached_algorithm(
-      make_key(Direction::backward_input, device.index, grad_input.shape(), weight.shape(), geometry), [&] {
+      make_key(Direction::backward_input, device.index, grad_input.shape(), weight.shape(), geometry,
+               grad_input.dtype()), [&] {
         size_t largest = 0;
         for (int algorithm = 0; algorithm < CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT; ++algorithm) {
           size_t bytes = 0;
@@ -247,9 +287,10 @@ void CudaBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& i
   const Device device = grad_weight.device();
   cuda::DeviceGuard guard(device.index);
   cudnnHandle_t handle = cuda::handles_for(device.index).cudnn;
-  ConvDescriptors d(input.shape(), grad_weight.shape(), grad_out.shape(), geometry);
+  ConvDescriptors d(input.shape(), grad_weight.shape(), grad_out.shape(), geometry, grad_weight.dtype());
   const ChosenAlgorithm chosen = cached_algorithm(
-      make_key(Direction::backward_weight, device.index, input.shape(), grad_weight.shape(), geometry), [&] {
+      make_key(Direction::backward_weight, device.index, input.shape(), grad_weight.shape(), geometry,
+               grad_weight.dtype()), [&] {
         size_t largest = 0;
         for (int algorithm = 0; algorithm < CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT; ++algorithm) {
           size_t bytes = 0;

@@ -35,8 +35,8 @@ LibraryHandles& handles_for(int index) {
     auto created = std::make_unique<LibraryHandles>();
     OPSNN_CUBLAS_CHECK(cublasCreate(&created->cublas));
     OPSNN_CUBLAS_CHECK(cublasSetStream(created->cublas, nullptr));
-    // Default math: no TF32 tensor ops for f32 (that needs CUBLAS_TF32_TENSOR_OP_MATH), so f32 GEMMs
-    // keep full f32 products and match the CPU to rounding.
+    // Default math: no TF32 tensor ops for f32 GEMMs through cublasSgemm, so they keep full f32 products
+    // and match the CPU to rounding; the tf32 setting asks for TF32 per call (gemm.cpp).
     OPSNN_CUBLAS_CHECK(cublasSetMathMode(created->cublas, CUBLAS_DEFAULT_MATH));
     OPSNN_CUBLAS_CHECK(cublasSetPointerMode(created->cublas, CUBLAS_POINTER_MODE_HOST));
     OPSNN_CUDNN_CHECK(cudnnCreate(&created->cudnn));
@@ -48,7 +48,13 @@ LibraryHandles& handles_for(int index) {
 
 void require_f32(const Tensor& t, const char* kernel) {
   OPSNN_CHECK_AS(TypeError, t.dtype() == DType::f32, "CUDA ", kernel, ": dtype ", dtype_name(t.dtype()),
-                 " is not supported yet (supported: f32; mixed precision arrives with the precision setting)");
+                 " is not supported (supported: f32; mixed precision computes this in f32)");
+}
+
+void require_floating(const Tensor& t, const char* kernel) {
+  const DType dtype = t.dtype();
+  OPSNN_CHECK_AS(TypeError, dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16, "CUDA ", kernel,
+                 ": dtype ", dtype_name(dtype), " is not supported (supported: f32, f16, bf16)");
 }
 
 void require_on(const Tensor& t, Device device, const char* kernel) {

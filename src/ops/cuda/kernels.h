@@ -1,9 +1,16 @@
 // Launchers for the own CUDA kernels of the compute backend (elementwise, sum, batch norm, pooling,
-// log-softmax and NLL loss, embedding, index range checks). Plain C++ signatures, f32 data, all work on
-// the legacy default stream of the current device; the Backend methods (ops.cpp) validate and call them.
+// log-softmax and NLL loss, embedding, index range checks). Plain C++ signatures, all work on the legacy
+// default stream of the current device; the Backend methods (ops.cpp) validate and call them.
+// Templates over T are instantiated for the floating storage types float, Half and BFloat16 (f32, f16,
+// bf16; arithmetic in f32 or wider); the loss and embedding kernels are f32 only.
 #pragma once
 
 #include <cstdint>
+
+#include "opsnn/core/half.h"
+
+// Applies macro(T) to every floating storage type the templated kernels are instantiated for.
+#define OPSNN_FOR_EACH_FLOATING_TYPE(macro) macro(float) macro(opsnn::Half) macro(opsnn::BFloat16)
 
 namespace opsnn::cuda {
 
@@ -19,11 +26,11 @@ struct BinaryLayout {
   int64_t a_strides[kMaxKernelDims];
   int64_t b_strides[kMaxKernelDims];
 };
-void launch_binary(BinaryKind kind, const float* a, const float* b, float* out, const BinaryLayout& layout,
-                   int64_t count);
-void launch_affine(const float* x, float scale, float shift, float* out, int64_t count);
-void launch_relu(const float* x, float* out, int64_t count);
-void launch_relu_backward(const float* grad_out, const float* x, float* grad_in, int64_t count);
+template <typename T>
+void launch_binary(BinaryKind kind, const T* a, const T* b, T* out, const BinaryLayout& layout, int64_t count);
+template <typename T> void launch_affine(const T* x, float scale, float shift, T* out, int64_t count);
+template <typename T> void launch_relu(const T* x, T* out, int64_t count);
+template <typename T> void launch_relu_backward(const T* grad_out, const T* x, T* grad_in, int64_t count);
 
 // ---- sum over dimensions (reduce.cu) ----
 // Output o sums x[kept_offset(o) + reduced_offset(r)] over r in [0, reduced_count); offsets decompose
@@ -33,20 +40,27 @@ struct ReduceLayout {
   int64_t kept_extents[kMaxKernelDims], kept_strides[kMaxKernelDims];
   int64_t reduced_extents[kMaxKernelDims], reduced_strides[kMaxKernelDims];
 };
-void launch_sum(const float* x, float* out, const ReduceLayout& layout, int64_t out_count, int64_t reduced_count);
+// Terms accumulate in double; the result is rounded once to T.
+template <typename T>
+void launch_sum(const T* x, T* out, const ReduceLayout& layout, int64_t out_count, int64_t reduced_count);
 
 // ---- batch normalization over [batch, channels, inner] (norm.cu) ----
+// Data (x, out, grad_out, grad_input) of type T; the per-channel tensors (gamma, beta, running and saved
+// statistics, their gradients) are always f32, and statistics accumulate in double.
 struct ChannelLayout {
   int64_t batch, channels, inner;
 };
-void launch_batch_norm_forward_train(const float* x, const float* gamma, const float* beta, float* running_mean,
-                                     float* running_var, double momentum, double eps, float* out, float* save_mean,
+template <typename T>
+void launch_batch_norm_forward_train(const T* x, const float* gamma, const float* beta, float* running_mean,
+                                     float* running_var, double momentum, double eps, T* out, float* save_mean,
                                      float* save_invstd, const ChannelLayout& layout);
-void launch_batch_norm_forward_eval(const float* x, const float* gamma, const float* beta, const float* running_mean,
-                                    const float* running_var, double eps, float* out, const ChannelLayout& layout);
+template <typename T>
+void launch_batch_norm_forward_eval(const T* x, const float* gamma, const float* beta, const float* running_mean,
+                                    const float* running_var, double eps, T* out, const ChannelLayout& layout);
 // grad_gamma / grad_beta may be null.
-void launch_batch_norm_backward(const float* grad_out, const float* x, const float* gamma, const float* save_mean,
-                                const float* save_invstd, float* grad_input, float* grad_gamma, float* grad_beta,
+template <typename T>
+void launch_batch_norm_backward(const T* grad_out, const T* x, const float* gamma, const float* save_mean,
+                                const float* save_invstd, T* grad_input, float* grad_gamma, float* grad_beta,
                                 const ChannelLayout& layout);
 
 // ---- pooling over NCHW planes (pool.cu) ----
@@ -55,12 +69,14 @@ struct PoolLayout {
   int64_t kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;
   bool count_include_pad;
 };
-void launch_max_pool_forward(const float* x, float* out, int64_t* indices, const PoolLayout& layout);
-// Adds each output gradient at its plane's argmax into grad_input (which the caller zeroed).
-void launch_max_pool_backward(const float* grad_out, const int64_t* indices, float* grad_input, int64_t planes,
+template <typename T> void launch_max_pool_forward(const T* x, T* out, int64_t* indices, const PoolLayout& layout);
+// Adds each output gradient at its plane's argmax into the f32 grad_input (which the caller zeroed;
+// atomics need f32, so low-precision callers accumulate in an f32 buffer and convert).
+template <typename T>
+void launch_max_pool_backward(const T* grad_out, const int64_t* indices, float* grad_input, int64_t planes,
                               int64_t in_plane, int64_t out_plane);
-void launch_avg_pool_forward(const float* x, float* out, const PoolLayout& layout);
-void launch_avg_pool_backward(const float* grad_out, float* grad_input, const PoolLayout& layout);
+template <typename T> void launch_avg_pool_forward(const T* x, T* out, const PoolLayout& layout);
+template <typename T> void launch_avg_pool_backward(const T* grad_out, T* grad_input, const PoolLayout& layout);
 
 // ---- log-softmax and NLL loss over [rows, classes] (loss.cu) ----
 void launch_log_softmax_forward(const float* logits, float* out, int64_t rows, int64_t classes);

@@ -1,6 +1,7 @@
 // CUDA batch normalization over [batch, channels, inner] (statistics per channel over batch and inner):
 // training forward with the running-stat update, eval forward, and backward. One block per channel
 // accumulates in double in a fixed order, the same formulas as the CPU twin (src/ops/cpu/norm.cpp).
+// Data may be f32, f16 or bf16 (mixed precision); per-channel parameters and statistics are always f32.
 #include <cmath>
 
 #include "ops/cuda/kernels.h"
@@ -17,19 +18,20 @@ __device__ __forceinline__ int64_t channel_offset(int64_t j, int64_t c, const Ch
   return (sample * layout.channels + c) * layout.inner + (j - sample * layout.inner);
 }
 
-__global__ void forward_train_kernel(const float* x, const float* gamma, const float* beta, float* running_mean,
-                                     float* running_var, double momentum, double eps, float* out, float* save_mean,
+template <typename T>
+__global__ void forward_train_kernel(const T* x, const float* gamma, const float* beta, float* running_mean,
+                                     float* running_var, double momentum, double eps, T* out, float* save_mean,
                                      float* save_invstd, ChannelLayout layout) {
   __shared__ double scratch[32];
   const int64_t c = blockIdx.x;
   const int64_t count = layout.batch * layout.inner;
   // Two passes (mean, then squared deviations) avoid the cancellation of E[x^2] - E[x]^2.
   double sum = 0.0;
-  for (int64_t j = threadIdx.x; j < count; j += blockDim.x) sum += static_cast<double>(x[channel_offset(j, c, layout)]);
+  for (int64_t j = threadIdx.x; j < count; j += blockDim.x) sum += static_cast<double>(static_cast<float>(x[channel_offset(j, c, layout)]));
   const double mean = block_reduce(sum, scratch, SumOp{}) / static_cast<double>(count);
   double squared = 0.0;
   for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
-    const double deviation = static_cast<double>(x[channel_offset(j, c, layout)]) - mean;
+    const double deviation = static_cast<double>(static_cast<float>(x[channel_offset(j, c, layout)])) - mean;
     squared += deviation * deviation;
   }
   squared = block_reduce(squared, scratch, SumOp{});
@@ -39,7 +41,7 @@ __global__ void forward_train_kernel(const float* x, const float* gamma, const f
   const float shift = beta[c];
   for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
     const int64_t i = channel_offset(j, c, layout);
-    out[i] = (x[i] - center) * scale + shift;
+    out[i] = T((static_cast<float>(x[i]) - center) * scale + shift);
   }
   if (threadIdx.x == 0) {
     save_mean[c] = static_cast<float>(mean);
@@ -51,22 +53,24 @@ __global__ void forward_train_kernel(const float* x, const float* gamma, const f
   }
 }
 
-__global__ void forward_eval_kernel(const float* x, const float* gamma, const float* beta, const float* running_mean,
-                                    const float* running_var, double eps, float* out, ChannelLayout layout,
+template <typename T>
+__global__ void forward_eval_kernel(const T* x, const float* gamma, const float* beta, const float* running_mean,
+                                    const float* running_var, double eps, T* out, ChannelLayout layout,
                                     int64_t total) {
   for (int64_t i = global_thread_index(); i < total; i += global_thread_count()) {
     const int64_t c = (i / layout.inner) % layout.channels;
     const float center = running_mean[c];
     const float scale = static_cast<float>(static_cast<double>(gamma[c]) / sqrt(static_cast<double>(running_var[c]) + eps));
-    out[i] = (x[i] - center) * scale + beta[c];
+    out[i] = T((static_cast<float>(x[i]) - center) * scale + beta[c]);
   }
 }
 
 // With xhat = (x - mean) * invstd and g the output gradient, per channel over its M elements:
 //   grad_beta = sum g,  grad_gamma = sum g * xhat,
 //   grad_x = gamma * invstd * (g - sum g / M - xhat * sum(g * xhat) / M).
-__global__ void backward_kernel(const float* grad_out, const float* x, const float* gamma, const float* save_mean,
-                                const float* save_invstd, float* grad_input, float* grad_gamma, float* grad_beta,
+template <typename T>
+__global__ void backward_kernel(const T* grad_out, const T* x, const float* gamma, const float* save_mean,
+                                const float* save_invstd, T* grad_input, float* grad_gamma, float* grad_beta,
                                 ChannelLayout layout) {
   __shared__ double scratch[32];
   const int64_t c = blockIdx.x;
@@ -75,8 +79,9 @@ __global__ void backward_kernel(const float* grad_out, const float* x, const flo
   double sum_grad = 0.0, sum_grad_centered = 0.0;
   for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
     const int64_t i = channel_offset(j, c, layout);
-    sum_grad += static_cast<double>(grad_out[i]);
-    sum_grad_centered += static_cast<double>(grad_out[i]) * (static_cast<double>(x[i]) - mean);
+    const double grad = static_cast<double>(static_cast<float>(grad_out[i]));
+    sum_grad += grad;
+    sum_grad_centered += grad * (static_cast<double>(static_cast<float>(x[i])) - mean);
   }
   sum_grad = block_reduce(sum_grad, scratch, SumOp{});
   sum_grad_centered = block_reduce(sum_grad_centered, scratch, SumOp{});
@@ -91,34 +96,46 @@ __global__ void backward_kernel(const float* grad_out, const float* x, const flo
   const float slope = static_cast<float>(k * projection);
   for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
     const int64_t i = channel_offset(j, c, layout);
-    grad_input[i] = k_f * (grad_out[i] - mean_grad_f) - slope * (x[i] - mean_f);
+    grad_input[i] = T(k_f * (static_cast<float>(grad_out[i]) - mean_grad_f) - slope * (static_cast<float>(x[i]) - mean_f));
   }
 }
 
 }  // namespace
 
-void launch_batch_norm_forward_train(const float* x, const float* gamma, const float* beta, float* running_mean,
-                                     float* running_var, double momentum, double eps, float* out, float* save_mean,
+template <typename T>
+void launch_batch_norm_forward_train(const T* x, const float* gamma, const float* beta, float* running_mean,
+                                     float* running_var, double momentum, double eps, T* out, float* save_mean,
                                      float* save_invstd, const ChannelLayout& layout) {
   if (layout.channels == 0) return;
   forward_train_kernel<<<static_cast<unsigned>(layout.channels), kChannelThreads>>>(
       x, gamma, beta, running_mean, running_var, momentum, eps, out, save_mean, save_invstd, layout);
 }
 
-void launch_batch_norm_forward_eval(const float* x, const float* gamma, const float* beta, const float* running_mean,
-                                    const float* running_var, double eps, float* out, const ChannelLayout& layout) {
+template <typename T>
+void launch_batch_norm_forward_eval(const T* x, const float* gamma, const float* beta, const float* running_mean,
+                                    const float* running_var, double eps, T* out, const ChannelLayout& layout) {
   const int64_t total = layout.batch * layout.channels * layout.inner;
   if (total == 0) return;
   forward_eval_kernel<<<blocks_for(total), kThreadsPerBlock>>>(x, gamma, beta, running_mean, running_var, eps, out,
                                                                layout, total);
 }
 
-void launch_batch_norm_backward(const float* grad_out, const float* x, const float* gamma, const float* save_mean,
-                                const float* save_invstd, float* grad_input, float* grad_gamma, float* grad_beta,
+template <typename T>
+void launch_batch_norm_backward(const T* grad_out, const T* x, const float* gamma, const float* save_mean,
+                                const float* save_invstd, T* grad_input, float* grad_gamma, float* grad_beta,
                                 const ChannelLayout& layout) {
   if (layout.channels == 0) return;
   backward_kernel<<<static_cast<unsigned>(layout.channels), kChannelThreads>>>(
       grad_out, x, gamma, save_mean, save_invstd, grad_input, grad_gamma, grad_beta, layout);
 }
+
+#define OPSNN_INSTANTIATE_BATCH_NORM(T)                                                                          \
+  template void launch_batch_norm_forward_train<T>(const T*, const float*, const float*, float*, float*, double, \
+                                                   double, T*, float*, float*, const ChannelLayout&);            \
+  template void launch_batch_norm_forward_eval<T>(const T*, const float*, const float*, const float*,            \
+                                                  const float*, double, T*, const ChannelLayout&);               \
+  template void launch_batch_norm_backward<T>(const T*, const T*, const float*, const float*, const float*, T*,  \
+                                              float*, float*, const ChannelLayout&);
+OPSNN_FOR_EACH_FLOATING_TYPE(OPSNN_INSTANTIATE_BATCH_NORM)
 
 }  // namespace opsnn::cuda

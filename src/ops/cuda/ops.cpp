@@ -1,7 +1,8 @@
 // The CUDA Backend methods that run own kernels (kernels.h): elementwise, sum, batch norm, pooling,
-// log-softmax and NLL loss, embedding. Each checks dtype (f32), device, layout and shape, lays out the
+// log-softmax and NLL loss, embedding. Each checks dtype, device, layout and shape, lays out the
 // kernel's arguments (coalescing strided dimensions like the CPU twin) and launches on the legacy
-// default stream of the operands' device.
+// default stream of the operands' device. Elementwise, sum, batch norm and pooling take f32, f16 or
+// bf16 data (batch norm with f32 per-channel tensors); the loss and embedding kernels are f32 only.
 #include <cstring>
 #include <functional>
 #include <initializer_list>
@@ -18,6 +19,7 @@
 namespace opsnn::ops {
 namespace {
 
+using cuda::dispatch_floating;
 using cuda::require_f32;
 using cuda::require_on;
 
@@ -26,6 +28,15 @@ void check_launch() { OPSNN_CUDA_CHECK(cudaGetLastError()); }
 // Checks for operands that must be f32, contiguous and on `device`.
 void require_dense(const Tensor& t, Device device, const char* kernel) {
   require_f32(t, kernel);
+  require_on(t, device, kernel);
+  OPSNN_CHECK(t.is_contiguous(), "CUDA ", kernel, ": operands must be contiguous");
+}
+
+// Checks for data operands that must be contiguous, on `device` and of `like`'s floating dtype.
+void require_dense_as(const Tensor& t, const Tensor& like, Device device, const char* kernel) {
+  cuda::require_floating(t, kernel);
+  OPSNN_CHECK_AS(TypeError, t.dtype() == like.dtype(), "CUDA ", kernel, ": dtype mismatch, ", t.str(), " vs ",
+                 like.str());
   require_on(t, device, kernel);
   OPSNN_CHECK(t.is_contiguous(), "CUDA ", kernel, ": operands must be contiguous");
 }
@@ -154,53 +165,65 @@ void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& 
   OPSNN_CHECK_AS(ShapeError, a.shape() == out.shape() && b.shape() == out.shape(),
                  "CUDA binary: inputs must be broadcast to the output shape ", shape_str(out.shape()), ", got ",
                  shape_str(a.shape()), " and ", shape_str(b.shape()));
-  require_dense(out, out.device(), "binary");
-  require_f32(a, "binary");
-  require_f32(b, "binary");
+  require_dense_as(out, out, out.device(), "binary");
+  OPSNN_CHECK_AS(TypeError, a.dtype() == out.dtype() && b.dtype() == out.dtype(), "CUDA binary: dtype mismatch, ",
+                 a.str(), ", ", b.str(), " -> ", out.str());
   require_on(a, out.device(), "binary");
   require_on(b, out.device(), "binary");
   const cuda::BinaryLayout layout = coalesce(a, b, out);
   cuda::DeviceGuard guard(out.device().index);
   static constexpr cuda::BinaryKind kinds[] = {cuda::BinaryKind::add, cuda::BinaryKind::sub, cuda::BinaryKind::mul,
                                                cuda::BinaryKind::div};
-  cuda::launch_binary(kinds[static_cast<int>(op)], a.data<float>(), b.data<float>(), out.data<float>(), layout,
-                      out.numel());
+  const cuda::BinaryKind kind = kinds[static_cast<int>(op)];
+  dispatch_floating(out.dtype(), "binary", [&](auto tag) {
+    using T = decltype(tag);
+    cuda::launch_binary(kind, a.data<T>(), b.data<T>(), out.data<T>(), layout, out.numel());
+  });
   check_launch();
 }
 
 void CudaBackend::affine(const Tensor& x, double scale, double shift, Tensor& out) {
   check_same_shape(x, out, "CUDA affine");
-  require_dense(x, out.device(), "affine");
-  require_dense(out, out.device(), "affine");
+  require_dense_as(x, out, out.device(), "affine");
+  require_dense_as(out, out, out.device(), "affine");
   cuda::DeviceGuard guard(out.device().index);
-  cuda::launch_affine(x.data<float>(), static_cast<float>(scale), static_cast<float>(shift), out.data<float>(),
-                      x.numel());
+  dispatch_floating(out.dtype(), "affine", [&](auto tag) {
+    using T = decltype(tag);
+    cuda::launch_affine(x.data<T>(), static_cast<float>(scale), static_cast<float>(shift), out.data<T>(), x.numel());
+  });
   check_launch();
 }
 
 void CudaBackend::relu(const Tensor& x, Tensor& out) {
   check_same_shape(x, out, "CUDA relu");
-  require_dense(x, out.device(), "relu");
-  require_dense(out, out.device(), "relu");
+  require_dense_as(x, out, out.device(), "relu");
+  require_dense_as(out, out, out.device(), "relu");
   cuda::DeviceGuard guard(out.device().index);
-  cuda::launch_relu(x.data<float>(), out.data<float>(), x.numel());
+  dispatch_floating(out.dtype(), "relu", [&](auto tag) {
+    using T = decltype(tag);
+    cuda::launch_relu(x.data<T>(), out.data<T>(), x.numel());
+  });
   check_launch();
 }
 
 void CudaBackend::relu_backward(const Tensor& grad_out, const Tensor& x, Tensor& grad_in) {
   check_same_shape(grad_out, x, "CUDA relu_backward");
   check_same_shape(grad_out, grad_in, "CUDA relu_backward");
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&grad_out, &x, &grad_in}) require_dense(*t, grad_in.device(), "relu_backward");
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&grad_out, &x, &grad_in})
+    require_dense_as(*t, grad_in, grad_in.device(), "relu_backward");
   cuda::DeviceGuard guard(grad_in.device().index);
-  cuda::launch_relu_backward(grad_out.data<float>(), x.data<float>(), grad_in.data<float>(), x.numel());
+  dispatch_floating(grad_in.dtype(), "relu_backward", [&](auto tag) {
+    using T = decltype(tag);
+    cuda::launch_relu_backward(grad_out.data<T>(), x.data<T>(), grad_in.data<T>(), x.numel());
+  });
   check_launch();
 }
 
 // ---- reductions ----
 
 void CudaBackend::sum(const Tensor& x, const std::vector<int64_t>& reduce_dims, Tensor& out) {
-  require_dense(x, out.device(), "sum");
-  require_dense(out, out.device(), "sum");
+  require_dense_as(x, out, out.device(), "sum");
+  require_dense_as(out, out, out.device(), "sum");
   std::vector<bool> reduced(x.shape().size(), false);
   for (int64_t d : reduce_dims) {
     OPSNN_CHECK_AS(ShapeError, d >= 0 && d < x.dim(), "CUDA sum: dimension ", d, " out of range for ",
@@ -240,7 +263,10 @@ void CudaBackend::sum(const Tensor& x, const std::vector<int64_t>& reduce_dims, 
   }
   if (x.numel() == 0) reduced_count = 0;
   cuda::DeviceGuard guard(out.device().index);
-  cuda::launch_sum(x.data<float>(), out.data<float>(), layout, out.numel(), reduced_count);
+  dispatch_floating(out.dtype(), "sum", [&](auto tag) {
+    using T = decltype(tag);
+    cuda::launch_sum(x.data<T>(), out.data<T>(), layout, out.numel(), reduced_count);
+  });
   check_launch();
 }
 
@@ -251,16 +277,19 @@ void CudaBackend::batch_norm_forward_train(const Tensor& input, const Tensor& ga
                                            Tensor& out, Tensor& save_mean, Tensor& save_invstd) {
   const char* kernel = "batch_norm_forward_train";
   OPSNN_CHECK_AS(ShapeError, input.dim() >= 2, "CUDA ", kernel, ": input must be [N, C, ...], got ", input.str());
-  require_dense(input, input.device(), kernel);
-  require_dense(out, input.device(), kernel);
+  require_dense_as(input, input, input.device(), kernel);
+  require_dense_as(out, input, input.device(), kernel);
   check_same_shape(input, out, "CUDA batch_norm_forward_train");
   for (const Tensor* t : std::initializer_list<const Tensor*>{&gamma, &beta, &running_mean, &running_var, &save_mean, &save_invstd})
     check_channel_vector(*t, input, kernel);
   cuda::DeviceGuard guard(input.device().index);
-  cuda::launch_batch_norm_forward_train(input.data<float>(), gamma.data<float>(), beta.data<float>(),
-                                        running_mean.data<float>(), running_var.data<float>(), momentum, eps,
-                                        out.data<float>(), save_mean.data<float>(), save_invstd.data<float>(),
-                                        channel_layout(input));
+  dispatch_floating(input.dtype(), kernel, [&](auto tag) {
+    using T = decltype(tag);
+    cuda::launch_batch_norm_forward_train(input.data<T>(), gamma.data<float>(), beta.data<float>(),
+                                          running_mean.data<float>(), running_var.data<float>(), momentum, eps,
+                                          out.data<T>(), save_mean.data<float>(), save_invstd.data<float>(),
+                                          channel_layout(input));
+  });
   check_launch();
 }
 
@@ -269,14 +298,17 @@ void CudaBackend::batch_norm_forward_eval(const Tensor& input, const Tensor& gam
                                           Tensor& out) {
   const char* kernel = "batch_norm_forward_eval";
   OPSNN_CHECK_AS(ShapeError, input.dim() >= 2, "CUDA ", kernel, ": input must be [N, C, ...], got ", input.str());
-  require_dense(input, input.device(), kernel);
-  require_dense(out, input.device(), kernel);
+  require_dense_as(input, input, input.device(), kernel);
+  require_dense_as(out, input, input.device(), kernel);
   check_same_shape(input, out, "CUDA batch_norm_forward_eval");
   for (const Tensor* t : std::initializer_list<const Tensor*>{&gamma, &beta, &running_mean, &running_var}) check_channel_vector(*t, input, kernel);
   cuda::DeviceGuard guard(input.device().index);
-  cuda::launch_batch_norm_forward_eval(input.data<float>(), gamma.data<float>(), beta.data<float>(),
-                                       running_mean.data<float>(), running_var.data<float>(), eps, out.data<float>(),
-                                       channel_layout(input));
+  dispatch_floating(input.dtype(), kernel, [&](auto tag) {
+    using T = decltype(tag);
+    cuda::launch_batch_norm_forward_eval(input.data<T>(), gamma.data<float>(), beta.data<float>(),
+                                         running_mean.data<float>(), running_var.data<float>(), eps, out.data<T>(),
+                                         channel_layout(input));
+  });
   check_launch();
 }
 
@@ -285,17 +317,21 @@ void CudaBackend::batch_norm_backward(const Tensor& grad_out, const Tensor& inpu
                                       Tensor& grad_gamma, Tensor& grad_beta) {
   const char* kernel = "batch_norm_backward";
   OPSNN_CHECK_AS(ShapeError, input.dim() >= 2, "CUDA ", kernel, ": input must be [N, C, ...], got ", input.str());
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&grad_out, &input, &grad_input}) require_dense(*t, input.device(), kernel);
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&grad_out, &input, &grad_input})
+    require_dense_as(*t, input, input.device(), kernel);
   check_same_shape(input, grad_out, "CUDA batch_norm_backward");
   check_same_shape(input, grad_input, "CUDA batch_norm_backward");
   for (const Tensor* t : std::initializer_list<const Tensor*>{&gamma, &save_mean, &save_invstd}) check_channel_vector(*t, input, kernel);
   if (grad_gamma.defined()) check_channel_vector(grad_gamma, input, kernel);
   if (grad_beta.defined()) check_channel_vector(grad_beta, input, kernel);
   cuda::DeviceGuard guard(input.device().index);
-  cuda::launch_batch_norm_backward(grad_out.data<float>(), input.data<float>(), gamma.data<float>(),
-                                   save_mean.data<float>(), save_invstd.data<float>(), grad_input.data<float>(),
-                                   grad_gamma.defined() ? grad_gamma.data<float>() : nullptr,
-                                   grad_beta.defined() ? grad_beta.data<float>() : nullptr, channel_layout(input));
+  dispatch_floating(input.dtype(), kernel, [&](auto tag) {
+    using T = decltype(tag);
+    cuda::launch_batch_norm_backward(grad_out.data<T>(), input.data<T>(), gamma.data<float>(), save_mean.data<float>(),
+                                     save_invstd.data<float>(), grad_input.data<T>(),
+                                     grad_gamma.defined() ? grad_gamma.data<float>() : nullptr,
+                                     grad_beta.defined() ? grad_beta.data<float>() : nullptr, channel_layout(input));
+  });
   check_launch();
 }
 
@@ -305,49 +341,66 @@ void CudaBackend::max_pool2d_forward(const Tensor& input, Tensor& out, Tensor& i
                                      const Pool2dGeometry& geometry) {
   const char* kernel = "max_pool2d_forward";
   check_pool_pair(input, out, kernel);
-  require_dense(input, input.device(), kernel);
-  require_dense(out, input.device(), kernel);
+  require_dense_as(input, input, input.device(), kernel);
+  require_dense_as(out, input, input.device(), kernel);
   check_index_tensor(indices, input.device(), kernel);
   check_same_shape(out, indices, "CUDA max_pool2d_forward");
   cuda::DeviceGuard guard(input.device().index);
-  cuda::launch_max_pool_forward(input.data<float>(), out.data<float>(), indices.data<int64_t>(),
-                                pool_layout(input.shape(), out.shape(), geometry));
+  dispatch_floating(input.dtype(), kernel, [&](auto tag) {
+    using T = decltype(tag);
+    cuda::launch_max_pool_forward(input.data<T>(), out.data<T>(), indices.data<int64_t>(),
+                                  pool_layout(input.shape(), out.shape(), geometry));
+  });
   check_launch();
 }
 
 void CudaBackend::max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, Tensor& grad_input) {
   const char* kernel = "max_pool2d_backward";
   check_pool_pair(grad_input, grad_out, kernel);
-  require_dense(grad_out, grad_input.device(), kernel);
-  require_dense(grad_input, grad_input.device(), kernel);
+  require_dense_as(grad_out, grad_input, grad_input.device(), kernel);
+  require_dense_as(grad_input, grad_input, grad_input.device(), kernel);
   check_index_tensor(indices, grad_input.device(), kernel);
   check_same_shape(grad_out, indices, "CUDA max_pool2d_backward");
   cuda::DeviceGuard guard(grad_input.device().index);
-  OPSNN_CUDA_CHECK(cudaMemsetAsync(grad_input.data_ptr(), 0, grad_input.nbytes(), nullptr));
+  // Overlapping windows add into one cell with atomics, which need f32: low-precision gradients
+  // accumulate in an f32 buffer that is then rounded once into grad_input.
+  Tensor accumulator = grad_input.dtype() == DType::f32 ? grad_input
+                                                        : Tensor::empty(grad_input.shape(), DType::f32, grad_input.device());
+  OPSNN_CUDA_CHECK(cudaMemsetAsync(accumulator.data_ptr(), 0, accumulator.nbytes(), nullptr));
   const int64_t planes = grad_input.size(0) * grad_input.size(1);
-  cuda::launch_max_pool_backward(grad_out.data<float>(), indices.data<int64_t>(), grad_input.data<float>(), planes,
-                                 grad_input.size(2) * grad_input.size(3), grad_out.size(2) * grad_out.size(3));
+  dispatch_floating(grad_out.dtype(), kernel, [&](auto tag) {
+    using T = decltype(tag);
+    cuda::launch_max_pool_backward(grad_out.data<T>(), indices.data<int64_t>(), accumulator.data<float>(), planes,
+                                   grad_input.size(2) * grad_input.size(3), grad_out.size(2) * grad_out.size(3));
+  });
   check_launch();
+  if (!accumulator.same(grad_input)) grad_input.copy_(accumulator);
 }
 
 void CudaBackend::avg_pool2d_forward(const Tensor& input, Tensor& out, const Pool2dGeometry& geometry) {
   const char* kernel = "avg_pool2d_forward";
   check_pool_pair(input, out, kernel);
-  require_dense(input, input.device(), kernel);
-  require_dense(out, input.device(), kernel);
+  require_dense_as(input, input, input.device(), kernel);
+  require_dense_as(out, input, input.device(), kernel);
   cuda::DeviceGuard guard(input.device().index);
-  cuda::launch_avg_pool_forward(input.data<float>(), out.data<float>(), pool_layout(input.shape(), out.shape(), geometry));
+  dispatch_floating(input.dtype(), kernel, [&](auto tag) {
+    using T = decltype(tag);
+    cuda::launch_avg_pool_forward(input.data<T>(), out.data<T>(), pool_layout(input.shape(), out.shape(), geometry));
+  });
   check_launch();
 }
 
 void CudaBackend::avg_pool2d_backward(const Tensor& grad_out, Tensor& grad_input, const Pool2dGeometry& geometry) {
   const char* kernel = "avg_pool2d_backward";
   check_pool_pair(grad_input, grad_out, kernel);
-  require_dense(grad_out, grad_input.device(), kernel);
-  require_dense(grad_input, grad_input.device(), kernel);
+  require_dense_as(grad_out, grad_input, grad_input.device(), kernel);
+  require_dense_as(grad_input, grad_input, grad_input.device(), kernel);
   cuda::DeviceGuard guard(grad_input.device().index);
-  cuda::launch_avg_pool_backward(grad_out.data<float>(), grad_input.data<float>(),
-                                 pool_layout(grad_input.shape(), grad_out.shape(), geometry));
+  dispatch_floating(grad_input.dtype(), kernel, [&](auto tag) {
+    using T = decltype(tag);
+    cuda::launch_avg_pool_backward(grad_out.data<T>(), grad_input.data<T>(),
+                                   pool_layout(grad_input.shape(), grad_out.shape(), geometry));
+  });
   check_launch();
 }
 

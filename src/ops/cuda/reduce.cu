@@ -1,6 +1,7 @@
 // CUDA sum over chosen dimensions (keepdim layout). Terms accumulate in double in a fixed order (one
 // thread, or one block with a fixed reduction tree, per output), so results are reproducible run to
-// run. The CPU twin is src/ops/cpu/reduce.cpp.
+// run; the result is rounded once to the storage type (f32, f16 or bf16). The CPU twin is
+// src/ops/cpu/reduce.cpp.
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/launch_support.cuh"
 
@@ -19,33 +20,38 @@ __device__ __forceinline__ int64_t decompose(int64_t index, int dim, const int64
   return offset;
 }
 
-__global__ void sum_thread_per_output_kernel(const float* x, float* out, ReduceLayout layout, int64_t out_count,
+template <typename T>
+__global__ void sum_thread_per_output_kernel(const T* x, T* out, ReduceLayout layout, int64_t out_count,
                                              int64_t reduced_count) {
   for (int64_t o = global_thread_index(); o < out_count; o += global_thread_count()) {
-    const float* base = x + decompose(o, layout.kept_dim, layout.kept_extents, layout.kept_strides);
+    const T* base = x + decompose(o, layout.kept_dim, layout.kept_extents, layout.kept_strides);
     double total = 0.0;
     for (int64_t r = 0; r < reduced_count; ++r)
-      total += static_cast<double>(base[decompose(r, layout.reduced_dim, layout.reduced_extents, layout.reduced_strides)]);
-    out[o] = static_cast<float>(total);
+      total += static_cast<double>(
+          static_cast<float>(base[decompose(r, layout.reduced_dim, layout.reduced_extents, layout.reduced_strides)]));
+    out[o] = T(static_cast<float>(total));
   }
 }
 
-__global__ void sum_block_per_output_kernel(const float* x, float* out, ReduceLayout layout, int64_t out_count,
+template <typename T>
+__global__ void sum_block_per_output_kernel(const T* x, T* out, ReduceLayout layout, int64_t out_count,
                                             int64_t reduced_count) {
   __shared__ double scratch[32];
   for (int64_t o = blockIdx.x; o < out_count; o += gridDim.x) {
-    const float* base = x + decompose(o, layout.kept_dim, layout.kept_extents, layout.kept_strides);
+    const T* base = x + decompose(o, layout.kept_dim, layout.kept_extents, layout.kept_strides);
     double total = 0.0;
     for (int64_t r = threadIdx.x; r < reduced_count; r += blockDim.x)
-      total += static_cast<double>(base[decompose(r, layout.reduced_dim, layout.reduced_extents, layout.reduced_strides)]);
+      total += static_cast<double>(
+          static_cast<float>(base[decompose(r, layout.reduced_dim, layout.reduced_extents, layout.reduced_strides)]));
     total = block_reduce(total, scratch, SumOp{});
-    if (threadIdx.x == 0) out[o] = static_cast<float>(total);
+    if (threadIdx.x == 0) out[o] = T(static_cast<float>(total));
   }
 }
 
 }  // namespace
 
-void launch_sum(const float* x, float* out, const ReduceLayout& layout, int64_t out_count, int64_t reduced_count) {
+template <typename T>
+void launch_sum(const T* x, T* out, const ReduceLayout& layout, int64_t out_count, int64_t reduced_count) {
   if (out_count == 0) return;
   if (reduced_count <= kThreadPerOutputMaxTerms) {
     sum_thread_per_output_kernel<<<blocks_for(out_count), kThreadsPerBlock>>>(x, out, layout, out_count, reduced_count);
@@ -54,5 +60,9 @@ void launch_sum(const float* x, float* out, const ReduceLayout& layout, int64_t 
     sum_block_per_output_kernel<<<blocks, kThreadsPerBlock>>>(x, out, layout, out_count, reduced_count);
   }
 }
+
+#define OPSNN_INSTANTIATE_SUM(T) \
+  template void launch_sum<T>(const T*, T*, const ReduceLayout&, int64_t, int64_t);
+OPSNN_FOR_EACH_FLOATING_TYPE(OPSNN_INSTANTIATE_SUM)
 
 }  // namespace opsnn::cuda

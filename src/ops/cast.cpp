@@ -1,0 +1,34 @@
+// cast of the functional API: a dtype conversion that records autograd history, so low-precision
+// compute (mixed precision) can read fp32 parameters and send fp32 gradients back to them.
+#include <memory>
+#include <string>
+
+#include "opsnn/autograd/node.h"
+#include "opsnn/ops/ops.h"
+
+namespace opsnn::ops {
+namespace {
+
+// The gradient of a conversion is the upstream gradient converted back to the source dtype.
+class CastNode final : public autograd::Node {
+ public:
+  explicit CastNode(DType source_dtype) : source_dtype_(source_dtype) {}
+  std::string name() const override { return "CastBackward"; }
+  std::vector<Tensor> backward(const Tensor& grad_output) override { return {grad_output.to(source_dtype_)}; }
+
+ private:
+  DType source_dtype_;
+};
+
+}  // namespace
+
+Tensor cast(const Tensor& x, DType dtype) {
+  OPSNN_CHECK_AS(TypeError, is_floating(x.dtype()) && is_floating(dtype), "cast: converts between floating dtypes, got ",
+                 x.str(), " to ", dtype_name(dtype));
+  if (x.dtype() == dtype) return x;
+  Tensor out = x.to(dtype);
+  if (!autograd::any_requires_grad({x})) return out;
+  return autograd::record(out, std::make_shared<CastNode>(x.dtype()), {x});
+}
+
+}  // namespace opsnn::ops
