@@ -56,7 +56,9 @@ def main(argv):
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                        help="PyTorch side; fp32 uses TF32 convolutions (its default), so opsnn runs tf32 beside it")
+    parser.add_argument("--opsnn-precision", help="opsnn's --precision (default: tf32 for fp32, bf16 for bf16)")
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--opsnn", help="path of opsnn-bench, to run it in the same call and compare")
     args = parser.parse_args(argv)
@@ -69,7 +71,8 @@ def main(argv):
         with tempfile.TemporaryDirectory() as folder:
             path = os.path.join(folder, "opsnn.json")
             command = [args.opsnn, "resnet50", "--batch", str(args.batch), "--steps", str(args.steps), "--warmup",
-                       str(args.warmup), "--precision", args.precision, "--image-size", str(args.image_size),
+                       str(args.warmup), "--precision",
+                       args.opsnn_precision or ("tf32" if args.precision == "fp32" else "bf16"), "--image-size", str(args.image_size),
                        "--json", path]
             print("$ " + " ".join(command), flush=True)
             subprocess.run(command, check=True)
