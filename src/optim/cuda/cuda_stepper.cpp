@@ -48,14 +48,17 @@ class CudaCapturedStep final : public CapturedStep {
     OPSNN_CUDA_CHECK(cudaEventCreateWithFlags(&before_, cudaEventDisableTiming));
     OPSNN_CUDA_CHECK(cudaEventCreateWithFlags(&after_, cudaEventDisableTiming));
   }
+  // Never throws (a destructor): errors while releasing are ignored, the previous device is restored.
   ~CudaCapturedStep() override {
-    CurrentDevice guard(device_);
+    int previous = 0;
+    bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != device_ && cudaSetDevice(device_) == cudaSuccess;
     cudaStreamSynchronize(stream_);
     cudaEventDestroy(before_);
     cudaEventDestroy(after_);
     cudaGraphExecDestroy(exec_);
     cudaGraphDestroy(graph_);
     cudaStreamDestroy(stream_);
+    if (switched) cudaSetDevice(previous);
   }
 
   // The graph runs on its own (non-blocking) stream, fenced by events on both sides against the legacy
