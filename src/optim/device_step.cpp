@@ -2,34 +2,23 @@
 // at startup; the CPU registers none and runs the host pipeline of optimizer.cpp.
 #include "opsnn/optim/device_step.h"
 
-#include <array>
-#include <mutex>
+#include "optim/device_table.h"
 
 namespace opsnn::optim {
 namespace {
 
-struct StepperRegistry {
-  std::mutex mutex;
-  std::array<DeviceStepperFactory, 2> by_type{};
-};
-
-StepperRegistry& stepper_registry() {
-  static StepperRegistry registry;
-  return registry;
+DeviceTable<DeviceStepperFactory>& stepper_table() {
+  static DeviceTable<DeviceStepperFactory> table;
+  return table;
 }
 
 }  // namespace
 
-void register_device_stepper(DeviceType type, DeviceStepperFactory factory) {
-  StepperRegistry& registry = stepper_registry();
-  std::lock_guard lock(registry.mutex);
-  registry.by_type.at(static_cast<size_t>(type)) = factory;
-}
+void register_device_stepper(DeviceType type, DeviceStepperFactory factory) { stepper_table().set(type, factory); }
 
 DeviceStepperFactory device_stepper_factory(DeviceType type) {
-  StepperRegistry& registry = stepper_registry();
-  std::lock_guard lock(registry.mutex);
-  return registry.by_type.at(static_cast<size_t>(type));
+  const DeviceStepperFactory* factory = stepper_table().find(type);
+  return factory != nullptr ? *factory : nullptr;
 }
 
 }  // namespace opsnn::optim

@@ -7,6 +7,7 @@
 #include "opsnn/optim/adam.h"
 #include "opsnn/optim/lamb.h"
 #include "opsnn/optim/sgd.h"
+#include "optim/device_table.h"
 
 namespace opsnn::optim {
 namespace {
@@ -33,19 +34,10 @@ OptimizerRegistry& optimizer_registry() {
   return registry;
 }
 
-struct KernelRegistry {
-  std::mutex mutex;
-  std::array<FusedStepKernels, 2> by_type{};
-  std::array<bool, 2> present{};
-  KernelRegistry() {
-    by_type[static_cast<size_t>(DeviceType::cpu)] = cpu_fused_step_kernels();
-    present[static_cast<size_t>(DeviceType::cpu)] = true;
-  }
-};
-
-KernelRegistry& kernel_registry() {
-  static KernelRegistry registry;
-  return registry;
+// The CPU kernels are always there; other devices register theirs.
+DeviceTable<FusedStepKernels>& kernel_table() {
+  static DeviceTable<FusedStepKernels> table(DeviceType::cpu, cpu_fused_step_kernels());
+  return table;
 }
 
 }  // namespace
@@ -88,21 +80,15 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& name, NamedParamete
                         options);
 }
 
-void register_fused_step_kernels(DeviceType type, const FusedStepKernels& kernels) {
-  KernelRegistry& registry = kernel_registry();
-  std::lock_guard lock(registry.mutex);
-  registry.by_type[static_cast<size_t>(type)] = kernels;
-  registry.present[static_cast<size_t>(type)] = true;
-}
+void register_fused_step_kernels(DeviceType type, const FusedStepKernels& kernels) { kernel_table().set(type, kernels); }
 
 const FusedStepKernels& fused_step_kernels(Device device) {
-  KernelRegistry& registry = kernel_registry();
-  std::lock_guard lock(registry.mutex);
-  if (!registry.present[static_cast<size_t>(device.type)])
-    throw DeviceError(detail::concat("no fused optimizer step kernels for ", device.str(),
-                                     " in this build (the CUDA optimizer kernels are not written yet); "
-                                     "keep the parameters on the cpu"));
-  return registry.by_type[static_cast<size_t>(device.type)];
+  const FusedStepKernels* kernels = kernel_table().find(device.type);
+  // GPU arenas run the built-in optimizers on a DeviceStepper; only an optimizer registered under
+  // another name asks for host-pipeline kernels on a GPU.
+  OPSNN_CHECK_AS(DeviceError, kernels != nullptr, "no host-pipeline optimizer kernels for ", device.str(),
+                 ": on a GPU only the built-in optimizers (sgd, adam, adamw, lamb) run, on the fused device step");
+  return *kernels;
 }
 
 }  // namespace opsnn::optim

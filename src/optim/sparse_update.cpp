@@ -3,11 +3,11 @@
 #include "opsnn/optim/sparse_update.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
-#include <mutex>
 #include <type_traits>
 #include <utility>
+
+#include "optim/device_table.h"
 
 namespace opsnn::optim {
 namespace {
@@ -236,15 +236,9 @@ template void lazy_adam_step<BFloat16>(float*, BFloat16*, BFloat16*, BFloat16*, 
 // ---- Tensor layer ----
 namespace {
 
-struct SparseRowRegistry {
-  std::mutex mutex;
-  std::array<SparseRowKernels, 2> by_type{};
-  std::array<bool, 2> present{};
-};
-
-SparseRowRegistry& sparse_row_registry() {
-  static SparseRowRegistry registry;
-  return registry;
+DeviceTable<SparseRowKernels>& sparse_row_table() {
+  static DeviceTable<SparseRowKernels> table;
+  return table;
 }
 
 // Contiguous and on `device` (the parameter's).
@@ -290,18 +284,14 @@ void check_state(const Tensor& state, const Tensor& param, DType dtype, const ch
 }  // namespace
 
 void register_sparse_row_kernels(DeviceType type, const SparseRowKernels& kernels) {
-  SparseRowRegistry& registry = sparse_row_registry();
-  std::lock_guard lock(registry.mutex);
-  registry.by_type[static_cast<size_t>(type)] = kernels;
-  registry.present[static_cast<size_t>(type)] = true;
+  sparse_row_table().set(type, kernels);
 }
 
 const SparseRowKernels& sparse_row_kernels(Device device) {
-  SparseRowRegistry& registry = sparse_row_registry();
-  std::lock_guard lock(registry.mutex);
-  OPSNN_CHECK_AS(DeviceError, registry.present[static_cast<size_t>(device.type)],
-                 "no sparse-row update kernels for ", device.str(), " in this build; keep the table on the cpu");
-  return registry.by_type[static_cast<size_t>(device.type)];
+  const SparseRowKernels* kernels = sparse_row_table().find(device.type);
+  OPSNN_CHECK_AS(DeviceError, kernels != nullptr, "no sparse-row update kernels for ", device.str(),
+                 " in this build; keep the table on the cpu");
+  return *kernels;
 }
 
 void coalesce(const RowSparseGrad& grad, int64_t num_rows, int64_t width, float scale, CoalescedRows& out) {

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "opsnn/core/rng.h"
+#include "optim/device_table.h"
 
 namespace opsnn::optim {
 namespace {
@@ -19,15 +20,9 @@ namespace {
 // Block of elements counted and written by one task; fixed, so the output order never depends on threads.
 constexpr int64_t kBlock = kTopKBlock;
 
-struct TopKRegistry {
-  std::mutex mutex;
-  std::array<TopKKernels, 2> by_type{};
-  std::array<bool, 2> present{};
-};
-
-TopKRegistry& topk_registry() {
-  static TopKRegistry registry;
-  return registry;
+DeviceTable<TopKKernels>& topk_table() {
+  static DeviceTable<TopKKernels> table;
+  return table;
 }
 
 void check_unit_interval(double value, bool zero_allowed, bool one_allowed, const char* name) {
@@ -70,19 +65,13 @@ double TopKOptions::density_for_epoch(int64_t epoch) const {
   return density;
 }
 
-void register_topk_kernels(DeviceType type, const TopKKernels& kernels) {
-  TopKRegistry& registry = topk_registry();
-  std::lock_guard lock(registry.mutex);
-  registry.by_type[static_cast<size_t>(type)] = kernels;
-  registry.present[static_cast<size_t>(type)] = true;
-}
+void register_topk_kernels(DeviceType type, const TopKKernels& kernels) { topk_table().set(type, kernels); }
 
 const TopKKernels& topk_kernels(Device device) {
-  TopKRegistry& registry = topk_registry();
-  std::lock_guard lock(registry.mutex);
-  OPSNN_CHECK_AS(DeviceError, registry.present[static_cast<size_t>(device.type)], "no top-k sparsification kernels for ",
-                 device.str(), " in this build; keep the gradients on the cpu");
-  return registry.by_type[static_cast<size_t>(device.type)];
+  const TopKKernels* kernels = topk_table().find(device.type);
+  OPSNN_CHECK_AS(DeviceError, kernels != nullptr, "no top-k sparsification kernels for ", device.str(),
+                 " in this build; keep the gradients on the cpu");
+  return *kernels;
 }
 
 TopKSparsifier::TopKSparsifier(int64_t n, TopKOptions options, Device device)
