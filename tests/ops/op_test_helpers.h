@@ -29,6 +29,21 @@ inline Tensor zeros_on_gpu(const Shape& shape, DType dtype = DType::f32) {
   return Tensor::zeros(shape, dtype, Device(DeviceType::cuda, 0));
 }
 
+// The largest |actual - expected| over |expected| + mean |expected| (so values near zero in a tensor of
+// larger ones are not judged by their own tiny size); NaN anywhere makes it NaN-large (fails any bound).
+inline double scaled_error(const Tensor& actual, const Tensor& expected) {
+  const std::vector<double> a = actual.to_vector<double>(), e = expected.to_vector<double>();
+  double mean_abs = 0.0;
+  for (double v : e) mean_abs += std::fabs(v);
+  mean_abs = e.empty() ? 0.0 : mean_abs / static_cast<double>(e.size());
+  double worst = 0.0;
+  for (size_t i = 0; i < e.size(); ++i) {
+    const double error = std::fabs(a[i] - e[i]) / (std::fabs(e[i]) + mean_abs + 1e-30);
+    if (!(error <= worst)) worst = error;  // a NaN sticks
+  }
+  return worst;
+}
+
 inline void require_close(const std::vector<double>& actual, const std::vector<double>& expected,
                           double tolerance = 1e-12) {
   REQUIRE(actual.size() == expected.size());

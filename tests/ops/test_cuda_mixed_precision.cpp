@@ -51,19 +51,6 @@ LowTwin random_low_twin(const Shape& shape, DType dtype, Generator& generator, d
   return twin;
 }
 
-double scaled_error(const Tensor& actual, const Tensor& expected) {
-  const std::vector<double> a = actual.to_vector<double>(), e = expected.to_vector<double>();
-  double mean_abs = 0.0;
-  for (double v : e) mean_abs += std::fabs(v);
-  mean_abs = e.empty() ? 0.0 : mean_abs / static_cast<double>(e.size());
-  double worst = 0.0;
-  for (size_t i = 0; i < e.size(); ++i) {
-    const double error = std::fabs(a[i] - e[i]) / (std::fabs(e[i]) + mean_abs + 1e-30);
-    if (!(error <= worst)) worst = error;  // a NaN sticks
-  }
-  return worst;
-}
-
 void require_close_to(const Tensor& actual, const Tensor& expected, double tolerance, const std::string& what) {
   REQUIRE(actual.defined());
   REQUIRE(expected.defined());

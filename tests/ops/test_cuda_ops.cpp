@@ -56,19 +56,6 @@ Twin index_twin(const Shape& shape, int64_t limit, Generator& generator) {
   return {cpu, cpu.to(kGpu)};
 }
 
-double scaled_error(const Tensor& actual, const Tensor& expected) {
-  const std::vector<double> a = actual.to_vector<double>(), e = expected.to_vector<double>();
-  double mean_abs = 0.0;
-  for (double v : e) mean_abs += std::fabs(v);
-  mean_abs = e.empty() ? 0.0 : mean_abs / static_cast<double>(e.size());
-  double worst = 0.0;
-  for (size_t i = 0; i < e.size(); ++i) {
-    const double error = std::fabs(a[i] - e[i]) / (std::fabs(e[i]) + mean_abs + 1e-30);
-    if (!(error <= worst)) worst = error;  // a NaN sticks
-  }
-  return worst;
-}
-
 void require_match(const Tensor& gpu, const Tensor& cpu, double tolerance, const std::string& what) {
   REQUIRE(gpu.defined());
   REQUIRE(cpu.defined());
