@@ -224,6 +224,29 @@ void Optimizer::step_scalars(const StepState& state, double lr, AdamScalars& ada
   sgd.first_step = state.step == 0;
 }
 
+void Optimizer::set_segment_scalars(double lr) {
+  const std::vector<ArenaSegment>& segments = arena_->segments();
+  double weight_decay = options_.effective_weight_decay(name_);
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const ArenaSegment& segment = segments[i];
+    segment_scalars_[i].lr = static_cast<float>(lr * groups_[static_cast<size_t>(segment.group)].lr_multiplier);
+    segment_scalars_[i].weight_decay = segment.weight_decay ? static_cast<float>(weight_decay) : 0.0f;
+    segment_scalars_[i].trust_ratio = 1.0f;
+  }
+}
+
+void Optimizer::update_sparse_segments(const AdamScalars& adam, const SgdScalars& sgd, float clip_factor) {
+  const std::vector<ArenaSegment>& segments = arena_->segments();
+  for (size_t i = 0; i < segments.size(); ++i) {
+    if (!segments[i].sparse) continue;
+    SparseSegment sparse = sparse_segment(i);
+    SparseStepScalars scalars{adam, sgd, clip_factor};
+    scalars.adam.lr = scalars.sgd.lr = segment_scalars_[i].lr;
+    scalars.adam.weight_decay = scalars.sgd.weight_decay = segment_scalars_[i].weight_decay;
+    sparse_updater_->update(sparse, scalars);
+  }
+}
+
 const std::vector<double>& Optimizer::segment_grad_norms() const {
   if (stepper_ && segment_norms_stale_) {
     std::vector<double> sums = stepper_->segment_grad_sum_squares();
@@ -318,18 +341,12 @@ const StepState& Optimizer::device_step() {
   monitor_.check_gradients(view, report.bad_grad_segment, name_of(report.bad_grad_segment), scaler_.enabled());
   if ((state_.monitor_flags & kStepSkipped) == 0) {
     if (sparse) {
-      SparseStepScalars scalars;
-      step_scalars(before, scheduled_lr(before.step), scalars.adam, scalars.sgd);
-      scalars.clip_factor = state_.clip_factor;
-      std::vector<DeviceSegment> table = device_segments();
-      for (size_t i = 0; i < segments.size(); ++i) {
-        if (!segments[i].sparse) continue;
-        SparseStepScalars segment_scalars = scalars;
-        float lr = static_cast<float>(scheduled_lr(before.step) * table[i].lr_multiplier);
-        segment_scalars.adam.lr = segment_scalars.sgd.lr = lr;
-        segment_scalars.adam.weight_decay = segment_scalars.sgd.weight_decay = table[i].weight_decay;
-        sparse_updater_->update(sparse_segment(i), segment_scalars);
-      }
+      double lr = scheduled_lr(before.step);
+      set_segment_scalars(lr);
+      AdamScalars adam;
+      SgdScalars sgd;
+      step_scalars(before, lr, adam, sgd);
+      update_sparse_segments(adam, sgd, state_.clip_factor);
     }
     monitor_.check_parameters(view, report.bad_param_segment, name_of(report.bad_param_segment));
   }
@@ -363,13 +380,7 @@ const StepState& Optimizer::step() {
   } else {
     auto [beta1, beta2] = options_.betas();
     double lr = scheduled_lr(state.step);
-    double weight_decay = options_.effective_weight_decay(name_);
-    for (size_t i = 0; i < segments.size(); ++i) {
-      const ArenaSegment& segment = segments[i];
-      segment_scalars_[i].lr = static_cast<float>(lr * groups_[static_cast<size_t>(segment.group)].lr_multiplier);
-      segment_scalars_[i].weight_decay = segment.weight_decay ? static_cast<float>(weight_decay) : 0.0f;
-      segment_scalars_[i].trust_ratio = 1.0f;
-    }
+    set_segment_scalars(lr);
     AdamScalars adam;
     SgdScalars sgd;
     step_scalars(state, lr, adam, sgd);
@@ -379,14 +390,7 @@ const StepState& Optimizer::step() {
     UpdateContext context{view,   fused_step_kernels(arena_->device()), state, adam, sgd, segment_scalars_,
                           inverse_scale * state.clip_factor, chunk_param_check_};
     apply_update(context);
-    for (size_t i = 0; i < segments.size(); ++i) {
-      if (!segments[i].sparse) continue;
-      SparseSegment sparse = sparse_segment(i);
-      SparseStepScalars scalars{context.adam, context.sgd, state.clip_factor};
-      scalars.adam.lr = scalars.sgd.lr = segment_scalars_[i].lr;
-      scalars.adam.weight_decay = scalars.sgd.weight_decay = segment_scalars_[i].weight_decay;
-      sparse_updater_->update(sparse, scalars);
-    }
+    update_sparse_segments(context.adam, context.sgd, state.clip_factor);
     int32_t bad_parameter = first_nonfinite_param_segment();
     monitor_.check_parameters(state, bad_parameter,
                               bad_parameter >= 0 ? segments[static_cast<size_t>(bad_parameter)].name : std::string());

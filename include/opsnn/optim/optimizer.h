@@ -154,6 +154,10 @@ class Optimizer {
   SparseSegment sparse_segment(size_t index) const;
   // The scalars of an applied step as the CPU update pass and the sparse updater see them.
   void step_scalars(const StepState& state, double lr, AdamScalars& adam, SgdScalars& sgd) const;
+  // segment_scalars_: each segment's lr (scheduled lr x its group's multiplier) and weight decay.
+  void set_segment_scalars(double lr);
+  // Hands every row-sparse segment to the sparse updater with segment_scalars_ applied.
+  void update_sparse_segments(const AdamScalars& adam, const SgdScalars& sgd, float clip_factor);
   const StepState& device_step();
   bool has_sparse_segments() const;
 
