@@ -63,12 +63,13 @@ inline std::vector<std::vector<double>> make_grads(const NamedParameters& parame
   return grads;
 }
 
+// Writes the gradients (as fp32) into each parameter's .grad, on whatever device the parameters live.
 inline void write_grads(const NamedParameters& parameters, const std::vector<std::vector<double>>& grads) {
   for (size_t t = 0; t < parameters.size(); ++t) {
     Tensor grad = parameters[t].second.grad();
     REQUIRE(grad.defined());
-    float* data = grad.data<float>();
-    for (size_t i = 0; i < grads[t].size(); ++i) data[i] = static_cast<float>(grads[t][i]);
+    std::vector<float> values(grads[t].begin(), grads[t].end());
+    grad.copy_(Tensor::from_vector(values, grad.shape()));
   }
 }
 

@@ -46,13 +46,6 @@ NamedParameters copy_to(const NamedParameters& parameters, Device device) {
   return copies;
 }
 
-void set_grads(const NamedParameters& parameters, const std::vector<std::vector<double>>& grads) {
-  for (size_t t = 0; t < parameters.size(); ++t) {
-    std::vector<float> values(grads[t].begin(), grads[t].end());
-    parameters[t].second.grad().copy_(Tensor::from_vector(values, parameters[t].second.shape()));
-  }
-}
-
 bool same_value(float a, float b) {
   if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
   return std::memcmp(&a, &b, sizeof(float)) == 0;
@@ -121,8 +114,8 @@ void run_scenario(const Scenario& s) {
   for (int step = 0; step < s.steps; ++step) {
     std::vector<std::vector<double>> grads = testing::make_grads(cpu, step, 5, s.pattern, s.grad_scale);
     if (s.edit) s.edit(step, reference->step_state(), grads);
-    set_grads(cpu, grads);
-    set_grads(gpu, grads);
+    testing::write_grads(cpu, grads);
+    testing::write_grads(gpu, grads);
     const StepState& want = reference->step();
     const StepState& got = fused->step();
     INFO(s.optimizer << " state " << dtype_name(s.options.state_dtype()) << ", step " << step);
@@ -189,8 +182,8 @@ TEST_CASE("cuda fused step: parameter groups with lr multipliers and decay flags
       fused->set_lr_multiplier(1, 2.0);
     }
     std::vector<std::vector<double>> grads = testing::make_grads(all, step, 9, GradPattern::normal);
-    set_grads(all, grads);
-    set_grads(gpu_all, grads);
+    testing::write_grads(all, grads);
+    testing::write_grads(gpu_all, grads);
     require_same_state(fused->step(), reference->step(), 0.0);
   }
   for (size_t t = 0; t < all.size(); ++t) require_match(gpu_all[t].second, all[t].second, 0.0, all[t].first);
@@ -241,16 +234,14 @@ TEST_CASE("cuda fused step: non-finite gradients with warn (single pass), skip a
   NamedParameters gpu = copy_to(testing::random_parameters(kShapes, 1), kGpu);
   auto warn = make_optimizer("adam", gpu, OptimizerOptions().monitor(MonitorOptions().on_nonfinite(NonFiniteAction::warn)));
   REQUIRE(device_stepper_factory(DeviceType::cuda) != nullptr);
-  auto probe = device_stepper_factory(DeviceType::cuda)(kGpu, warn->device_step_constants(), warn->device_arena(),
-                                                         warn->device_segments());
-  REQUIRE(probe->single_pass());
+  REQUIRE(single_pass_step(warn->device_step_constants()));
   // stop: the step throws naming the tensor and leaves the parameters untouched.
   NamedParameters stop_parameters = copy_to(testing::random_parameters(kShapes, 2), kGpu);
   auto stop = make_optimizer("adam", stop_parameters,
                              OptimizerOptions().monitor(MonitorOptions().on_nonfinite(NonFiniteAction::stop)));
   std::vector<std::vector<double>> grads = testing::make_grads(stop_parameters, 0, 1, GradPattern::normal);
   grads[4][3] = NAN;
-  set_grads(stop_parameters, grads);
+  testing::write_grads(stop_parameters, grads);
   std::vector<float> before = stop_parameters[0].second.to_vector<float>();
   REQUIRE_THROWS_WITH(stop->step(), Catch::Contains("layer4"));
   REQUIRE(stop_parameters[0].second.to_vector<float>() == before);
@@ -298,7 +289,7 @@ TEST_CASE("cuda fused step: bf16/fp16 gradients and the low-precision parameter 
               flat[static_cast<size_t>(arena.segments()[t].offset) + i] = value;
             }
           grads.copy_(Tensor::from_vector(flat, {arena.padded_elements()}));
-          set_grads(cpu, g);
+          testing::write_grads(cpu, g);
           const StepState& want = reference->step();
           stepper->enqueue(nullptr);
           StepState got;
@@ -329,8 +320,8 @@ TEST_CASE("cuda fused step: a captured step replayed N times equals N eager step
     for (int step = 0; step < 25; ++step) {
       std::vector<std::vector<double>> g = testing::make_grads(base, step, 4, GradPattern::bounded);
       if (step == 6) g[2][5] = INFINITY;  // a skipped step inside the graph
-      set_grads(eager_parameters, g);
-      set_grads(graph_parameters, g);
+      testing::write_grads(eager_parameters, g);
+      testing::write_grads(graph_parameters, g);
       eager->step();
       graph->replay();
     }
@@ -355,7 +346,7 @@ TEST_CASE("cuda fused step: misuse is a clear error", "[cuda][optim]") {
                                                              optimizer->device_segments()),
                     TypeError);
   // step_async + sync_state is step() without the wait in between.
-  set_grads(gpu, {{1.0, 2.0, 3.0, 4.0}});
+  testing::write_grads(gpu, {{1.0, 2.0, 3.0, 4.0}});
   optimizer->step_async();
   REQUIRE(optimizer->sync_state().step == 1);
 }

@@ -152,8 +152,6 @@ class CudaStepper final : public DeviceStepper {
     pinned_state_ = pinned_array<StepState>(1);
     pinned_report_ = pinned_array<DeviceStepReport>(1);
     pinned_sparse_ = pinned_array<double>(count);
-    single_pass_ = constants.rule != UpdateRule::lamb && !constants.scaling && !(constants.max_grad_norm > 0.0) &&
-                   constants.on_nonfinite == DeviceNonFiniteAction::warn;
   }
 
   void enqueue(const std::vector<double>* sparse_sums) override {
@@ -178,7 +176,7 @@ class CudaStepper final : public DeviceStepper {
       launch_segment_sums(b, 2, stream);
       launch_lamb_phase2(b, k, stream);
       launch_step_epilogue(b, k, false, stream);
-    } else if (single_pass_) {
+    } else if (single_pass_step(k)) {
       launch_step_prologue(b, k, false, stream);
       launch_update(b, k, true, stream);
       launch_segment_sums(b, 1, stream);
@@ -258,8 +256,6 @@ class CudaStepper final : public DeviceStepper {
     return std::make_unique<CudaCapturedStep>(device_.index, stream, graph, exec);
   }
 
-  bool single_pass() const override { return single_pass_; }
-
  private:
   std::unique_ptr<Storage> allocate(size_t bytes) {
     return std::make_unique<Storage>(std::max<size_t>(bytes, 16), device_);
@@ -275,7 +271,6 @@ class CudaStepper final : public DeviceStepper {
   std::unique_ptr<double[], PinnedDeleter<double>> pinned_sparse_;
   std::vector<int32_t> tile_first_, tile_count_;
   cudaStream_t stream_ = nullptr;  // the legacy default stream, except while capturing
-  bool single_pass_ = false;
 };
 
 std::unique_ptr<DeviceStepper> make_cuda_stepper(Device device, const StepConstants& constants,

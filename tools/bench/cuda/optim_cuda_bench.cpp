@@ -134,14 +134,7 @@ Row measure(const Problem& problem, const Variant& v, double copy_gbps, int warm
                                                               optimizer->device_segments());
     custom->write_state(optimizer->step_state());
   }
-  optim::DeviceStepper* probe_owner = custom.get();
-  std::unique_ptr<optim::DeviceStepper> probe;
-  if (!probe_owner) {
-    probe = optim::device_stepper_factory(DeviceType::cuda)(kGpu, optimizer->device_step_constants(),
-                                                             optimizer->device_arena(), optimizer->device_segments());
-    probe_owner = probe.get();
-  }
-  bool single_pass = probe_owner->single_pass();
+  const bool single_pass = optim::single_pass_step(optimizer->device_step_constants());
   double ms = 0.0;
   if (custom) {
     ms = median_ms([&] { custom->enqueue(nullptr); }, 3, repeats);
