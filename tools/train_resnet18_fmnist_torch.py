@@ -2,8 +2,9 @@
 """PyTorch reference for configs/resnet18_{sgd,adamw}.yaml: ResNet-18 with the small-image stem on Fashion-MNIST.
 
 The same recipe as the opsnn configs: torchvision's resnet18 with a 3x3 stride-1 stem and no max-pool,
-1 input channel, batch 128, inputs normalized with mean 0.2860 / std 0.3530, random crop (padding 2) and
-horizontal flip, 1 epoch of linear warmup then cosine to 0 (per step), 5 epochs. Optimizers: sgd (Nesterov
+1 input channel, batch 128, inputs normalized with mean 0.2860 / std 0.3530, no augmentation by default
+(--crop-padding N, --flip as data.augment in the configs), 1 epoch of linear warmup then cosine to 0 (per
+step), 5 epochs. Optimizers: sgd (Nesterov
 0.9, lr 0.1, wd 5e-4) or adam (lr 1e-3). Reads the IDX files of Debian's dataset-fashion-mnist package.
 The whole dataset lives on the GPU and augmentation runs there, so the time per epoch is the model's,
 not a data loader's. Prints test accuracy and seconds per epoch, and a JSON line with both at the end.
@@ -39,7 +40,9 @@ def load(root, split, device):
     return (x - 0.2860) / 0.3530, torch.tensor(labels, dtype=torch.int64, device=device)
 
 
-def augment(x, padding=2):
+def augment(x, padding, flip_half):
+    if padding == 0 and not flip_half:
+        return x
     n = x.shape[0]
     padded = torch.nn.functional.pad(x, (padding,) * 4)
     dy = torch.randint(0, 2 * padding + 1, (n,), device=x.device)
@@ -48,6 +51,8 @@ def augment(x, padding=2):
     cropped = torch.gather(padded, 2, rows)
     cols = (torch.arange(28, device=x.device)[None, :] + dx[:, None])[:, None, None, :].expand(n, 1, 28, 28)
     cropped = torch.gather(cropped, 3, cols)
+    if not flip_half:
+        return cropped
     flip = torch.rand(n, device=x.device) < 0.5
     return torch.where(flip[:, None, None, None], cropped.flip(3), cropped)
 
@@ -66,6 +71,8 @@ def main(argv):
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--root", default="/usr/share/datasets/fashion-mnist")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--crop-padding", type=int, default=0, help="random crop after padding (0: off)")
+    parser.add_argument("--flip", action="store_true", help="random horizontal flips")
     args = parser.parse_args(argv)
     torch.manual_seed(args.seed)
     torch.backends.cudnn.benchmark = True
@@ -91,7 +98,7 @@ def main(argv):
         order = torch.randperm(train_x.shape[0], device=device)
         for i in range(steps_per_epoch):
             index = order[i * args.batch:(i + 1) * args.batch]
-            loss = loss_fn(net(augment(train_x[index])), train_y[index])
+            loss = loss_fn(net(augment(train_x[index], args.crop_padding, args.flip)), train_y[index])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
