@@ -3,8 +3,10 @@
 // the same measurement tools/bench_resnet50_torch.py makes with torchvision's model so the two run side
 // by side. Every step is forward + cross-entropy + backward + optimizer step; the first steps (cuDNN
 // algorithm search per shape) are warm-up.
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -28,7 +30,9 @@ int run(const std::vector<std::string>& args) {
   for (const std::string& arg : args)
     if (arg == "--help" || arg == "-h") {
       std::printf("usage: opsnn-bench resnet50 [--batch 256] [--steps 20] [--warmup 5] [--precision fp32|tf32|bf16|fp16] "
-                  "[--depth 50] [--image-size 224] [--json FILE]\n");
+                  "[--depth 50] [--image-size 224] [--json FILE] [--profile]\n"
+                  "  --profile: one more step after the timed ones between cudaProfilerStart/Stop, for\n"
+                  "             ncu --profile-from-start off / nsys --capture-range=cudaProfilerApi\n");
       return 0;
     }
   int device_count = 0;
@@ -43,6 +47,7 @@ int run(const std::vector<std::string>& args) {
   const int image_size = parse_positive(args, "--image-size", 224);
   const std::string precision = option(args, "--precision", "fp32");
   const std::string json_path = option(args, "--json", "");
+  const bool profile = std::find(args.begin(), args.end(), "--profile") != args.end();
   OPSNN_CHECK_AS(ConfigError, precision == "fp32" || precision == "tf32" || precision == "bf16" || precision == "fp16",
                  "--precision: expected fp32, tf32, bf16 or fp16, got '", precision, "'");
   const Device gpu(DeviceType::cuda, 0);
@@ -96,6 +101,12 @@ int run(const std::vector<std::string>& args) {
   BENCH_CUDA_CHECK(cudaEventRecord(stop, nullptr));
   BENCH_CUDA_CHECK(cudaEventSynchronize(stop));
   last_loss = loss.item();
+  if (profile) {  // one more step, the only one a profiler started with profiling off sees
+    BENCH_CUDA_CHECK(cudaProfilerStart());
+    train_step();
+    BENCH_CUDA_CHECK(cudaDeviceSynchronize());
+    BENCH_CUDA_CHECK(cudaProfilerStop());
+  }
   optimizer->sync_state();
   float ms = 0.0f;
   BENCH_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
