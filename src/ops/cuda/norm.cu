@@ -3,8 +3,8 @@
 // src/ops/cpu/norm.cpp. Data may be f32, f16 or bf16 (mixed precision); per-channel parameters and
 // statistics are always f32.
 //
-// Each op runs three kernels, so that a few channels still fill the GPU and the data moves at memory
-// bandwidth (training forward reads x twice and writes once; backward reads g and x twice):
+// Each op runs three kernels, so that a few channels still fill the GPU and every pass streams the data
+// once, coalesced (training forward reads x twice and writes once; backward reads g and x twice):
 //   1. partials: a (channel, split) grid; each block walks one contiguous slab of its channel's
 //      batch * inner values (rows of `inner`, 16-byte loads where the rows allow) and writes one
 //      partial result to the workspace;
