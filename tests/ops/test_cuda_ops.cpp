@@ -221,7 +221,9 @@ TEST_CASE("CUDA conv2d matches the CPU, forward and both gradients", "[cuda][ops
 TEST_CASE("CUDA batch norm matches the CPU in training and eval, with running statistics", "[cuda][ops]") {
   if (gpu_missing()) return;
   Generator generator(15);
-  const std::vector<Shape> shapes = {{4, 3, 5, 6}, {8, 5}, {1, 4, 3, 3}, {16, 2, 17, 9}};
+  // Odd and tiny rows, rows split over many blocks (odd and vector-aligned); test_cuda_norm.cpp has more.
+  const std::vector<Shape> shapes = {{4, 3, 5, 6}, {8, 5},        {1, 4, 3, 3},  {16, 2, 17, 9},
+                                     {2, 5, 1},    {1, 1, 7},     {64, 3, 3137}, {32, 2, 4104}};
   for (const Shape& shape : shapes) {
     const int64_t channels = shape[1];
     for (bool training : {true, false}) {

@@ -5,6 +5,7 @@
 // bf16; arithmetic in f32 or wider); the loss and embedding kernels are f32 only.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "opsnn/core/half.h"
@@ -46,22 +47,27 @@ void launch_sum(const T* x, T* out, const ReduceLayout& layout, int64_t out_coun
 
 // ---- batch normalization over [batch, channels, inner] (norm.cu) ----
 // Data (x, out, grad_out, grad_input) of type T; the per-channel tensors (gamma, beta, running and saved
-// statistics, their gradients) are always f32, and statistics accumulate in double.
+// statistics, their gradients) are always f32, and statistics accumulate in double. Each launcher
+// takes device scratch of batch_norm_workspace_bytes(layout) bytes (16-byte aligned), computed on the
+// device that runs the launch; it may be freed, stream-ordered, right after the launch. An empty input
+// (batch * inner == 0) launches nothing.
 struct ChannelLayout {
   int64_t batch, channels, inner;
 };
+size_t batch_norm_workspace_bytes(const ChannelLayout& layout);
 template <typename T>
 void launch_batch_norm_forward_train(const T* x, const float* gamma, const float* beta, float* running_mean,
                                      float* running_var, double momentum, double eps, T* out, float* save_mean,
-                                     float* save_invstd, const ChannelLayout& layout);
+                                     float* save_invstd, const ChannelLayout& layout, void* workspace);
 template <typename T>
 void launch_batch_norm_forward_eval(const T* x, const float* gamma, const float* beta, const float* running_mean,
-                                    const float* running_var, double eps, T* out, const ChannelLayout& layout);
+                                    const float* running_var, double eps, T* out, const ChannelLayout& layout,
+                                    void* workspace);
 // grad_gamma / grad_beta may be null.
 template <typename T>
 void launch_batch_norm_backward(const T* grad_out, const T* x, const float* gamma, const float* save_mean,
                                 const float* save_invstd, T* grad_input, float* grad_gamma, float* grad_beta,
-                                const ChannelLayout& layout);
+                                const ChannelLayout& layout, void* workspace);
 
 // ---- pooling over NCHW planes (pool.cu) ----
 struct PoolLayout {

@@ -1,141 +1,598 @@
 // CUDA batch normalization over [batch, channels, inner] (statistics per channel over batch and inner):
-// training forward with the running-stat update, eval forward, and backward. One block per channel
-// accumulates in double in a fixed order, the same formulas as the CPU twin (src/ops/cpu/norm.cpp).
-// Data may be f32, f16 or bf16 (mixed precision); per-channel parameters and statistics are always f32.
+// training forward with the running-stat update, eval forward, and backward; the CPU twin is
+// src/ops/cpu/norm.cpp. Data may be f32, f16 or bf16 (mixed precision); per-channel parameters and
+// statistics are always f32.
+//
+// Each op runs three kernels, so that a few channels still fill the GPU and every pass streams the data
+// once, coalesced (training forward reads x twice and writes once; backward reads g and x twice):
+//   1. partials: a (channel, split) grid; each block walks one contiguous slab of its channel's
+//      batch * inner values (rows of `inner`, 16-byte loads where the rows allow) and writes one
+//      partial result to the workspace;
+//   2. finalize: one warp per channel merges that channel's partials and writes the per-channel
+//      results (statistics and running stats, or grad_gamma and grad_beta) and the coefficients of
+//      the elementwise pass;
+//   3. map: a grid-stride elementwise pass over the whole tensor; each thread tracks its channel as it
+//      strides (no division per element).
+// Every sum has a fixed order for a given device (the split count follows its SM count), so equal
+// inputs give bit-identical results run to run.
+//
+// Precision: a thread adds its float terms in groups of at most 8 and the group sums in double. The
+// forward terms are deviations from a shift taken from the data (the first value of the warp's part of
+// the slab), so the sum of squares does not cancel the way E[x^2] - E[x]^2 would; each warp turns its
+// shifted sums into (count, mean, M2) and these merge pairwise as in Chan, Golub & LeVeque, "Updating
+// formulae and a pairwise algorithm for computing sample variances" (1979).
+#include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdint>
+#include <initializer_list>
 
+#include "core/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/launch_support.cuh"
 
 namespace opsnn::cuda {
 namespace {
 
-constexpr int kChannelThreads = 512;
+constexpr int kReduceThreads = 256;
+constexpr int kFinalizeThreads = 256;  // one warp per channel
+constexpr int kMapThreads = 256;
+// The partials grid aims at this many blocks per SM (several waves, so uneven residency costs little),
+// with at least kMinElementsPerBlock values per block.
+constexpr int64_t kReduceBlocksPerSm = 32;
+constexpr int64_t kMinElementsPerBlock = 16384;
+constexpr int64_t kMapBlocksPerSm = 8;  // a grid-stride pass needs no more than one resident wave
+constexpr unsigned kFullMask = 0xffffffffu;
 
-// The position in x of element j (of batch * inner) of channel c.
-__device__ __forceinline__ int64_t channel_offset(int64_t j, int64_t c, const ChannelLayout& layout) {
-  const int64_t sample = j / layout.inner;
-  return (sample * layout.channels + c) * layout.inner + (j - sample * layout.inner);
+// Elements of T in one 16-byte vector.
+template <typename T> constexpr int kVectorWidth = static_cast<int>(16 / sizeof(T));
+// Units (vectors of V values, or single values) each thread loads per loop iteration: enough loads in
+// flight to cover memory latency, few enough registers for the 8-wide 16-bit vectors.
+template <int V> constexpr int kUnroll = V > 4 ? 2 : 4;
+
+// ---- loads and stores of one unit: a 16-byte vector (V > 1, aligned) or a single value (V == 1) ----
+
+template <typename T, int V> __device__ __forceinline__ void load_unit(const T* data, int64_t unit, float* values) {
+  if constexpr (V == 1) {
+    values[0] = static_cast<float>(data[unit]);
+  } else {
+    const uint4 raw = reinterpret_cast<const uint4*>(data)[unit];
+    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      if constexpr (sizeof(T) == 4) {
+        values[w] = __uint_as_float(words[w]);
+      } else {  // two 16-bit values per word, the lower address in the low half
+        values[2 * w] = static_cast<float>(T::from_bits(static_cast<uint16_t>(words[w] & 0xffffu)));
+        values[2 * w + 1] = static_cast<float>(T::from_bits(static_cast<uint16_t>(words[w] >> 16)));
+      }
+    }
+  }
 }
 
-template <typename T>
-__global__ void forward_train_kernel(const T* x, const float* gamma, const float* beta, float* running_mean,
-                                     float* running_var, double momentum, double eps, T* out, float* save_mean,
-                                     float* save_invstd, ChannelLayout layout) {
-  __shared__ double scratch[32];
-  const int64_t c = blockIdx.x;
-  const int64_t count = layout.batch * layout.inner;
-  // Two passes (mean, then squared deviations) avoid the cancellation of E[x^2] - E[x]^2.
-  double sum = 0.0;
-  for (int64_t j = threadIdx.x; j < count; j += blockDim.x) sum += static_cast<double>(static_cast<float>(x[channel_offset(j, c, layout)]));
-  const double mean = block_reduce(sum, scratch, SumOp{}) / static_cast<double>(count);
-  double squared = 0.0;
-  for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
-    const double deviation = static_cast<double>(static_cast<float>(x[channel_offset(j, c, layout)])) - mean;
-    squared += deviation * deviation;
+template <typename T, int V> __device__ __forceinline__ void store_unit(T* data, int64_t unit, const float* values) {
+  if constexpr (V == 1) {
+    data[unit] = T(values[0]);
+  } else {
+    uint32_t words[4];
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      if constexpr (sizeof(T) == 4) {
+        words[w] = __float_as_uint(values[w]);
+      } else {
+        words[w] =
+            static_cast<uint32_t>(T(values[2 * w]).bits) | (static_cast<uint32_t>(T(values[2 * w + 1]).bits) << 16);
+      }
+    }
+    reinterpret_cast<uint4*>(data)[unit] = make_uint4(words[0], words[1], words[2], words[3]);
   }
-  squared = block_reduce(squared, scratch, SumOp{});
-  const double invstd = 1.0 / sqrt(squared / static_cast<double>(count) + eps);
-  const float center = static_cast<float>(mean);
-  const float scale = static_cast<float>(static_cast<double>(gamma[c]) * invstd);
-  const float shift = beta[c];
-  for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
-    const int64_t i = channel_offset(j, c, layout);
-    out[i] = T((static_cast<float>(x[i]) - center) * scale + shift);
+}
+
+template <int N> __device__ __forceinline__ float pairwise_sum(const float* terms) {
+  if constexpr (N == 1) return terms[0];
+  else return pairwise_sum<N / 2>(terms) + pairwise_sum<N - N / 2>(terms + N / 2);
+}
+
+// Sums N float terms: float sums of groups of at most 8 (short enough to lose nothing that matters at
+// f32 precision), added in double.
+template <int N> __device__ __forceinline__ double grouped_sum(const float* terms) {
+  constexpr int kGroup = N < 8 ? N : 8;
+  double total = 0.0;
+#pragma unroll
+  for (int g = 0; g < N; g += kGroup) total += static_cast<double>(pairwise_sum<kGroup>(terms + g));
+  return total;
+}
+
+// ---- walking the tensor without dividing per element ----
+
+// The tensor in units of V elements: batch * channels rows of row_units units; channel c's rows are
+// rows n * channels + c.
+struct UnitGeometry {
+  int64_t batch, channels, row_units;
+};
+
+// One thread's place among a channel's units: the unit's offset in the tensor and its column in its row.
+struct ChannelWalk {
+  int64_t offset, column;
+};
+// Moving a ChannelWalk a fixed number of units on: the column moves by `columns` and the offset by
+// `offset`; passing a row's end adds `wrap`, the other channels' rows in between.
+struct ChannelStep {
+  int64_t columns, offset, wrap;
+};
+
+__device__ __forceinline__ ChannelWalk start_channel_walk(int64_t position, int64_t channel, const UnitGeometry& g) {
+  const int64_t row = position / g.row_units, column = position - row * g.row_units;
+  return {(row * g.channels + channel) * g.row_units + column, column};
+}
+
+__device__ __forceinline__ void advance(ChannelWalk& walk, const ChannelStep& step, int64_t row_units) {
+  walk.offset += step.offset;
+  walk.column += step.columns;
+  if (walk.column >= row_units) {
+    walk.column -= row_units;
+    walk.offset += step.wrap;
   }
-  if (threadIdx.x == 0) {
-    save_mean[c] = static_cast<float>(mean);
-    save_invstd[c] = static_cast<float>(invstd);
+}
+
+// One thread's place in the flat tensor: the unit's column in its row and its channel.
+struct TensorWalk {
+  int64_t column, channel;
+};
+// Moving a TensorWalk `units` units on: the column moves by `columns` and the channel by `channels`.
+struct TensorStep {
+  int64_t units, columns, channels;
+};
+
+__device__ __forceinline__ TensorWalk start_tensor_walk(int64_t unit, const UnitGeometry& g) {
+  const int64_t row = unit / g.row_units;
+  return {unit - row * g.row_units, row % g.channels};
+}
+
+__device__ __forceinline__ void advance(TensorWalk& walk, const TensorStep& step, const UnitGeometry& g) {
+  walk.column += step.columns;
+  walk.channel += step.channels;
+  if (walk.column >= g.row_units) {
+    walk.column -= g.row_units;
+    ++walk.channel;
+  }
+  if (walk.channel >= g.channels) walk.channel -= g.channels;
+}
+
+// ---- partial results ----
+
+// Count, mean and sum of squared deviations from the mean of a set of values.
+struct Moments {
+  double count, mean, m2;
+};
+
+// Chan et al.'s pairwise combination: with delta = mean_b - mean_a and n = n_a + n_b,
+// mean = mean_a + delta * n_b / n and M2 = M2_a + M2_b + delta^2 * n_a * n_b / n.
+__device__ __forceinline__ Moments merge(const Moments& a, const Moments& b) {
+  if (b.count == 0.0) return a;
+  if (a.count == 0.0) return b;
+  const double count = a.count + b.count, delta = b.mean - a.mean;
+  return {count, a.mean + delta * (b.count / count), a.m2 + b.m2 + delta * delta * (a.count * b.count / count)};
+}
+
+__device__ __forceinline__ Moments shuffle_down(const Moments& m, int offset) {
+  return {__shfl_down_sync(kFullMask, m.count, offset), __shfl_down_sync(kFullMask, m.mean, offset),
+          __shfl_down_sync(kFullMask, m.m2, offset)};
+}
+
+__device__ __forceinline__ double warp_sum(double value) {
+  for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_down_sync(kFullMask, value, offset);
+  return value;  // complete in lane 0
+}
+
+// Geometry of the partials grid: blockIdx.y is the split; split s covers positions
+// [s * chunk_units, (s + 1) * chunk_units) of each channel's batch * row_units units.
+struct SplitGeometry {
+  UnitGeometry units;
+  int64_t chunk_units;
+  ChannelStep step;  // kReduceThreads units on
+};
+
+// Moments of each (channel, split) slab of x into partials[split * channels + channel].
+template <typename T, int V>
+__global__ void __launch_bounds__(kReduceThreads)
+    moments_kernel(const T* x, SplitGeometry geometry, Moments* partials) {
+  __shared__ Moments warp_moments[kReduceThreads / 32];
+  const UnitGeometry& g = geometry.units;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t begin = blockIdx.y * geometry.chunk_units;
+  const int64_t end = std::min(g.batch * g.row_units, begin + geometry.chunk_units);
+  for (int64_t channel = blockIdx.x; channel < g.channels; channel += gridDim.x) {
+    const int64_t first = begin + threadIdx.x;
+    ChannelWalk walk = start_channel_walk(first, channel, g);
+    // Lane 0 holds the warp's first position: when it has none the warp has nothing to add.
+    const float lead = first < end ? static_cast<float>(x[walk.offset * V]) : 0.0f;
+    const float shift = __shfl_sync(kFullMask, lead, 0);
+    double sum = 0.0, squares = 0.0;
+    int64_t count = 0;
+    for (int64_t position = first; position < end; position += kUnroll<V> * kReduceThreads) {
+      float deviations[kUnroll<V> * V], squared[kUnroll<V> * V];
+#pragma unroll
+      for (int u = 0; u < kUnroll<V>; ++u) {
+        float* d = deviations + u * V;
+        if (position + u * kReduceThreads < end) {
+          load_unit<T, V>(x, walk.offset, d);
+          count += V;
+#pragma unroll
+          for (int k = 0; k < V; ++k) d[k] -= shift;
+        } else {
+#pragma unroll
+          for (int k = 0; k < V; ++k) d[k] = 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < V; ++k) squared[u * V + k] = d[k] * d[k];
+        advance(walk, geometry.step, g.row_units);
+      }
+      sum += grouped_sum<kUnroll<V> * V>(deviations);
+      squares += grouped_sum<kUnroll<V> * V>(squared);
+    }
+    sum = warp_sum(sum);
+    squares = warp_sum(squares);
+    for (int offset = 16; offset > 0; offset >>= 1)
+      count += static_cast<int64_t>(__shfl_down_sync(kFullMask, static_cast<long long>(count), offset));
+    if (lane == 0) {
+      Moments m{0.0, 0.0, 0.0};
+      if (count > 0) {
+        const double n = static_cast<double>(count), shifted_mean = sum / n;
+        m = {n, static_cast<double>(shift) + shifted_mean, std::max(squares - sum * shifted_mean, 0.0)};
+      }
+      warp_moments[warp] = m;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      Moments total = warp_moments[0];
+      for (int w = 1; w < kReduceThreads / 32; ++w) total = merge(total, warp_moments[w]);
+      partials[blockIdx.y * g.channels + channel] = total;
+    }
+    __syncthreads();  // warp_moments is rewritten for the next channel
+  }
+}
+
+// Merges each channel's partial moments; writes the statistics, the running-stat update and the
+// coefficients {center, scale, shift} of out = (x - center) * scale + shift.
+__global__ void finalize_forward_kernel(const Moments* partials, int64_t splits, int64_t channels, const float* gamma,
+                                        const float* beta, float* running_mean, float* running_var, double momentum,
+                                        double eps, float* save_mean, float* save_invstd, float4* coefficients) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (kFinalizeThreads / 32);
+  for (int64_t channel = global_thread_index() / 32; channel < channels; channel += warps) {
+    Moments m{0.0, 0.0, 0.0};
+    for (int64_t split = lane; split < splits; split += 32) m = merge(m, partials[split * channels + channel]);
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      const Moments other = shuffle_down(m, offset);
+      if (lane + offset < 32) m = merge(m, other);
+    }
+    if (lane != 0) continue;
+    const double mean = m.mean, invstd = 1.0 / sqrt(m.m2 / m.count + eps);
+    save_mean[channel] = static_cast<float>(mean);
+    save_invstd[channel] = static_cast<float>(invstd);
     // Running variance takes the unbiased estimate, as PyTorch does.
-    running_mean[c] = static_cast<float>((1.0 - momentum) * static_cast<double>(running_mean[c]) + momentum * mean);
-    running_var[c] = static_cast<float>((1.0 - momentum) * static_cast<double>(running_var[c]) +
-                                        momentum * squared / (static_cast<double>(count) - 1.0));
+    running_mean[channel] =
+        static_cast<float>((1.0 - momentum) * static_cast<double>(running_mean[channel]) + momentum * mean);
+    running_var[channel] = static_cast<float>((1.0 - momentum) * static_cast<double>(running_var[channel]) +
+                                              momentum * m.m2 / (m.count - 1.0));
+    coefficients[channel] =
+        make_float4(static_cast<float>(mean), static_cast<float>(static_cast<double>(gamma[channel]) * invstd),
+                    beta[channel], 0.0f);
   }
 }
 
-template <typename T>
-__global__ void forward_eval_kernel(const T* x, const float* gamma, const float* beta, const float* running_mean,
-                                    const float* running_var, double eps, T* out, ChannelLayout layout,
-                                    int64_t total) {
-  for (int64_t i = global_thread_index(); i < total; i += global_thread_count()) {
-    const int64_t c = (i / layout.inner) % layout.channels;
-    const float center = running_mean[c];
-    const float scale = static_cast<float>(static_cast<double>(gamma[c]) / sqrt(static_cast<double>(running_var[c]) + eps));
-    out[i] = T((static_cast<float>(x[i]) - center) * scale + beta[c]);
+// Coefficients {center, scale, shift} of the eval forward from the running statistics.
+__global__ void eval_coefficients_kernel(const float* gamma, const float* beta, const float* running_mean,
+                                         const float* running_var, double eps, int64_t channels, float4* coefficients) {
+  for (int64_t channel = global_thread_index(); channel < channels; channel += global_thread_count()) {
+    const double scale = static_cast<double>(gamma[channel]) / sqrt(static_cast<double>(running_var[channel]) + eps);
+    coefficients[channel] = make_float4(running_mean[channel], static_cast<float>(scale), beta[channel], 0.0f);
+  }
+}
+
+// Geometry of a grid-stride elementwise pass over total_units units, `step.units` (the grid's threads) apart.
+struct MapGeometry {
+  UnitGeometry units;
+  int64_t total_units;
+  TensorStep step;
+};
+
+// out = (x - center) * scale + shift with each channel's coefficients.
+template <typename T, int V>
+__global__ void __launch_bounds__(kMapThreads) normalize_kernel(const T* x, T* out, const float4* coefficients,
+                                                                MapGeometry geometry) {
+  const int64_t stride = geometry.step.units;
+  const int64_t start = global_thread_index();
+  TensorWalk walk = start_tensor_walk(start, geometry.units);
+  for (int64_t unit = start; unit < geometry.total_units; unit += kUnroll<V> * stride) {
+    float values[kUnroll<V> * V];
+    float4 k[kUnroll<V>];
+#pragma unroll
+    for (int u = 0; u < kUnroll<V>; ++u) {
+      if (unit + u * stride < geometry.total_units) {
+        load_unit<T, V>(x, unit + u * stride, values + u * V);
+        k[u] = coefficients[walk.channel];
+      }
+      advance(walk, geometry.step, geometry.units);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll<V>; ++u) {
+      if (unit + u * stride >= geometry.total_units) continue;
+      float* v = values + u * V;
+#pragma unroll
+      for (int e = 0; e < V; ++e) v[e] = (v[e] - k[u].x) * k[u].y + k[u].z;
+      store_unit<T, V>(out, unit + u * stride, v);
+    }
+  }
+}
+
+// Sums of g and of g * (x - mean) over each (channel, split) slab into partials[split * channels + channel].
+template <typename T, int V>
+__global__ void __launch_bounds__(kReduceThreads) gradient_sums_kernel(const T* grad_out, const T* x,
+                                                                       const float* save_mean, SplitGeometry geometry,
+                                                                       double2* partials) {
+  __shared__ double scratch[32];
+  const UnitGeometry& g = geometry.units;
+  const int64_t begin = blockIdx.y * geometry.chunk_units;
+  const int64_t end = std::min(g.batch * g.row_units, begin + geometry.chunk_units);
+  for (int64_t channel = blockIdx.x; channel < g.channels; channel += gridDim.x) {
+    const float mean = save_mean[channel];
+    const int64_t first = begin + threadIdx.x;
+    ChannelWalk walk = start_channel_walk(first, channel, g);
+    double sum_grad = 0.0, sum_grad_centered = 0.0;
+    for (int64_t position = first; position < end; position += kUnroll<V> * kReduceThreads) {
+      float grads[kUnroll<V> * V], centered[kUnroll<V> * V];
+#pragma unroll
+      for (int u = 0; u < kUnroll<V>; ++u) {
+        float* gu = grads + u * V;
+        float* cu = centered + u * V;
+        if (position + u * kReduceThreads < end) {
+          load_unit<T, V>(grad_out, walk.offset, gu);
+          load_unit<T, V>(x, walk.offset, cu);
+#pragma unroll
+          for (int k = 0; k < V; ++k) cu[k] = gu[k] * (cu[k] - mean);
+        } else {
+#pragma unroll
+          for (int k = 0; k < V; ++k) gu[k] = cu[k] = 0.0f;
+        }
+        advance(walk, geometry.step, g.row_units);
+      }
+      sum_grad += grouped_sum<kUnroll<V> * V>(grads);
+      sum_grad_centered += grouped_sum<kUnroll<V> * V>(centered);
+    }
+    sum_grad = block_reduce(sum_grad, scratch, SumOp{});
+    sum_grad_centered = block_reduce(sum_grad_centered, scratch, SumOp{});
+    if (threadIdx.x == 0) partials[blockIdx.y * g.channels + channel] = make_double2(sum_grad, sum_grad_centered);
   }
 }
 
 // With xhat = (x - mean) * invstd and g the output gradient, per channel over its M elements:
 //   grad_beta = sum g,  grad_gamma = sum g * xhat,
 //   grad_x = gamma * invstd * (g - sum g / M - xhat * sum(g * xhat) / M).
-template <typename T>
-__global__ void backward_kernel(const T* grad_out, const T* x, const float* gamma, const float* save_mean,
-                                const float* save_invstd, T* grad_input, float* grad_gamma, float* grad_beta,
-                                ChannelLayout layout) {
-  __shared__ double scratch[32];
-  const int64_t c = blockIdx.x;
-  const int64_t count = layout.batch * layout.inner;
-  const double mean = static_cast<double>(save_mean[c]), invstd = static_cast<double>(save_invstd[c]);
-  double sum_grad = 0.0, sum_grad_centered = 0.0;
-  for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
-    const int64_t i = channel_offset(j, c, layout);
-    const double grad = static_cast<double>(static_cast<float>(grad_out[i]));
-    sum_grad += grad;
-    sum_grad_centered += grad * (static_cast<double>(static_cast<float>(x[i])) - mean);
+// Merges each channel's partial sums, writes grad_gamma / grad_beta (either may be null) and the
+// coefficients {k, mean_grad, slope, mean} of grad_x = k * (g - mean_grad) - slope * (x - mean).
+__global__ void finalize_backward_kernel(const double2* partials, int64_t splits, int64_t channels, double count,
+                                         const float* gamma, const float* save_mean, const float* save_invstd,
+                                         float* grad_gamma, float* grad_beta, float4* coefficients) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (kFinalizeThreads / 32);
+  for (int64_t channel = global_thread_index() / 32; channel < channels; channel += warps) {
+    double sum_grad = 0.0, sum_grad_centered = 0.0;
+    for (int64_t split = lane; split < splits; split += 32) {
+      const double2 partial = partials[split * channels + channel];
+      sum_grad += partial.x;
+      sum_grad_centered += partial.y;
+    }
+    sum_grad = warp_sum(sum_grad);
+    sum_grad_centered = warp_sum(sum_grad_centered);
+    if (lane != 0) continue;
+    const double invstd = static_cast<double>(save_invstd[channel]);
+    if (grad_beta != nullptr) grad_beta[channel] = static_cast<float>(sum_grad);
+    if (grad_gamma != nullptr) grad_gamma[channel] = static_cast<float>(sum_grad_centered * invstd);
+    const double k = static_cast<double>(gamma[channel]) * invstd;
+    const double projection = sum_grad_centered * invstd * invstd / count;
+    coefficients[channel] = make_float4(static_cast<float>(k), static_cast<float>(sum_grad / count),
+                                        static_cast<float>(k * projection), save_mean[channel]);
   }
-  sum_grad = block_reduce(sum_grad, scratch, SumOp{});
-  sum_grad_centered = block_reduce(sum_grad_centered, scratch, SumOp{});
-  if (threadIdx.x == 0) {
-    if (grad_beta != nullptr) grad_beta[c] = static_cast<float>(sum_grad);
-    if (grad_gamma != nullptr) grad_gamma[c] = static_cast<float>(sum_grad_centered * invstd);
+}
+
+// grad_input = k * (g - mean_grad) - slope * (x - mean) with each channel's coefficients.
+template <typename T, int V>
+__global__ void __launch_bounds__(kMapThreads) grad_input_kernel(const T* grad_out, const T* x, T* grad_input,
+                                                                 const float4* coefficients, MapGeometry geometry) {
+  const int64_t stride = geometry.step.units;
+  const int64_t start = global_thread_index();
+  TensorWalk walk = start_tensor_walk(start, geometry.units);
+  for (int64_t unit = start; unit < geometry.total_units; unit += kUnroll<V> * stride) {
+    float grads[kUnroll<V> * V], values[kUnroll<V> * V];
+    float4 k[kUnroll<V>];
+#pragma unroll
+    for (int u = 0; u < kUnroll<V>; ++u) {
+      if (unit + u * stride < geometry.total_units) {
+        load_unit<T, V>(grad_out, unit + u * stride, grads + u * V);
+        load_unit<T, V>(x, unit + u * stride, values + u * V);
+        k[u] = coefficients[walk.channel];
+      }
+      advance(walk, geometry.step, geometry.units);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll<V>; ++u) {
+      if (unit + u * stride >= geometry.total_units) continue;
+      float* gu = grads + u * V;
+      const float* xu = values + u * V;
+#pragma unroll
+      for (int e = 0; e < V; ++e) gu[e] = k[u].x * (gu[e] - k[u].y) - k[u].z * (xu[e] - k[u].w);
+      store_unit<T, V>(grad_input, unit + u * stride, gu);
+    }
   }
-  const double k = static_cast<double>(gamma[c]) * invstd;
-  const double projection = sum_grad_centered * invstd * invstd / static_cast<double>(count);
-  const float k_f = static_cast<float>(k), mean_f = static_cast<float>(mean);
-  const float mean_grad_f = static_cast<float>(sum_grad / static_cast<double>(count));
-  const float slope = static_cast<float>(k * projection);
-  for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
-    const int64_t i = channel_offset(j, c, layout);
-    grad_input[i] = T(k_f * (static_cast<float>(grad_out[i]) - mean_grad_f) - slope * (static_cast<float>(x[i]) - mean_f));
+}
+
+// ---- host side: launch geometry and workspace ----
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// SM count of the current device, queried once per device.
+int64_t multiprocessor_count() {
+  constexpr int kCachedDevices = 64;
+  static std::atomic<int> cached[kCachedDevices];
+  int device = 0;
+  OPSNN_CUDA_CHECK(cudaGetDevice(&device));
+  if (device < kCachedDevices) {
+    const int known = cached[device].load(std::memory_order_relaxed);
+    if (known > 0) return known;
   }
+  int count = 0;
+  OPSNN_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  if (device < kCachedDevices) cached[device].store(count, std::memory_order_relaxed);
+  return count;
+}
+
+// Splits per channel of the partials grid; a function of the layout and the device only, so the
+// workspace size and the launches agree.
+int64_t split_count(const ChannelLayout& layout) {
+  const int64_t wanted = ceil_div(multiprocessor_count() * kReduceBlocksPerSm, layout.channels);
+  const int64_t most = std::max<int64_t>(1, layout.batch * layout.inner / kMinElementsPerBlock);
+  return std::clamp<int64_t>(wanted, 1, most);
+}
+
+// The workspace: per-channel coefficients (float4, first, so every part stays 16-byte aligned), then
+// the partials of every (split, channel) block.
+struct Workspace {
+  float4* coefficients;
+  void* partials;
+};
+
+Workspace carve(void* workspace, const ChannelLayout& layout) {
+  char* bytes = static_cast<char*>(workspace);
+  return {reinterpret_cast<float4*>(bytes), bytes + layout.channels * sizeof(float4)};
+}
+
+bool aligned(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
+
+UnitGeometry unit_geometry(const ChannelLayout& layout, int vector_width) {
+  return {layout.batch, layout.channels, layout.inner / vector_width};
+}
+
+SplitGeometry split_geometry(const ChannelLayout& layout, int vector_width, int64_t splits) {
+  const UnitGeometry g = unit_geometry(layout, vector_width);
+  const int64_t columns = kReduceThreads % g.row_units, row_stride = g.channels * g.row_units;
+  return {g, ceil_div(g.batch * g.row_units, splits),
+          {columns, (kReduceThreads / g.row_units) * row_stride + columns, row_stride - g.row_units}};
+}
+
+dim3 split_grid(const ChannelLayout& layout, int64_t splits) {
+  constexpr int64_t kMaxGridX = 0x7fffffff;
+  return dim3(static_cast<unsigned>(std::min(layout.channels, kMaxGridX)), static_cast<unsigned>(splits));
+}
+
+unsigned finalize_blocks(int64_t channels) {
+  return static_cast<unsigned>(std::min<int64_t>(ceil_div(channels, kFinalizeThreads / 32), 65535LL * 8));
+}
+
+template <int V> MapGeometry map_geometry(const ChannelLayout& layout, unsigned& blocks) {
+  const UnitGeometry g = unit_geometry(layout, V);
+  const int64_t total = layout.batch * layout.channels * g.row_units;
+  blocks = static_cast<unsigned>(
+      std::clamp<int64_t>(ceil_div(total, kMapThreads * kUnroll<V>), 1, multiprocessor_count() * kMapBlocksPerSm));
+  const int64_t stride = static_cast<int64_t>(blocks) * kMapThreads;
+  return {g, total, {stride, stride % g.row_units, (stride / g.row_units) % g.channels}};
+}
+
+template <typename T, int V>
+void launch_normalize(const T* x, T* out, const float4* coefficients, const ChannelLayout& layout) {
+  unsigned blocks = 0;
+  const MapGeometry geometry = map_geometry<V>(layout, blocks);
+  normalize_kernel<T, V><<<blocks, kMapThreads>>>(x, out, coefficients, geometry);
+}
+
+// Vector loads need every row to start on a 16-byte boundary.
+template <typename T> bool vectorizable(const ChannelLayout& layout, std::initializer_list<const void*> pointers) {
+  if (layout.inner % kVectorWidth<T> != 0) return false;
+  return std::all_of(pointers.begin(), pointers.end(), [](const void* p) { return aligned(p); });
 }
 
 }  // namespace
 
+size_t batch_norm_workspace_bytes(const ChannelLayout& layout) {
+  if (layout.channels == 0) return 0;
+  const size_t partial_bytes = std::max(sizeof(Moments), sizeof(double2));
+  return static_cast<size_t>(layout.channels) *
+         (sizeof(float4) + static_cast<size_t>(split_count(layout)) * partial_bytes);
+}
+
 template <typename T>
 void launch_batch_norm_forward_train(const T* x, const float* gamma, const float* beta, float* running_mean,
                                      float* running_var, double momentum, double eps, T* out, float* save_mean,
-                                     float* save_invstd, const ChannelLayout& layout) {
-  if (layout.channels == 0) return;
-  forward_train_kernel<<<static_cast<unsigned>(layout.channels), kChannelThreads>>>(
-      x, gamma, beta, running_mean, running_var, momentum, eps, out, save_mean, save_invstd, layout);
+                                     float* save_invstd, const ChannelLayout& layout, void* workspace) {
+  if (layout.channels == 0 || layout.batch * layout.inner == 0) return;
+  const int64_t splits = split_count(layout);
+  const Workspace space = carve(workspace, layout);
+  Moments* partials = static_cast<Moments*>(space.partials);
+  const bool vector = vectorizable<T>(layout, {x, out});
+  if (vector) {
+    moments_kernel<T, kVectorWidth<T>><<<split_grid(layout, splits), kReduceThreads>>>(
+        x, split_geometry(layout, kVectorWidth<T>, splits), partials);
+  } else {
+    moments_kernel<T, 1>
+        <<<split_grid(layout, splits), kReduceThreads>>>(x, split_geometry(layout, 1, splits), partials);
+  }
+  finalize_forward_kernel<<<finalize_blocks(layout.channels), kFinalizeThreads>>>(
+      partials, splits, layout.channels, gamma, beta, running_mean, running_var, momentum, eps, save_mean, save_invstd,
+      space.coefficients);
+  if (vector) launch_normalize<T, kVectorWidth<T>>(x, out, space.coefficients, layout);
+  else launch_normalize<T, 1>(x, out, space.coefficients, layout);
 }
 
 template <typename T>
 void launch_batch_norm_forward_eval(const T* x, const float* gamma, const float* beta, const float* running_mean,
-                                    const float* running_var, double eps, T* out, const ChannelLayout& layout) {
-  const int64_t total = layout.batch * layout.channels * layout.inner;
-  if (total == 0) return;
-  forward_eval_kernel<<<blocks_for(total), kThreadsPerBlock>>>(x, gamma, beta, running_mean, running_var, eps, out,
-                                                               layout, total);
+                                    const float* running_var, double eps, T* out, const ChannelLayout& layout,
+                                    void* workspace) {
+  if (layout.channels == 0 || layout.batch * layout.inner == 0) return;
+  const Workspace space = carve(workspace, layout);
+  eval_coefficients_kernel<<<blocks_for(layout.channels), kThreadsPerBlock>>>(gamma, beta, running_mean, running_var,
+                                                                              eps, layout.channels, space.coefficients);
+  if (vectorizable<T>(layout, {x, out})) launch_normalize<T, kVectorWidth<T>>(x, out, space.coefficients, layout);
+  else launch_normalize<T, 1>(x, out, space.coefficients, layout);
 }
 
 template <typename T>
 void launch_batch_norm_backward(const T* grad_out, const T* x, const float* gamma, const float* save_mean,
                                 const float* save_invstd, T* grad_input, float* grad_gamma, float* grad_beta,
-                                const ChannelLayout& layout) {
-  if (layout.channels == 0) return;
-  backward_kernel<<<static_cast<unsigned>(layout.channels), kChannelThreads>>>(
-      grad_out, x, gamma, save_mean, save_invstd, grad_input, grad_gamma, grad_beta, layout);
+                                const ChannelLayout& layout, void* workspace) {
+  if (layout.channels == 0 || layout.batch * layout.inner == 0) return;
+  const int64_t splits = split_count(layout);
+  const Workspace space = carve(workspace, layout);
+  double2* partials = static_cast<double2*>(space.partials);
+  const bool vector = vectorizable<T>(layout, {grad_out, x, grad_input});
+  if (vector) {
+    gradient_sums_kernel<T, kVectorWidth<T>><<<split_grid(layout, splits), kReduceThreads>>>(
+        grad_out, x, save_mean, split_geometry(layout, kVectorWidth<T>, splits), partials);
+  } else {
+    gradient_sums_kernel<T, 1><<<split_grid(layout, splits), kReduceThreads>>>(
+        grad_out, x, save_mean, split_geometry(layout, 1, splits), partials);
+  }
+  finalize_backward_kernel<<<finalize_blocks(layout.channels), kFinalizeThreads>>>(
+      partials, splits, layout.channels, static_cast<double>(layout.batch * layout.inner), gamma, save_mean,
+      save_invstd, grad_gamma, grad_beta, space.coefficients);
+  unsigned blocks = 0;
+  if (vector) {
+    const MapGeometry geometry = map_geometry<kVectorWidth<T>>(layout, blocks);
+    grad_input_kernel<T, kVectorWidth<T>>
+        <<<blocks, kMapThreads>>>(grad_out, x, grad_input, space.coefficients, geometry);
+  } else {
+    const MapGeometry geometry = map_geometry<1>(layout, blocks);
+    grad_input_kernel<T, 1><<<blocks, kMapThreads>>>(grad_out, x, grad_input, space.coefficients, geometry);
+  }
 }
 
 #define OPSNN_INSTANTIATE_BATCH_NORM(T)                                                                          \
   template void launch_batch_norm_forward_train<T>(const T*, const float*, const float*, float*, float*, double, \
-                                                   double, T*, float*, float*, const ChannelLayout&);            \
+                                                   double, T*, float*, float*, const ChannelLayout&, void*);     \
   template void launch_batch_norm_forward_eval<T>(const T*, const float*, const float*, const float*,            \
-                                                  const float*, double, T*, const ChannelLayout&);               \
+                                                  const float*, double, T*, const ChannelLayout&, void*);        \
   template void launch_batch_norm_backward<T>(const T*, const T*, const float*, const float*, const float*, T*,  \
-                                              float*, float*, const ChannelLayout&);
+                                              float*, float*, const ChannelLayout&, void*);
 OPSNN_FOR_EACH_FLOATING_TYPE(OPSNN_INSTANTIATE_BATCH_NORM)
 
 }  // namespace opsnn::cuda

@@ -1,8 +1,9 @@
 // The CUDA Backend methods that run own kernels (kernels.h): elementwise, sum, batch norm, pooling,
 // log-softmax and NLL loss, embedding. Each checks dtype, device, layout and shape, lays out the
 // kernel's arguments (coalescing strided dimensions like the CPU twin) and launches on the legacy
-// default stream of the operands' device. Elementwise, sum, batch norm and pooling take f32, f16 or
-// bf16 data (batch norm with f32 per-channel tensors); the loss and embedding kernels are f32 only.
+// default stream of the operands' device (batch norm with scratch from that device's stream-ordered
+// pool). Elementwise, sum, batch norm and pooling take f32, f16 or bf16 data (batch norm with f32
+// per-channel tensors); the loss and embedding kernels are f32 only.
 #include <cstring>
 #include <functional>
 #include <initializer_list>
@@ -283,12 +284,14 @@ void CudaBackend::batch_norm_forward_train(const Tensor& input, const Tensor& ga
   for (const Tensor* t : std::initializer_list<const Tensor*>{&gamma, &beta, &running_mean, &running_var, &save_mean, &save_invstd})
     check_channel_vector(*t, input, kernel);
   cuda::DeviceGuard guard(input.device().index);
+  const cuda::ChannelLayout layout = channel_layout(input);
+  const Storage workspace(cuda::batch_norm_workspace_bytes(layout), input.device());
   dispatch_floating(input.dtype(), kernel, [&](auto tag) {
     using T = decltype(tag);
     cuda::launch_batch_norm_forward_train(input.data<T>(), gamma.data<float>(), beta.data<float>(),
                                           running_mean.data<float>(), running_var.data<float>(), momentum, eps,
-                                          out.data<T>(), save_mean.data<float>(), save_invstd.data<float>(),
-                                          channel_layout(input));
+                                          out.data<T>(), save_mean.data<float>(), save_invstd.data<float>(), layout,
+                                          workspace.data());
   });
   check_launch();
 }
@@ -303,11 +306,13 @@ void CudaBackend::batch_norm_forward_eval(const Tensor& input, const Tensor& gam
   check_same_shape(input, out, "CUDA batch_norm_forward_eval");
   for (const Tensor* t : std::initializer_list<const Tensor*>{&gamma, &beta, &running_mean, &running_var}) check_channel_vector(*t, input, kernel);
   cuda::DeviceGuard guard(input.device().index);
+  const cuda::ChannelLayout layout = channel_layout(input);
+  const Storage workspace(cuda::batch_norm_workspace_bytes(layout), input.device());
   dispatch_floating(input.dtype(), kernel, [&](auto tag) {
     using T = decltype(tag);
     cuda::launch_batch_norm_forward_eval(input.data<T>(), gamma.data<float>(), beta.data<float>(),
                                          running_mean.data<float>(), running_var.data<float>(), eps, out.data<T>(),
-                                         channel_layout(input));
+                                         layout, workspace.data());
   });
   check_launch();
 }
@@ -325,12 +330,15 @@ void CudaBackend::batch_norm_backward(const Tensor& grad_out, const Tensor& inpu
   if (grad_gamma.defined()) check_channel_vector(grad_gamma, input, kernel);
   if (grad_beta.defined()) check_channel_vector(grad_beta, input, kernel);
   cuda::DeviceGuard guard(input.device().index);
+  const cuda::ChannelLayout layout = channel_layout(input);
+  const Storage workspace(cuda::batch_norm_workspace_bytes(layout), input.device());
   dispatch_floating(input.dtype(), kernel, [&](auto tag) {
     using T = decltype(tag);
     cuda::launch_batch_norm_backward(grad_out.data<T>(), input.data<T>(), gamma.data<float>(), save_mean.data<float>(),
                                      save_invstd.data<float>(), grad_input.data<T>(),
                                      grad_gamma.defined() ? grad_gamma.data<float>() : nullptr,
-                                     grad_beta.defined() ? grad_beta.data<float>() : nullptr, channel_layout(input));
+                                     grad_beta.defined() ? grad_beta.data<float>() : nullptr, layout,
+                                     workspace.data());
   });
   check_launch();
 }

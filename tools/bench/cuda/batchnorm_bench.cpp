@@ -1,0 +1,124 @@
+// opsnn-bench batchnorm: the CUDA batch-norm kernels (src/ops/cuda/norm.cu) on ResNet-50's BatchNorm
+// shapes (batch 256 by default): milliseconds and effective bandwidth of the training forward (reads x
+// twice, writes once), the backward (reads g and x twice, writes once) and the eval forward (reads
+// once, writes once), next to a device-to-device copy of the same tensor timed in the same run, the
+// bandwidth one streaming pass can reach.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "bench/bench.h"
+#include "bench/cuda/cuda_bench.h"
+#include "opsnn/core/error.h"
+#include "opsnn/core/rng.h"
+#include "opsnn/ops/backend.h"
+
+namespace opsnn::bench {
+namespace {
+
+struct Layer {
+  const char* name;
+  int64_t channels, side;
+};
+
+// The BatchNorm inputs of ResNet-50 at 224x224: the stem, then each stage's bottleneck width and output.
+const std::vector<Layer> kLayers = {{"stem", 64, 112},        {"layer1", 64, 56},      {"layer1 out", 256, 56},
+                                    {"layer2", 128, 28},      {"layer2 out", 512, 28}, {"layer3", 256, 14},
+                                    {"layer3 out", 1024, 14}, {"layer4", 512, 7},      {"layer4 out", 2048, 7}};
+
+// Mean milliseconds of one call over `repeats` back-to-back calls, after one warm-up call.
+double milliseconds(const std::function<void()>& fn, int repeats) {
+  fn();
+  BENCH_CUDA_CHECK(cudaDeviceSynchronize());
+  cudaEvent_t start, stop;
+  BENCH_CUDA_CHECK(cudaEventCreate(&start));
+  BENCH_CUDA_CHECK(cudaEventCreate(&stop));
+  BENCH_CUDA_CHECK(cudaEventRecord(start, nullptr));
+  for (int i = 0; i < repeats; ++i) fn();
+  BENCH_CUDA_CHECK(cudaEventRecord(stop, nullptr));
+  BENCH_CUDA_CHECK(cudaEventSynchronize(stop));
+  float total = 0.0f;
+  BENCH_CUDA_CHECK(cudaEventElapsedTime(&total, start, stop));
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return static_cast<double>(total) / repeats;
+}
+
+DType parse_dtype(const std::string& text) {
+  if (text == "f32") return DType::f32;
+  if (text == "bf16") return DType::bf16;
+  if (text == "f16") return DType::f16;
+  throw ConfigError("--dtype: expected f32, bf16 or f16, got '" + text + "'");
+}
+
+int run(const std::vector<std::string>& args) {
+  for (const std::string& arg : args)
+    if (arg == "--help" || arg == "-h") {
+      std::printf("usage: opsnn-bench batchnorm [--batch 256] [--repeats 20] [--dtype f32|bf16|f16]\n");
+      return 0;
+    }
+  const int batch = parse_positive(args, "--batch", 256);
+  const int repeats = parse_positive(args, "--repeats", 20);
+  const DType dtype = parse_dtype(option(args, "--dtype", "f32"));
+  int device_count = 0;
+  if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
+    std::fprintf(stderr, "opsnn-bench batchnorm: no CUDA device\n");
+    return 1;
+  }
+  const Device gpu(DeviceType::cuda, 0);
+  ops::Backend& backend = ops::backend_for(gpu);
+  cudaDeviceProp properties{};
+  BENCH_CUDA_CHECK(cudaGetDeviceProperties(&properties, 0));
+  std::printf("opsnn-bench batchnorm: %s, %s data, batch %d, mean of %d calls (GB/s counts every byte moved)\n",
+              properties.name, std::string(dtype_name(dtype)).c_str(), batch, repeats);
+  std::printf("  %-11s %-20s %10s %7s %10s %7s %10s %7s %10s\n", "layer", "shape", "train ms", "GB/s", "backward ms",
+              "GB/s", "eval ms", "GB/s", "copy GB/s");
+  Generator generator(0);
+  for (const Layer& layer : kLayers) {
+    const Shape shape{batch, layer.channels, layer.side, layer.side};
+    const Shape channel_shape{layer.channels};
+    const Tensor x = Tensor::uniform(shape, -1.0, 1.0, generator, dtype, gpu);
+    Tensor out = Tensor::empty(shape, dtype, gpu), grad_input = Tensor::empty(shape, dtype, gpu);
+    const Tensor gamma = Tensor::ones(channel_shape, DType::f32, gpu),
+                 beta = Tensor::zeros(channel_shape, DType::f32, gpu);
+    Tensor running_mean = Tensor::zeros(channel_shape, DType::f32, gpu);
+    Tensor running_var = Tensor::ones(channel_shape, DType::f32, gpu);
+    Tensor save_mean = Tensor::empty(channel_shape, DType::f32, gpu),
+           save_invstd = Tensor::empty(channel_shape, DType::f32, gpu);
+    Tensor grad_gamma = Tensor::empty(channel_shape, DType::f32, gpu),
+           grad_beta = Tensor::empty(channel_shape, DType::f32, gpu);
+    const double train_ms = milliseconds(
+        [&] {
+          backend.batch_norm_forward_train(x, gamma, beta, running_mean, running_var, 0.1, 1e-5, out, save_mean,
+                                           save_invstd);
+        },
+        repeats);
+    // x stands in for the upstream gradient: the kernels' cost does not depend on the values.
+    const double backward_ms = milliseconds(
+        [&] { backend.batch_norm_backward(x, x, gamma, save_mean, save_invstd, grad_input, grad_gamma, grad_beta); },
+        repeats);
+    const double eval_ms = milliseconds(
+        [&] { backend.batch_norm_forward_eval(x, gamma, beta, running_mean, running_var, 1e-5, out); }, repeats);
+    const double copy_ms = milliseconds(
+        [&] {
+          BENCH_CUDA_CHECK(
+              cudaMemcpyAsync(out.data_ptr(), x.data_ptr(), x.nbytes(), cudaMemcpyDeviceToDevice, nullptr));
+        },
+        repeats);
+    const double bytes = static_cast<double>(x.nbytes());
+    auto rate = [&](double passes, double ms) { return passes * bytes / (ms * 1e-3) * 1e-9; };
+    std::printf("  %-11s %-20s %10.3f %7.0f %10.3f %7.0f %10.3f %7.0f %10.0f\n", layer.name, shape_str(shape).c_str(),
+                train_ms, rate(3, train_ms), backward_ms, rate(5, backward_ms), eval_ms, rate(2, eval_ms),
+                rate(2, copy_ms));
+  }
+  return 0;
+}
+
+Registration registration{
+    {"batchnorm", "CUDA batch-norm kernels on ResNet-50's shapes: time and bandwidth beside a device copy", run}};
+
+}  // namespace
+}  // namespace opsnn::bench
