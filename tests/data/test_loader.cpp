@@ -1,5 +1,5 @@
-// DataLoader: epoch order, drop_last, eval mode, resume from a saved position, worker-count independence
-// and exceptions crossing from the prefetch threads to the consumer.
+// DataLoader: epoch order, drop_last, eval mode, resume from a saved position, worker-count independence,
+// exceptions crossing from the prefetch threads to the consumer, and pinned batches (tagged [cuda]).
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <memory>
