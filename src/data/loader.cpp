@@ -1,5 +1,6 @@
-// DataLoader: the epoch order, batch assembly, and the worker threads that fill the ready queue ahead
-// of the consumer (ordered delivery by sequence number, bounded by `prefetch`).
+// DataLoader: the epoch order, batch assembly (into pooled pinned buffers with pin_memory), and the worker
+// threads that fill the ready queue ahead of the consumer (ordered delivery by sequence number, bounded by
+// `prefetch`).
 #include "opsnn/data/loader.h"
 
 #include <algorithm>
@@ -26,6 +27,10 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt
                                           : (samples + options_.batch_size - 1) / options_.batch_size;
   OPSNN_CHECK(batches_per_epoch_ >= 1, dataset_->name(), " has ", samples, " samples: not one batch of ",
               options_.batch_size, options_.drop_last ? " (drop_last drops the partial one)" : "");
+  // At most `prefetch` batches are claimed by workers or wait in the queue; the consumer holds one, and
+  // an asynchronous upload may still read the one before.
+  if (options_.pin_memory)
+    buffers_ = std::make_unique<BatchPool>(*dataset_, options_.batch_size, HostMemory::pinned, options_.prefetch + 2);
   seek(start);
 }
 
@@ -64,7 +69,9 @@ std::vector<int64_t> DataLoader::batch_indices(LoaderPosition position) const {
 
 Batch DataLoader::make_batch(LoaderPosition position) const {
   const std::vector<int64_t> indices = batch_indices(position);
-  Batch batch = dataset_->get(indices);
+  const int64_t count = static_cast<int64_t>(indices.size());
+  Batch batch = buffers_ ? buffers_->acquire(count) : dataset_->allocate_batch(count);
+  dataset_->get_batch(indices, batch.inputs, batch.labels);
   augment_batch(batch, *dataset_, options_.augment, options_.seed, position.epoch, indices);
   batch.epoch = position.epoch;
   batch.index = position.batch;

@@ -427,6 +427,7 @@ std::vector<KeySpec> build_schema() {
       bool_key("data.normalize", OPSNN_FIELD(data.normalize)),
       integer_key("data.num_workers", OPSNN_FIELD(data.num_workers), Range::closed(0, 64)),
       integer_key("data.prefetch", OPSNN_FIELD(data.prefetch), Range::closed(1, 64)),
+      auto_bool_key("data.pin_memory", OPSNN_FIELD(data.pin_memory)),
       integer_key("data.augment.crop_padding", OPSNN_FIELD(data.augment.crop_padding), Range::closed(0, 64)),
       bool_key("data.augment.flip", OPSNN_FIELD(data.augment.flip)),
       integer_key("data.synthetic.train_size", OPSNN_FIELD(data.synthetic.train_size), count),

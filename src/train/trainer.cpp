@@ -1,6 +1,7 @@
 // The training loop: one readable story from config to trained model. Setup builds datasets, model and
 // optimizer (setup.cpp) and the run folder (config.yaml, train.log, metrics.jsonl, checkpoints/); each
-// optimizer step runs grad_accumulation micro-batches of forward, loss, scaled backward, then (with top-k
+// optimizer step runs grad_accumulation micro-batches of forward, loss, scaled backward (batches arrive on
+// the device from a DeviceLoader, uploaded one ahead with data.pin_memory), then (with top-k
 // sparsification) sparsifies the gradient arena and runs the fused optimizer step; evaluation, metrics,
 // progress and checkpoints happen at their configured intervals. A step never straddles an epoch end.
 #include "opsnn/train/trainer.h"
@@ -16,6 +17,7 @@
 
 #include "opsnn/autograd/node.h"
 #include "opsnn/core/storage.h"
+#include "opsnn/data/device_loader.h"
 #include "opsnn/data/loader.h"
 #include "opsnn/data/synthetic.h"
 #include "opsnn/nn/module.h"
@@ -37,7 +39,7 @@ struct Trainer::State {
   fs::path run_dir;
   Device device;
   Datasets datasets;
-  std::unique_ptr<data::DataLoader> loader;
+  std::unique_ptr<data::DeviceLoader> loader;  // training batches, on `device`
   std::shared_ptr<nn::Module> model;
   std::unique_ptr<optim::Optimizer> optimizer;
   std::shared_ptr<RowSparseUpdater> sparse_updater;    // set when the model has row-sparse tables
@@ -122,6 +124,10 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
   if (c.train.precision != "fp32" && s.device.is_cpu())
     throw ConfigError(detail::concat(c.source, ": key 'train.precision': ", c.train.precision,
                                      " needs a CUDA device (train.device: cuda); the CPU trains in fp32"));
+  const bool pin_memory = c.data.pin_memory.value_or(s.device.is_cuda());
+  if (pin_memory && s.device.is_cpu())
+    throw ConfigError(detail::concat(c.source, ": key 'data.pin_memory': true needs a CUDA device ",
+                                     "(train.device: cuda); pinned batches only speed up uploads to a GPU"));
 
   s.run_dir = !s.options.out_dir.empty() ? fs::path(s.options.out_dir)
               : !c.run.out_dir.empty()   ? fs::path(c.run.out_dir)
@@ -158,7 +164,9 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
   loader_options.prefetch = c.data.prefetch;
   loader_options.augment.crop_padding = c.data.augment.crop_padding;
   loader_options.augment.horizontal_flip = c.data.augment.flip;
-  s.loader = std::make_unique<data::DataLoader>(s.datasets.train, loader_options);
+  loader_options.pin_memory = pin_memory;
+  s.loader = std::make_unique<data::DeviceLoader>(std::make_unique<data::DataLoader>(s.datasets.train, loader_options),
+                                                  s.device);
 
   int64_t batches = s.loader->batches_per_epoch(), accumulation = c.train.grad_accumulation;
   s.steps_per_epoch = (batches + accumulation - 1) / accumulation;  // the last step of an epoch may be short
@@ -188,6 +196,9 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
   if (s.sparse_updater)
     s.logger->info("row-sparse embedding gradients: {} updates only the rows each batch touches",
                    c.optimizer.name == "sgd" ? "sparse SGD" : "lazy " + c.optimizer.name);
+  if (s.loader->asynchronous())
+    s.logger->info("training batches in pinned memory ({} reused buffers), each uploaded on a copy stream while the "
+                   "batch before it computes", s.loader->host().pinned_buffer_count());
   if (s.sparsifier)
     s.logger->info("top-k sparsification: density {} (from {} over {} steps), momentum correction {}",
                    c.optimizer.settings.sparsification.density, c.optimizer.settings.sparsification.initial_density,
@@ -345,8 +356,8 @@ double Trainer::train_steps(int64_t count) {
         epoch_ended = true;
         break;
       }
-      Tensor logits = s.model->forward(batch->inputs.to(s.device));
-      Tensor loss = ops::cross_entropy(logits, class_targets(batch->labels).to(s.device), c.train.label_smoothing);
+      Tensor logits = s.model->forward(batch->inputs);
+      Tensor loss = ops::cross_entropy(logits, class_targets(batch->labels), c.train.label_smoothing);
       Tensor objective =
           c.train.grad_accumulation > 1 ? ops::scale(loss, 1.0 / static_cast<double>(c.train.grad_accumulation)) : loss;
       s.optimizer->scale_loss(objective).backward();

@@ -1,41 +1,22 @@
-// DataLoader: epoch order, drop_last, eval mode, resume from a saved position, worker-count independence
-// and exceptions crossing from the prefetch threads to the consumer.
+// DataLoader: epoch order, drop_last, eval mode, resume from a saved position, worker-count independence,
+// exceptions crossing from the prefetch threads to the consumer, and pinned batches (tagged [cuda]).
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <set>
 #include <vector>
 
 #include "opsnn/core/error.h"
 #include "opsnn/data/loader.h"
 #include "opsnn/data/synthetic.h"
+#include "support/index_dataset.h"
 
 using namespace opsnn;
 using namespace opsnn::data;
+using opsnn::testing::IndexDataset;
 
 namespace {
-
-// Sample i has input [i] and label i % 10, so batches reveal which indices they hold. Throws on
-// `poison_index` when set.
-class IndexDataset final : public Dataset {
- public:
-  explicit IndexDataset(int64_t size, int64_t poison_index = -1) : size_(size), poison_index_(poison_index) {}
-  std::string name() const override { return "index"; }
-  int64_t size() const override { return size_; }
-  Shape sample_shape() const override { return {1}; }
-  int64_t num_classes() const override { return 10; }
-  void get_batch(std::span<const int64_t> indices, const Tensor& inputs, const Tensor& labels) const override {
-    check_batch_arguments(indices, inputs, labels);
-    for (size_t row = 0; row < indices.size(); ++row) {
-      if (indices[row] == poison_index_) throw DataError("index dataset: poisoned sample " + std::to_string(indices[row]));
-      inputs.data<float>()[row] = static_cast<float>(indices[row]);
-      labels.data<int64_t>()[row] = indices[row] % 10;
-    }
-  }
-
- private:
-  int64_t size_, poison_index_;
-};
 
 std::vector<int64_t> indices_of(const Batch& batch) {
   std::vector<int64_t> indices;
@@ -204,4 +185,50 @@ TEST_CASE("DataLoader: augmented batches do not depend on the worker count", "[d
   // Augmentation needs images.
   options.num_workers = 0;
   REQUIRE_THROWS_WITH(DataLoader(std::make_shared<IndexDataset>(10), options), Catch::Contains("images only"));
+}
+
+TEST_CASE("DataLoader: pin_memory needs a CUDA device", "[data]") {
+  if (pinned_memory_available()) {
+    WARN("a CUDA device is present: the refusal without one is not tested here");
+    return;
+  }
+  LoaderOptions options = options_with(4, 1, 1);
+  options.pin_memory = true;
+  REQUIRE_THROWS_AS(DataLoader(std::make_shared<IndexDataset>(20), options), DeviceError);
+}
+
+TEST_CASE("cuda: pinned batches are page-locked, recycled from prefetch + 2 buffers, and hold the same values",
+          "[cuda][data]") {
+  if (!pinned_memory_available()) {
+    WARN("no CUDA device: pinned loader batches are not tested");
+    return;
+  }
+  auto dataset = std::make_shared<IndexDataset>(103);
+  for (int64_t workers : {0, 1, 3}) {
+    INFO(workers << " workers");
+    LoaderOptions options = options_with(10, 5, workers);
+    options.prefetch = 3;
+    DataLoader pageable(dataset, options);
+    options.pin_memory = true;
+    DataLoader pinned(dataset, options);
+    REQUIRE(pinned.pinned_buffer_count() == 5);
+    REQUIRE(pageable.pinned_buffer_count() == 0);
+    std::set<const void*> buffers;
+    for (int call = 0; call < 40; ++call) {  // three epochs and a half, end markers included
+      std::optional<Batch> expected = pageable.next();
+      std::optional<Batch> batch = pinned.next();
+      REQUIRE(batch.has_value() == expected.has_value());
+      if (!batch) continue;
+      REQUIRE(batch->buffer != nullptr);
+      CHECK(batch->inputs.storage()->pinned());
+      CHECK(is_page_locked(batch->inputs.data_ptr()));  // the driver's word, not the flag
+      CHECK(is_page_locked(batch->labels.data_ptr()));
+      CHECK_FALSE(is_page_locked(expected->inputs.data_ptr()));
+      CHECK(indices_of(*batch) == indices_of(*expected));
+      CHECK(batch->labels.to_vector<int64_t>() == expected->labels.to_vector<int64_t>());
+      buffers.insert(batch->inputs.data_ptr());
+    }
+    CHECK(buffers.size() <= 5);
+    CHECK(pinned.pinned_buffer_count() == 5);  // reused, never grown
+  }
 }

@@ -93,8 +93,25 @@ TEST_CASE("Config: wrong types name the key, the expected type and the position"
              Catch::StartsWith("test.yaml:1:12: key 'optimizer': expected a section (a mapping of name, lr,") &&
                  Catch::EndsWith("got adam"));
   CHECK(error_of("train:\n  device: gpu\n") == "test.yaml:2:11: key 'train.device': expected auto, cpu, cuda or cuda:N, got gpu");
+  CHECK(error_of("data:\n  pin_memory: sometimes\n") ==
+        "test.yaml:2:15: key 'data.pin_memory': expected true, false or auto, got sometimes");
+  CHECK(error_of("data:\n  pin_memory: [true]\n") ==
+        "test.yaml:2:15: key 'data.pin_memory': expected true, false or auto, got a list");
+  CHECK(error_of("", {"data.pin_memory=1.5"}) ==
+        "--set data.pin_memory=1.5: key 'data.pin_memory': expected true, false or auto, got 1.5");
   CHECK(error_of("run:\n  name: a/b\n") ==
         "test.yaml:2:9: key 'run.name': expected a name of letters, digits, '.', '_' or '-', got a/b");
+}
+
+TEST_CASE("Config: data.pin_memory is true, false or auto (the default)", "[config]") {
+  REQUIRE_FALSE(load_config_text("", "t.yaml").data.pin_memory.has_value());
+  REQUIRE_FALSE(load_config_text("data:\n  pin_memory: auto\n", "t.yaml").data.pin_memory.has_value());
+  REQUIRE(load_config_text("data:\n  pin_memory: true\n", "t.yaml").data.pin_memory == std::optional<bool>(true));
+  REQUIRE(load_config_text("", "t.yaml", {"data.pin_memory=false"}).data.pin_memory == std::optional<bool>(false));
+  const TrainConfig pinned = load_config_text("", "t.yaml", {"data.pin_memory=true"});
+  CHECK_THAT(emit_config(pinned), Catch::Contains("\n  pin_memory: true\n"));
+  CHECK_THAT(emit_config(load_config_text("", "t.yaml")), Catch::Contains("\n  pin_memory: auto\n"));
+  REQUIRE(load_config_text(emit_config(pinned), "emitted.yaml") == pinned);
 }
 
 TEST_CASE("Config: out-of-range values", "[config]") {

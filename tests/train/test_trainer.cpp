@@ -1,6 +1,7 @@
 // Tests of src/train/trainer.cpp and its hooks: bit-identical resume (dense, row-sparse and top-k runs),
 // lazy sparse embedding updates, the top-k density in metrics, grad accumulation, interruption, the
-// refusal of low precision on the CPU, and (tag [e2e]) short real trainings on Fashion-MNIST and CTR.
+// refusal of low precision and pinned batches on the CPU, and (tag [e2e]) short real trainings on
+// Fashion-MNIST and CTR.
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -229,6 +230,24 @@ TEST_CASE("trainer: tf32, bf16 and fp16 on the CPU are config errors naming trai
     CHECK_THROWS_WITH(Trainer(make_config(kSmallCnnYaml, {std::string("train.precision=") + precision}),
                               quiet_options(folder.path / precision)),
                       Catch::Contains("train.precision"));
+  }
+}
+
+TEST_CASE("trainer: data.pin_memory true on the CPU is a config error naming the key; auto and false train",
+          "[trainer]") {
+  TemporaryFolder folder;
+  const TrainConfig pinned = make_config(kSmallCnnYaml, {"data.pin_memory=true"});
+  CHECK_THROWS_AS(Trainer(pinned, quiet_options(folder.path / "pinned")), ConfigError);
+  CHECK_THROWS_WITH(Trainer(pinned, quiet_options(folder.path / "pinned")),
+                    Catch::Contains("key 'data.pin_memory'") && Catch::Contains("CUDA"));
+  std::vector<double> losses;
+  for (const char* setting : {"auto", "false"}) {
+    INFO("data.pin_memory " << setting);
+    Trainer trainer(make_config(kSmallCnnYaml, {std::string("data.pin_memory=") + setting}),
+                    quiet_options(folder.path / setting));
+    trainer.train_steps(4);
+    if (losses.empty()) losses = trainer.step_losses();
+    CHECK(trainer.step_losses() == losses);
   }
 }
 

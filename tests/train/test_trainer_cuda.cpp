@@ -2,7 +2,8 @@
 // cuda): a quickstart-like small CNN trained 200 steps on the CPU and on the GPU from the same seed
 // gives the same loss curve within fp32 nondeterminism, and the same evaluation; with train.precision
 // tf32, bf16 and fp16 (mixed precision) the small CNN and a ResNet-18 reach losses close to fp32's, and
-// fp16 records its dynamic loss scale in metrics.jsonl. Tagged [cuda].
+// fp16 records its dynamic loss scale in metrics.jsonl; pinned batches uploaded on a copy stream
+// (data.pin_memory) train bit for bit like pageable ones, and checkpoint the same loader position. Tagged [cuda].
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -12,11 +13,15 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "opsnn/core/storage.h"
+#include "opsnn/nn/module.h"
+#include "opsnn/optim/optimizer.h"
+#include "opsnn/train/checkpoint.h"
 #include "opsnn/train/config.h"
 #include "opsnn/train/trainer.h"
 
@@ -211,4 +216,138 @@ TEST_CASE("cuda: tf32, bf16 and fp16 train a small CNN and a ResNet-18 to losses
       }
     }
   }
+}
+
+namespace {
+
+// An MLP is deterministic on the GPU (GEMMs, ReLU, softmax cross-entropy, the fused Adam step: no atomics,
+// no algorithm search), so runs that differ only in how batches reach the GPU must agree bit for bit.
+// 1000 samples in batches of 64 (the last of 40) and micro-batches in pairs: 8 steps per epoch, so 40
+// steps cross four epoch ends, each with an evaluation while the next upload is in flight.
+const char* kPinnedMlpYaml = R"(
+run: {name: pinned_mlp}
+model: {arch: mlp, hidden_sizes: [64, 32]}
+data:
+  dataset: synthetic
+  batch_size: 64
+  eval_batch_size: 250
+  synthetic: {train_size: 1000, test_size: 500, channels: 1, height: 16, width: 16, num_classes: 10, noise: 0.5, seed: 5}
+train: {epochs: 0, max_steps: 40, seed: 7, grad_accumulation: 2, device: cuda}
+optimizer: {name: adam, lr: 0.002}
+logging: {every_steps: 5, progress: plain}
+checkpoint: {enabled: false}
+)";
+
+struct GpuRun {
+  std::vector<double> step_losses;
+  std::vector<double> test_losses;
+  std::map<std::string, std::vector<float>> state;
+  bool asynchronous = false;  // the trainer logged pinned batches on a copy stream
+};
+
+TrainerOptions quiet_options(const fs::path& out, const std::string& resume = "") {
+  TrainerOptions options;
+  options.out_dir = out.string();
+  options.resume = resume;
+  options.show_progress = false;
+  options.log_to_console = false;
+  return options;
+}
+
+GpuRun summarize(Trainer& trainer) {
+  GpuRun run;
+  run.step_losses = trainer.step_losses();
+  for (const auto& [name, tensor] : trainer.model().state_dict())
+    run.state["model." + name] = tensor.to_vector<float>();
+  for (const auto& [name, tensor] : trainer.optimizer().state_dict())
+    run.state["optimizer." + name] = tensor.to_vector<float>();
+  std::ifstream metrics(trainer.run_dir() / "metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) {
+    nlohmann::json record = nlohmann::json::parse(line);
+    if (record["event"] == "eval") run.test_losses.push_back(record["test_loss"].get<double>());
+  }
+  std::ifstream log(trainer.run_dir() / "train.log");
+  for (std::string line; std::getline(log, line);)
+    run.asynchronous = run.asynchronous || line.find("training batches in pinned memory") != std::string::npos;
+  return run;
+}
+
+void require_bit_identical(const GpuRun& run, const GpuRun& reference) {
+  REQUIRE(run.step_losses.size() == reference.step_losses.size());
+  for (size_t i = 0; i < run.step_losses.size(); ++i) {
+    INFO("step " << i + 1);
+    REQUIRE(run.step_losses[i] == reference.step_losses[i]);
+  }
+  REQUIRE(run.test_losses == reference.test_losses);
+  REQUIRE(run.state.size() == reference.state.size());
+  for (const auto& [name, values] : reference.state) {
+    INFO(name);
+    REQUIRE(run.state.count(name) == 1);
+    REQUIRE(run.state.at(name) == values);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cuda: pinned batches uploaded on a copy stream train bit for bit like pageable ones", "[cuda][trainer]") {
+  if (cuda_device_count() == 0) {
+    WARN("no CUDA device: pinned asynchronous uploads are not tested");
+    return;
+  }
+  TemporaryFolder folder;
+  auto train = [&](const std::string& name, const std::vector<std::string>& overrides) {
+    Trainer trainer(load_config_text(kPinnedMlpYaml, "pinned_mlp.yaml", overrides), quiet_options(folder.path / name));
+    trainer.train_steps(40);
+    REQUIRE(trainer.step() == 40);
+    return summarize(trainer);
+  };
+  const GpuRun pageable = train("pageable", {"data.pin_memory=false"});
+  REQUIRE_FALSE(pageable.asynchronous);
+  REQUIRE(pageable.test_losses.size() == 4);
+  REQUIRE(pageable.step_losses.back() < pageable.step_losses.front());  // it learns: the comparison is not vacuous
+  struct Variant {
+    std::string name;
+    std::vector<std::string> overrides;
+  };
+  const std::vector<Variant> variants = {
+      {"auto", {}},
+      {"loading-on-the-training-thread", {"data.pin_memory=true", "data.num_workers=0", "data.prefetch=1"}},
+      {"three-workers", {"data.pin_memory=true", "data.num_workers=3", "data.prefetch=4"}}};
+  for (const Variant& variant : variants) {
+    INFO(variant.name);
+    const GpuRun pinned = train(variant.name, variant.overrides);
+    REQUIRE(pinned.asynchronous);
+    require_bit_identical(pinned, pageable);
+  }
+}
+
+TEST_CASE("cuda: a checkpoint taken with an upload in flight records the next batch; resuming from it is exact",
+          "[cuda][trainer]") {
+  if (cuda_device_count() == 0) {
+    WARN("no CUDA device: checkpoints with pinned asynchronous uploads are not tested");
+    return;
+  }
+  TemporaryFolder folder;
+  // 13 steps end inside epoch 1 (8 steps per epoch), with micro-batch 10 of that epoch already uploading.
+  std::map<std::string, fs::path> checkpoints;
+  std::map<std::string, DataLoaderPosition> positions;
+  for (const std::string setting : {"false", "true"}) {
+    Trainer trainer(load_config_text(kPinnedMlpYaml, "pinned_mlp.yaml", {"data.pin_memory=" + setting}),
+                    quiet_options(folder.path / ("first-" + setting)));
+    trainer.train_steps(13);
+    checkpoints[setting] = trainer.save_checkpoint();
+    positions[setting] = load_checkpoint(checkpoints[setting]).data_loader;
+  }
+  CHECK(positions["false"].epoch == 1);
+  CHECK(positions["false"].batch_in_epoch == 10);
+  CHECK(positions["true"] == positions["false"]);
+  std::map<std::string, GpuRun> resumed;
+  for (const std::string setting : {"false", "true"}) {
+    Trainer trainer(load_config_text(kPinnedMlpYaml, "pinned_mlp.yaml", {"data.pin_memory=" + setting}),
+                    quiet_options(folder.path / ("resumed-" + setting), checkpoints[setting].string()));
+    REQUIRE(trainer.step() == 13);
+    trainer.train_steps(11);
+    resumed[setting] = summarize(trainer);
+  }
+  require_bit_identical(resumed["true"], resumed["false"]);
 }

@@ -1,5 +1,5 @@
 // Storage: one reference-counted block of bytes on one device, from that device's allocator, and the
-// per-device primitive services (allocation, copies, fill) that backends register.
+// per-device primitive services (allocation, copies, fill, asynchronous uploads) that backends register.
 #pragma once
 
 #include <cstddef>
@@ -10,6 +10,34 @@
 #include "opsnn/core/dtype.h"
 
 namespace opsnn {
+
+// Host memory kinds: ordinary pageable memory, or page-locked (pinned) memory that a GPU reads by DMA,
+// so host-to-device copies from it can run asynchronously. Pinning is costly: reuse pinned buffers.
+enum class HostMemory { pageable, pinned };
+
+// A point in a device's queued work (a CUDA event): host threads can wait for it, and the compute queue
+// (the legacy default stream, where every kernel runs) can be made to wait for it without the host blocking.
+class DeviceEvent {
+ public:
+  virtual ~DeviceEvent() = default;
+  virtual void wait() = 0;               // blocks the calling thread until the work before the event is done
+  virtual void make_compute_wait() = 0;  // compute work queued from now on starts after the event
+};
+
+// A queue of host-to-device copies beside the compute queue, so uploads overlap compute. Its copies are
+// ordered among themselves only; ordering against compute is explicit, in both directions.
+class CopyStream {
+ public:
+  virtual ~CopyStream() = default;  // waits for the copies queued on it
+  // Copies queued from now on start after the compute work queued so far: e.g. after the allocation of
+  // their destinations, which the stream-ordered device allocator orders on the compute queue only.
+  virtual void wait_for_compute() = 0;
+  // Queues a copy of `bytes` from host memory (pinned, for the copy to be asynchronous) to device memory;
+  // returns at once. The source must stay untouched until record()'s event after this copy has passed.
+  virtual void copy_from_host(void* destination, const void* host_source, size_t bytes) = 0;
+  // An event after every copy queued so far.
+  virtual std::shared_ptr<DeviceEvent> record() = 0;
+};
 
 // What a device backend provides to the core: memory and the few byte-level primitives that Tensor
 // needs for copies, casts and gradient accumulation. The CPU one is built in; the CUDA backend
@@ -34,6 +62,14 @@ class DeviceServices {
   // Blocks until all queued work on the device is done (no-op on the CPU).
   virtual void synchronize(int device_index) = 0;
   virtual int device_count() = 0;
+  // Page-locked host memory usable by every device of this backend. Only GPU backends have it: the
+  // defaults throw DeviceError.
+  virtual void* allocate_pinned_host(size_t bytes);
+  virtual void deallocate_pinned_host(void* pointer);
+  // Whether the driver knows `host_pointer` as page-locked memory (false by default).
+  virtual bool is_page_locked(const void* host_pointer) { return false; }
+  // A new copy stream to device `device_index`, or nullptr where copies cannot overlap compute (the CPU).
+  virtual std::unique_ptr<CopyStream> make_copy_stream(int device_index) { return nullptr; }
 };
 
 // Registry: the CPU services are always present; others register when their backend is compiled in.
@@ -41,10 +77,16 @@ void register_device_services(DeviceType type, std::unique_ptr<DeviceServices> s
 DeviceServices& device_services(Device device);  // throws DeviceError if the backend is absent
 bool device_available(Device device);
 int cuda_device_count();  // 0 without a CUDA backend or GPU
+// Whether HostMemory::pinned can be allocated (a GPU backend with at least one device is present).
+bool pinned_memory_available();
+// Asks the GPU backend's driver (not a Storage flag) whether host memory is page-locked; false without one.
+bool is_page_locked(const void* host_pointer);
 
 class Storage {
  public:
-  Storage(size_t bytes, Device device);
+  // `memory` applies to CPU storage: HostMemory::pinned comes from the GPU backend (DeviceError without
+  // one, see pinned_memory_available()).
+  Storage(size_t bytes, Device device, HostMemory memory = HostMemory::pageable);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -52,11 +94,13 @@ class Storage {
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
+  bool pinned() const { return memory_ == HostMemory::pinned; }
 
  private:
   void* data_ = nullptr;
   size_t bytes_ = 0;
   Device device_;
+  HostMemory memory_ = HostMemory::pageable;
 };
 
 // CPU buffers are aligned to this many bytes (a cache line; enough for any vector load).

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 
@@ -11,6 +12,8 @@
 
 namespace opsnn::data {
 
+class BatchBuffer;  // batch_pool.h
+
 // One batch on the host. Images: inputs f32 [B, C, H, W], labels i64 [B] (class ids).
 // CTR: inputs i64 [B, F] (one value id per field), labels f32 [B] (0 or 1).
 struct Batch {
@@ -18,6 +21,9 @@ struct Batch {
   Tensor labels;
   int64_t epoch = 0;  // where the loader produced it
   int64_t index = 0;  // batch index within the epoch
+  // Set when inputs and labels view a pooled loader buffer (LoaderOptions::pin_memory): the buffer is
+  // reused once every tensor viewing it is gone and the copies that read it (release_after) are done.
+  std::shared_ptr<BatchBuffer> buffer;
   int64_t size() const { return labels.defined() ? labels.size(0) : 0; }
 };
 

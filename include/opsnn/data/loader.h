@@ -1,7 +1,8 @@
 // DataLoader: batches of a Dataset in a seeded per-epoch order, with optional crop/flip augmentation,
 // produced ahead of time by background worker threads into a bounded queue. Every batch is a pure
 // function of (seed, epoch, batch index), so a loader restored to a saved position yields exactly the
-// batches that would have come next, whatever the number of workers.
+// batches that would have come next, whatever the number of workers. With pin_memory the batches live in
+// page-locked buffers that the loader recycles (BatchPool), ready for asynchronous upload (DeviceLoader).
 #pragma once
 
 #include <condition_variable>
@@ -14,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "opsnn/data/batch_pool.h"
 #include "opsnn/data/dataset.h"
 #include "opsnn/data/transforms.h"
 
@@ -27,6 +29,9 @@ struct LoaderOptions {
   AugmentOptions augment;      // image datasets only
   int64_t num_workers = 1;     // background threads producing batches; 0 = produce inside next()
   int64_t prefetch = 2;        // batches produced ahead of the consumer (queue capacity), >= 1
+  // Batches in page-locked host memory (needs a CUDA device) from prefetch + 2 buffers allocated once
+  // and reused: the ready queue, the batch the consumer holds, and one still being read by its upload.
+  bool pin_memory = false;
 
   // Evaluation: dataset order, no augmentation, the last partial batch kept.
   static LoaderOptions evaluation(int64_t batch_size, int64_t num_workers = 1) {
@@ -61,6 +66,9 @@ class DataLoader {
   int64_t batches_per_epoch() const { return batches_per_epoch_; }
   // Samples seen per epoch (batches_per_epoch * batch_size minus the partial batch shortfall).
   int64_t samples_per_epoch() const;
+  // Page-locked batch buffers allocated so far: prefetch + 2 unless the consumer holds more batches at once
+  // (0 without pin_memory).
+  int64_t pinned_buffer_count() const { return buffers_ ? buffers_->buffer_count() : 0; }
 
   // The next batch of the current epoch, or nullopt when the epoch is exhausted (the position then moves
   // to batch 0 of the next epoch). An exception thrown while producing this batch (by the dataset, in a
@@ -96,6 +104,7 @@ class DataLoader {
   std::shared_ptr<const Dataset> dataset_;
   LoaderOptions options_;
   int64_t batches_per_epoch_ = 0;
+  std::unique_ptr<BatchPool> buffers_;  // with pin_memory
 
   mutable std::mutex order_mutex_;  // guards the cached epoch orders
   mutable std::map<int64_t, std::shared_ptr<const std::vector<int64_t>>> order_cache_;

@@ -72,6 +72,7 @@ struct DataConfig {
   bool normalize = true;
   int64_t num_workers = 1;  // loader threads; 0 = load on the training thread
   int64_t prefetch = 2;     // batches prepared ahead
+  std::optional<bool> pin_memory;  // nullopt = auto: pinned batches and asynchronous uploads on a GPU
   AugmentConfig augment;
   SyntheticDataConfig synthetic;
   CtrDataConfig ctr;

@@ -1,6 +1,7 @@
 // The CUDA DeviceServices: stream-ordered allocation from each device's default memory pool (with a
 // release threshold so freed memory is reused, not returned to the driver), copies and the primitive
-// kernels of device_kernels.cu. All work goes to the legacy default stream of the current device.
+// kernels of device_kernels.cu, page-locked host memory and copy streams (copy_stream.cpp). All work but
+// a copy stream's goes to the legacy default stream of the current device.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/cuda/copy_stream.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_guard.h"
 #include "core/cuda/device_kernels.h"
@@ -86,6 +88,27 @@ class CudaServices final : public DeviceServices {
     OPSNN_CUDA_CHECK(cudaDeviceSynchronize());
   }
   int device_count() override { return count_; }
+  void* allocate_pinned_host(size_t bytes) override {
+    // Portable: pinned for every device, not only the one current on the allocating thread.
+    void* pointer = nullptr;
+    cudaError_t status = cudaHostAlloc(&pointer, bytes, cudaHostAllocPortable);
+    if (status != cudaSuccess) {
+      cudaGetLastError();
+      throw Error(detail::concat("cannot page-lock ", bytes, " bytes of host memory (", cudaGetErrorString(status),
+                                 ")"));
+    }
+    return pointer;
+  }
+  void deallocate_pinned_host(void* pointer) override { cudaFreeHost(pointer); }
+  bool is_page_locked(const void* host_pointer) override {
+    cudaPointerAttributes attributes{};
+    if (cudaPointerGetAttributes(&attributes, host_pointer) != cudaSuccess) {
+      cudaGetLastError();  // before CUDA 11, pageable memory was an error rather than "unregistered"
+      return false;
+    }
+    return attributes.type == cudaMemoryTypeHost;
+  }
+  std::unique_ptr<CopyStream> make_copy_stream(int index) override { return cuda::make_copy_stream(index); }
 
  private:
   void configure_pool(int index) {
