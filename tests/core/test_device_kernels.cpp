@@ -55,8 +55,11 @@ Tensor conversion_sample(int64_t count, DType dtype, std::mt19937_64& engine) {
   for (uint64_t& word : bits) {
     word = engine();
     if (dtype == DType::f64 && word % 3 != 0) {
-      // 1.x scaled over the f16 range, with low bits that put it just beside a tie after float rounding.
-      double value = std::ldexp(1.0 + static_cast<double>(word >> 40) * 0x1p-24, static_cast<int>(word % 50) - 30);
+      // An exact f16 (word % 3 == 1) or bf16 tie, nudged by 2^-40 relative: rounding through float first
+      // would land on the tie itself. Scaled over the f16 range, subnormals and overflow included.
+      uint64_t fraction = word >> 40;  // 24 bits
+      fraction = word % 3 == 1 ? (fraction & ~uint64_t{0x1fff}) | 0x1000 : (fraction & ~uint64_t{0xffff}) | 0x8000;
+      double value = std::ldexp(1.0 + static_cast<double>(fraction) * 0x1p-24, static_cast<int>((word >> 8) % 50) - 30);
       value += (word & 1 ? 1 : -1) * std::ldexp(value, -40);
       std::memcpy(&word, &value, sizeof(value));
     }
@@ -98,7 +101,8 @@ TEST_CASE("FastDivider divides like / for dividends and divisors below 2^31", "[
     for (int k = 0; k < 200; ++k) dividends.push_back(engine() % (FastDivider::kMaxDividend + 1u));
     for (uint32_t n : dividends) {
       if (n > FastDivider::kMaxDividend) continue;
-      if (divider.divide(n) != n / d && failures++ < 5) FAIL_CHECK("n " << n << " / d " << d << " gave " << divider.divide(n));
+      if (divider.divide(n) != n / d && failures++ < 5)
+        FAIL_CHECK("n " << n << " / d " << d << " gave " << divider.divide(n));
     }
   }
   CHECK(failures == 0);
@@ -131,7 +135,8 @@ TEST_CASE("CUDA converting copies give the CPU's bits for every pair of dtypes",
         for (int64_t shift : {0, 1}) {
           const std::string what = where(std::string("to ") + std::string(dtype_name(to)) + " from", from, count) +
                                    " shift " + std::to_string(shift);
-          require_same_bits(gpu.slice(0, shift, shift + count).to(to), values.slice(0, shift, shift + count).to(to), what);
+          require_same_bits(gpu.slice(0, shift, shift + count).to(to), values.slice(0, shift, shift + count).to(to),
+                            what);
         }
       }
     }
@@ -231,12 +236,14 @@ TEST_CASE("CUDA strided copies through DeviceServices: broadcasts and unaligned 
 TEST_CASE("CUDA fill writes the CPU's bits into unaligned views of every dtype", "[cuda][core]") {
   if (gpu_missing()) return;
   for (DType dtype : kAllDtypes) {
-    const std::vector<double> values = is_floating(dtype) ? std::vector<double>{0.0, -0.0, 1.0 / 3.0, -2.5, 1e-6, 65520.0}
-                                                          : std::vector<double>{0.0, 3.0, 100.0};
+    const std::vector<double> values = is_floating(dtype)
+                                           ? std::vector<double>{0.0, -0.0, 1.0 / 3.0, -2.5, 1e-6, 65520.0}
+                                           : std::vector<double>{0.0, 3.0, 100.0};
     for (double value : values) {
       for (int64_t count : kSizes) {
         for (int64_t shift : {0, 1}) {
-          const std::string what = where("fill " + std::to_string(value), dtype, count) + " shift " + std::to_string(shift);
+          const std::string what =
+              where("fill " + std::to_string(value), dtype, count) + " shift " + std::to_string(shift);
           GuardedView out = guarded_view(Tensor::zeros({count}, dtype), shift, kGpu);
           out.view.fill_(value);
           require_same_bits(out.view, Tensor::full({count}, value, dtype), what);

@@ -193,8 +193,10 @@ void launch_strided_copy(void* destination, DType destination_dtype, const void*
     visit(source_dtype, [&](auto in_tag) {
       using From = decltype(in_tag);
       if constexpr (!std::is_same_v<To, From>) {
-        if (contiguous) launch_map(ConvertOp<To>{}, count, stream, static_cast<To*>(destination), static_cast<const From*>(source));
-        else launch_gather(static_cast<To*>(destination), static_cast<const From*>(source), layout, count, stream);
+        To* out = static_cast<To*>(destination);
+        const From* in = static_cast<const From*>(source);
+        if (contiguous) launch_map(ConvertOp<To>{}, count, stream, out, in);
+        else launch_gather(out, in, layout, count, stream);
       }
     });
   });

@@ -81,7 +81,9 @@ template <typename T> void launch_affine(const T* x, float scale, float shift, T
   launch_map(AffineOp{scale, shift}, count, nullptr, out, x);
 }
 
-template <typename T> void launch_relu(const T* x, T* out, int64_t count) { launch_map(ReluOp{}, count, nullptr, out, x); }
+template <typename T> void launch_relu(const T* x, T* out, int64_t count) {
+  launch_map(ReluOp{}, count, nullptr, out, x);
+}
 
 template <typename T> void launch_relu_backward(const T* grad_out, const T* x, T* grad_in, int64_t count) {
   launch_map(ReluBackwardOp{}, count, nullptr, grad_in, grad_out, x);
