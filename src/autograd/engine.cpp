@@ -10,7 +10,16 @@ namespace {
 
 thread_local bool grad_enabled = true;
 
-// Adds gradient into the leaf's .grad: in place when one exists (arena views stay views), else a copy.
+// True when `gradient` is the only handle to its values: no other Tensor shares its TensorImpl and no
+// other view shares its storage (a node's saved tensor, another pending gradient, the caller's seed).
+// The engine may then keep the buffer or write into it where it would otherwise copy it first.
+bool exclusively_owned(const Tensor& gradient) {
+  return gradient.impl_ptr().use_count() == 1 && gradient.storage().use_count() == 1 && gradient.is_contiguous();
+}
+
+// Adds gradient into the leaf's .grad: in place when one exists (arena views stay views). Otherwise the
+// leaf takes over a gradient nothing else holds (when it spans its whole storage, so .grad does not pin a
+// larger buffer), else gets a copy.
 void accumulate_into_leaf(TensorImpl& leaf, const Tensor& gradient) {
   Tensor leaf_view(std::shared_ptr<TensorImpl>(&leaf, [](TensorImpl*) {}));
   check_same_shape(leaf_view, gradient, "gradient accumulation");
@@ -18,8 +27,11 @@ void accumulate_into_leaf(TensorImpl& leaf, const Tensor& gradient) {
     Tensor existing(leaf.grad);
     Tensor converted = gradient.to(existing.dtype());
     existing.add_(converted);
+  } else if (gradient.dtype() == leaf.dtype && exclusively_owned(gradient) &&
+             gradient.nbytes() == gradient.storage()->bytes()) {
+    leaf.grad = gradient.detach().impl_ptr();  // a fresh TensorImpl: no autograd fields carried over
   } else {
-    leaf.grad = gradient.contiguous().clone().to(leaf.dtype).impl_ptr();
+    leaf.grad = gradient.dtype() == leaf.dtype ? gradient.clone().impl_ptr() : gradient.to(leaf.dtype).impl_ptr();
   }
 }
 
@@ -102,10 +114,11 @@ void run_backward(const Tensor& root, const Tensor& seed) {
           if (it == pending.end() || !it->second.defined()) {
             pending[next] = gradient;
           } else {
-            // Sum into a fresh buffer: the first gradient may alias a saved tensor of another node.
-            Tensor sum = it->second.contiguous().clone();
+            // Sum into the first gradient when nothing else holds it, else into a fresh buffer: it may
+            // alias a saved tensor of another node, another pending gradient or the caller's seed.
+            Tensor& sum = it->second;
+            if (!exclusively_owned(sum)) sum = sum.contiguous().clone();
             sum.add_(gradient.to(sum.dtype()));
-            it->second = sum;
           }
         }
         if (--dependencies[next] == 0) ready.push_back(edge.function);

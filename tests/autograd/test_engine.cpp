@@ -1,6 +1,7 @@
 // Tests of src/autograd/engine.cpp: topological order, gradient accumulation (a tensor used twice,
-// two backward calls, in place into arena views), NoGradGuard, and the errors for misuse. The first
-// cases use tiny test-local nodes so the engine is checked on its own; the last ones use ops.h.
+// two backward calls, in place into arena views, into a first gradient only when nothing else holds
+// it), NoGradGuard, and the errors for misuse. The first cases use tiny test-local nodes so the engine
+// is checked on its own; the last ones use ops.h.
 #include <catch2/catch.hpp>
 
 #include <memory>
@@ -56,6 +57,14 @@ struct SumNode final : Node {
   }
 };
 
+// y = x; its backward hands out a gradient buffer the node keeps (as a node returning a saved tensor
+// would), which the engine must neither write into nor give to a leaf as its .grad.
+struct KeepNode final : Node {
+  Tensor kept;
+  std::string name() const override { return "KeepNode"; }
+  std::vector<Tensor> backward(const Tensor&) override { return {kept}; }
+};
+
 Tensor mul(const Tensor& a, const Tensor& b, int* calls = nullptr) {
   auto node = std::make_shared<MulNode>();
   node->saved_a = a.detach();
@@ -65,6 +74,15 @@ Tensor mul(const Tensor& a, const Tensor& b, int* calls = nullptr) {
 }
 
 Tensor add(const Tensor& a, const Tensor& b) { return autograd::record(plus(a, b), std::make_shared<AddNode>(), {a, b}); }
+
+// x passed through a KeepNode that will hand back `gradient`; the node is reachable as result.grad_fn().
+Tensor keep(const Tensor& x, Tensor gradient) {
+  auto node = std::make_shared<KeepNode>();
+  node->kept = std::move(gradient);
+  return autograd::record(x.detach().clone(), node, {x});
+}
+
+const Tensor& kept_by(const Tensor& result) { return static_cast<KeepNode&>(*result.grad_fn()).kept; }
 
 Tensor sum(const Tensor& x) {
   double total = 0;
@@ -193,6 +211,58 @@ TEST_CASE("backward on a leaf seeds its own gradient", "[autograd]") {
   CHECK(scalar.grad().item() == 1.0);
 }
 
+TEST_CASE("summing two gradients writes neither the caller's seed nor a buffer a node keeps", "[autograd]") {
+  // The seed reaches y through both edges of one AddNode: the sum must go to a new buffer.
+  Tensor x = leaf({1, 2, 3});
+  Tensor y = mul(x, Tensor::from_vector<float>({1, 1, 1}, {3}));
+  Tensor seed = Tensor::from_vector<float>({1, 2, 3}, {3});
+  add(y, y).backward(seed);
+  CHECK(seed.to_vector<float>() == std::vector<float>{1, 2, 3});
+  CHECK(x.grad().to_vector<float>() == std::vector<float>{2, 4, 6});
+
+  // h has two consumers: one hands back a buffer it keeps, the other a fresh one (which the engine may
+  // sum into). The engine runs the second input of an add first, so both arrival orders are covered.
+  for (bool kept_first : {true, false}) {
+    INFO("kept gradient arrives " << (kept_first ? "first" : "second"));
+    Tensor w = leaf({1, 2, 3});
+    Tensor h = mul(w, Tensor::from_vector<float>({1, 1, 1}, {3}));
+    Tensor via_keep = keep(h, Tensor::from_vector<float>({10, 20, 30}, {3}));
+    Tensor via_mul = mul(h, Tensor::from_vector<float>({2, 2, 2}, {3}));
+    Tensor total = kept_first ? add(via_mul, via_keep) : add(via_keep, via_mul);
+    total.backward(Tensor::ones({3}));
+    CHECK(kept_by(via_keep).to_vector<float>() == std::vector<float>{10, 20, 30});
+    CHECK(w.grad().to_vector<float>() == std::vector<float>{12, 22, 32});
+  }
+}
+
+TEST_CASE("a leaf's first gradient is its own buffer: kept, shared and seed gradients are copied", "[autograd]") {
+  Tensor x = leaf({1, 2, 3});
+  Tensor via_keep = keep(x, Tensor::from_vector<float>({4, 5, 6}, {3}));
+  sum(via_keep).backward();
+  CHECK(x.grad().to_vector<float>() == std::vector<float>{4, 5, 6});
+  CHECK(x.grad().storage() != kept_by(via_keep).storage());
+  // The next backward accumulates into x.grad in place; the buffer the first node keeps is untouched.
+  sum(keep(x, Tensor::from_vector<float>({1, 1, 1}, {3}))).backward();
+  CHECK(x.grad().to_vector<float>() == std::vector<float>{5, 6, 7});
+  CHECK(kept_by(via_keep).to_vector<float>() == std::vector<float>{4, 5, 6});
+
+  // One gradient tensor handed to a leaf through both edges of an AddNode, then accumulated again.
+  Tensor z = leaf({1, 2, 3});
+  Tensor seed = Tensor::from_vector<float>({1, 2, 3}, {3});
+  add(z, z).backward(seed);
+  CHECK(z.grad().to_vector<float>() == std::vector<float>{2, 4, 6});
+  CHECK(seed.to_vector<float>() == std::vector<float>{1, 2, 3});
+
+  // The seed of a backward on a leaf stays the caller's.
+  Tensor root = leaf({1, 2});
+  Tensor root_seed = Tensor::from_vector<float>({3, 4}, {2});
+  root.backward(root_seed);
+  CHECK(root.grad().storage() != root_seed.storage());
+  root.backward(root_seed);
+  CHECK(root.grad().to_vector<float>() == std::vector<float>{6, 8});
+  CHECK(root_seed.to_vector<float>() == std::vector<float>{3, 4});
+}
+
 // ---- the same behaviour through the real differentiable ops ----
 
 TEST_CASE("ops: accumulation for a tensor used twice and across backward calls", "[autograd]") {
@@ -210,4 +280,20 @@ TEST_CASE("ops: accumulation for a tensor used twice and across backward calls",
     autograd::NoGradGuard guard;
     CHECK_FALSE(ops::add(x, x).requires_grad());
   }
+}
+
+TEST_CASE("ops: a residual block's input gets the sum of its branch and shortcut gradients", "[autograd]") {
+  // input = relu(2x) feeds the branch (times w) and the shortcut; out = relu(input * w + input).
+  Tensor x = Tensor::from_vector<float>({1, -2, 3, 0.5f}, {4}).set_requires_grad(true);
+  Tensor w = Tensor::from_vector<float>({0.5f, 2, -1, 3}, {4}).set_requires_grad(true);
+  const Tensor seed = Tensor::ones({4});
+  for (float times : {1.0f, 2.0f}) {  // a second backward accumulates into the gradients of the first
+    Tensor input = ops::relu(ops::scale(x, 2.0));                 // [2, 0, 6, 1]
+    Tensor out = ops::relu(ops::add(ops::mul(input, w), input));  // relu([3, 0, 0, 4])
+    out.backward(seed);
+    // d out / d input = relu'(s) (w + 1) = [1.5, 0, 0, 4]; d input / d x = 2 relu'(2x).
+    CHECK(x.grad().to_vector<float>() == std::vector<float>{3 * times, 0, 0, 8 * times});
+    CHECK(w.grad().to_vector<float>() == std::vector<float>{2 * times, 0, 0, 1 * times});
+  }
+  CHECK(seed.to_vector<float>() == std::vector<float>{1, 1, 1, 1});
 }

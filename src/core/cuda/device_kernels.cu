@@ -1,65 +1,148 @@
-// CUDA kernels for the byte-level primitives of DeviceServices: strided copy with dtype conversion,
-// fill, and accumulate (gradient summation). Conversions use the shared rules of opsnn/core/half.h.
+// CUDA kernels for the byte-level primitives of DeviceServices: copies with dtype conversion, fill, and
+// accumulate (gradient summation). Contiguous same-dtype copies are cudaMemcpyAsync, contiguous
+// converting copies, fill and accumulate take 16-byte vector steps (launch_map), strided copies decode
+// indices with precomputed multipliers (FastDivider). Conversions follow convert_value (dtype.h).
 #include <cuda_runtime.h>
 
+#include <cmath>
+#include <type_traits>
+
+#include "core/cuda/conversions.cuh"
+#include "core/cuda/cuda_check.h"
 #include "core/cuda/device_kernels.h"
-#include "opsnn/core/half.h"
+#include "core/cuda/fast_divide.h"
+#include "core/cuda/vectorized.cuh"
 
 namespace opsnn::cuda {
 namespace {
 
+// A strided source with dimensions of extent 1 dropped and neighbours that walk one arithmetic
+// progression merged ([N, C, H, W] contiguous becomes [N*C*H*W] with stride 1); the destination is
+// contiguous. `dividers` divide by `shape` where 32-bit indexing is used.
 struct StridedLayout {
-  int dim;
+  int dim = 0;
   int64_t shape[kMaxDims];
   int64_t strides[kMaxDims];
+  FastDivider dividers[kMaxDims];
 };
 
-template <typename T> __device__ __forceinline__ double load_as_double(const T* p) { return static_cast<double>(*p); }
-template <> __device__ __forceinline__ double load_as_double<Half>(const Half* p) { return half_bits_to_float(p->bits); }
-template <> __device__ __forceinline__ double load_as_double<BFloat16>(const BFloat16* p) {
-  return bf16_bits_to_float(p->bits);
-}
-template <typename T> __device__ __forceinline__ void store_from_double(T* p, double v) { *p = static_cast<T>(v); }
-template <> __device__ __forceinline__ void store_from_double<Half>(Half* p, double v) {
-  p->bits = float_to_half_bits(static_cast<float>(v));
-}
-template <> __device__ __forceinline__ void store_from_double<BFloat16>(BFloat16* p, double v) {
-  p->bits = float_to_bf16_bits(static_cast<float>(v));
+StridedLayout coalesce(int dim, const int64_t* shape, const int64_t* strides) {
+  StridedLayout layout;
+  for (int d = 0; d < dim; ++d) {
+    if (shape[d] == 1) continue;
+    if (layout.dim > 0 && layout.strides[layout.dim - 1] == strides[d] * shape[d]) {
+      layout.shape[layout.dim - 1] *= shape[d];
+      layout.strides[layout.dim - 1] = strides[d];
+      continue;
+    }
+    layout.shape[layout.dim] = shape[d];
+    layout.strides[layout.dim] = strides[d];
+    ++layout.dim;
+  }
+  return layout;
 }
 
-template <typename To, typename From>
-__global__ void strided_copy_kernel(To* destination, const From* source, StridedLayout layout, int64_t count) {
-  for (int64_t flat = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; flat < count;
-       flat += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    int64_t offset = 0, remaining = flat;
-    for (int d = layout.dim - 1; d >= 0; --d) {
-      offset += (remaining % layout.shape[d]) * layout.strides[d];
-      remaining /= layout.shape[d];
+// The source offset of destination element `flat` (layout.dim >= 1), innermost dimension first. Below
+// 2^31 elements the divisions are FastDivider's multiply-shift; past that, 64-bit division.
+template <bool kWideIndex> __device__ __forceinline__ int64_t source_offset(const StridedLayout& layout, int64_t flat) {
+  int64_t offset = 0;
+  if constexpr (kWideIndex) {
+#pragma unroll
+    for (int d = kMaxDims - 1; d > 0; --d) {
+      if (d >= layout.dim) continue;
+      offset += (flat % layout.shape[d]) * layout.strides[d];
+      flat /= layout.shape[d];
     }
-    if constexpr (std::is_same_v<To, From>) {
-      destination[flat] = source[offset];
-    } else {
-      store_from_double(destination + flat, load_as_double(source + offset));
+  } else {
+    uint32_t remaining = static_cast<uint32_t>(flat);
+#pragma unroll
+    for (int d = kMaxDims - 1; d > 0; --d) {
+      if (d >= layout.dim) continue;
+      const uint32_t quotient = layout.dividers[d].divide(remaining);
+      offset += static_cast<int64_t>(remaining - quotient * layout.dividers[d].divisor) * layout.strides[d];
+      remaining = quotient;
+    }
+    flat = remaining;
+  }
+  return offset + flat * layout.strides[0];
+}
+
+// Each thread gathers kUnroll elements a block apart before storing any, so several loads are in flight;
+// the stores of a warp are contiguous.
+constexpr int kGatherUnroll = 4;
+
+template <typename To, typename From, bool kWideIndex>
+__global__ void strided_copy_kernel(To* destination, const From* source, StridedLayout layout, int64_t count) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x * kGatherUnroll;
+  for (int64_t base = blockIdx.x * static_cast<int64_t>(blockDim.x) * kGatherUnroll + threadIdx.x; base < count;
+       base += step) {
+    From values[kGatherUnroll];
+#pragma unroll
+    for (int k = 0; k < kGatherUnroll; ++k) {
+      const int64_t flat = base + k * static_cast<int64_t>(blockDim.x);
+      if (flat < count) values[k] = source[source_offset<kWideIndex>(layout, flat)];
+    }
+#pragma unroll
+    for (int k = 0; k < kGatherUnroll; ++k) {
+      const int64_t flat = base + k * static_cast<int64_t>(blockDim.x);
+      if (flat < count) destination[flat] = convert_element<To>(values[k]);
     }
   }
 }
 
-template <typename T> __global__ void fill_kernel(T* destination, double value, int64_t count) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    store_from_double(destination + i, value);
+template <typename To, typename From>
+void launch_gather(To* destination, const From* source, const StridedLayout& layout, int64_t count,
+                   cudaStream_t stream) {
+  const int64_t work_items = (count + kGatherUnroll - 1) / kGatherUnroll;
+  if (count > FastDivider::kMaxDividend) {
+    const unsigned blocks = resident_grid<strided_copy_kernel<To, From, true>>(work_items);
+    strided_copy_kernel<To, From, true><<<blocks, kMapThreadsPerBlock, 0, stream>>>(destination, source, layout, count);
+    return;
+  }
+  StridedLayout narrow = layout;
+  for (int d = 0; d < narrow.dim; ++d) narrow.dividers[d] = FastDivider(static_cast<uint32_t>(narrow.shape[d]));
+  const unsigned blocks = resident_grid<strided_copy_kernel<To, From, false>>(work_items);
+  strided_copy_kernel<To, From, false><<<blocks, kMapThreadsPerBlock, 0, stream>>>(destination, source, narrow, count);
 }
 
-template <typename T> __global__ void accumulate_kernel(T* destination, const T* source, double alpha, int64_t count) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    store_from_double(destination + i, load_as_double(destination + i) + alpha * load_as_double(source + i));
+template <typename To> struct ConvertOp {
+  template <typename From> __device__ __forceinline__ To operator()(From value) const {
+    return convert_element<To>(value);
+  }
+};
+
+template <typename T> struct FillOp {
+  T value;
+  __device__ __forceinline__ T operator()() const { return value; }
+};
+
+template <typename T> __device__ __forceinline__ double to_double(T value) {
+  if constexpr (is_16_bit_float<T>) return to_float(value);
+  else return static_cast<double>(value);
+}
+template <typename T> __device__ __forceinline__ T from_double(double value) {
+  if constexpr (is_16_bit_float<T>) return from_float<T>(static_cast<float>(value));
+  else return static_cast<T>(value);
 }
 
-unsigned grid_for(int64_t count) {
-  int64_t blocks = (count + 255) / 256;
-  return static_cast<unsigned>(blocks < 65535 * 8 ? (blocks > 0 ? blocks : 1) : 65535 * 8);
-}
+// destination + alpha * source computed in double, rounded once to T (twice for f16/bf16: to float, then
+// to 16 bits).
+template <typename T> struct AccumulateOp {
+  double alpha;
+  __device__ __forceinline__ T operator()(T destination, T source) const {
+    return from_double<T>(to_double(destination) + alpha * to_double(source));
+  }
+};
+
+// destination + source for alpha == 1, in float: the same bits as AccumulateOp. For f32 and bf16 operands
+// the float sum is the exact sum rounded once, and so is the double sum rounded to float, because a
+// double keeps more than 2 * 24 + 2 bits (Figueroa, "When is double rounding innocuous?", SIGNUM 1995);
+// f16 sums are exact in double, so there both round the exact sum once to float before going to f16.
+struct AddOp {
+  template <typename T> __device__ __forceinline__ T operator()(T destination, T source) const {
+    return from_float<T>(to_float(destination) + to_float(source));
+  }
+};
 
 template <typename Fn> void visit(DType dtype, Fn&& fn) {
   switch (dtype) {
@@ -73,43 +156,78 @@ template <typename Fn> void visit(DType dtype, Fn&& fn) {
   }
 }
 
+// Calls fn with an unsigned integer of `bytes` bytes: a same-dtype gather moves bits, whatever they mean.
+template <typename Fn> void visit_bits(size_t bytes, Fn&& fn) {
+  switch (bytes) {
+    case 1: fn(uint8_t{}); break;
+    case 2: fn(uint16_t{}); break;
+    case 4: fn(uint32_t{}); break;
+    case 8: fn(uint64_t{}); break;
+  }
+}
+
 }  // namespace
 
 void launch_strided_copy(void* destination, DType destination_dtype, const void* source, DType source_dtype, int dim,
-                         const int64_t* shape, const int64_t* source_strides, void* stream) {
-  StridedLayout layout{};
-  layout.dim = dim;
+                         const int64_t* shape, const int64_t* source_strides, void* stream_handle) {
   int64_t count = 1;
-  for (int d = 0; d < dim; ++d) {
-    layout.shape[d] = shape[d];
-    layout.strides[d] = source_strides[d];
-    count *= shape[d];
-  }
+  for (int d = 0; d < dim; ++d) count *= shape[d];
   if (count == 0) return;
+  const auto stream = static_cast<cudaStream_t>(stream_handle);
+  const StridedLayout layout = coalesce(dim, shape, source_strides);
+  const bool contiguous = layout.dim == 0 || (layout.dim == 1 && layout.strides[0] == 1);
+  if (contiguous && destination_dtype == source_dtype) {
+    OPSNN_CUDA_CHECK(cudaMemcpyAsync(destination, source, static_cast<size_t>(count) * dtype_size(source_dtype),
+                                     cudaMemcpyDeviceToDevice, stream));
+    return;
+  }
+  if (destination_dtype == source_dtype) {
+    visit_bits(dtype_size(source_dtype), [&](auto tag) {
+      using Bits = decltype(tag);
+      launch_gather(static_cast<Bits*>(destination), static_cast<const Bits*>(source), layout, count, stream);
+    });
+    return;
+  }
   visit(destination_dtype, [&](auto out_tag) {
     using To = decltype(out_tag);
     visit(source_dtype, [&](auto in_tag) {
       using From = decltype(in_tag);
-      strided_copy_kernel<To, From><<<grid_for(count), 256, 0, static_cast<cudaStream_t>(stream)>>>(
-          static_cast<To*>(destination), static_cast<const From*>(source), layout, count);
+      if constexpr (!std::is_same_v<To, From>) {
+        To* out = static_cast<To*>(destination);
+        const From* in = static_cast<const From*>(source);
+        if (contiguous) launch_map(ConvertOp<To>{}, count, stream, out, in);
+        else launch_gather(out, in, layout, count, stream);
+      }
     });
   });
 }
 
-void launch_fill(void* destination, DType dtype, double value, int64_t count, void* stream) {
+void launch_fill(void* destination, DType dtype, double value, int64_t count, void* stream_handle) {
+  const auto stream = static_cast<cudaStream_t>(stream_handle);
+  if (value == 0.0 && !std::signbit(value)) {  // +0 is all zero bits in every dtype
+    OPSNN_CUDA_CHECK(cudaMemsetAsync(destination, 0, static_cast<size_t>(count) * dtype_size(dtype), stream));
+    return;
+  }
   visit(dtype, [&](auto tag) {
     using T = decltype(tag);
-    fill_kernel<T><<<grid_for(count), 256, 0, static_cast<cudaStream_t>(stream)>>>(static_cast<T*>(destination), value,
-                                                                                  count);
+    launch_map(FillOp<T>{convert_value<T>(value)}, count, stream, static_cast<T*>(destination));
   });
 }
 
 void launch_accumulate(void* destination, const void* source, DType dtype, double alpha, int64_t count,
-                       void* stream) {
+                       void* stream_handle) {
+  const auto stream = static_cast<cudaStream_t>(stream_handle);
   visit(dtype, [&](auto tag) {
     using T = decltype(tag);
-    accumulate_kernel<T><<<grid_for(count), 256, 0, static_cast<cudaStream_t>(stream)>>>(
-        static_cast<T*>(destination), static_cast<const T*>(source), alpha, count);
+    T* out = static_cast<T*>(destination);
+    const T* in = static_cast<const T*>(source);
+    if constexpr (std::is_same_v<T, float> || is_16_bit_float<T>) {
+      if (alpha == 1.0) {
+        launch_map(AddOp{}, count, stream, out, static_cast<const T*>(out), in);
+        return;
+      }
+    }
+    launch_map(AccumulateOp<T>{alpha}, count, stream, out, static_cast<const T*>(out), in);
   });
 }
 

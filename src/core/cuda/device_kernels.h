@@ -8,7 +8,8 @@
 
 namespace opsnn::cuda {
 
-// Contiguous destination from a strided source of up to kMaxDims dimensions, converting dtypes.
+// Contiguous destination from a strided source of up to kMaxDims dimensions, converting dtypes; the two
+// must not overlap (a contiguous same-dtype copy is a cudaMemcpyAsync).
 inline constexpr int kMaxDims = 8;
 void launch_strided_copy(void* destination, DType destination_dtype, const void* source, DType source_dtype, int dim,
                          const int64_t* shape, const int64_t* source_strides, void* stream);

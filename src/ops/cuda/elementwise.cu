@@ -1,6 +1,9 @@
 // CUDA elementwise kernels of the compute backend: broadcasting binary arithmetic over strided inputs,
 // affine, relu and its backward, for f32, f16 and bf16 storage (arithmetic in f32, one rounding on the
-// store). The CPU twins are in src/ops/cpu/elementwise.cpp.
+// store). The contiguous cases run through launch_map (16-byte vector steps, core/cuda/vectorized.cuh).
+// The CPU twins are in src/ops/cpu/elementwise.cpp.
+#include "core/cuda/conversions.cuh"
+#include "core/cuda/vectorized.cuh"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/launch_support.cuh"
 
@@ -14,6 +17,31 @@ template <BinaryKind kKind> __device__ __forceinline__ float apply(float x, floa
   else return x / y;
 }
 
+template <BinaryKind kKind> struct BinaryOp {
+  template <typename T> __device__ __forceinline__ T operator()(T x, T y) const {
+    return from_float<T>(apply<kKind>(to_float(x), to_float(y)));
+  }
+};
+
+struct AffineOp {
+  float scale, shift;
+  template <typename T> __device__ __forceinline__ T operator()(T x) const {
+    return from_float<T>(to_float(x) * scale + shift);
+  }
+};
+
+// `v < 0 ? 0 : v`: NaN propagates, as on the CPU and in PyTorch. T{} is +0 in every storage type.
+struct ReluOp {
+  template <typename T> __device__ __forceinline__ T operator()(T x) const { return to_float(x) < 0.0f ? T{} : x; }
+};
+
+// The kink at 0 gets gradient 0.
+struct ReluBackwardOp {
+  template <typename T> __device__ __forceinline__ T operator()(T grad_out, T x) const {
+    return to_float(x) > 0.0f ? grad_out : T{};
+  }
+};
+
 template <BinaryKind kKind, typename T>
 __global__ void binary_kernel(const T* a, const T* b, T* out, BinaryLayout layout, int64_t count) {
   for (int64_t flat = global_thread_index(); flat < count; flat += global_thread_count()) {
@@ -24,38 +52,16 @@ __global__ void binary_kernel(const T* a, const T* b, T* out, BinaryLayout layou
       a_offset += index * layout.a_strides[d];
       b_offset += index * layout.b_strides[d];
     }
-    out[flat] = T(apply<kKind>(static_cast<float>(a[a_offset]), static_cast<float>(b[b_offset])));
+    out[flat] = BinaryOp<kKind>{}(a[a_offset], b[b_offset]);
   }
-}
-
-// Both operands contiguous with out's shape: no index arithmetic.
-template <BinaryKind kKind, typename T> __global__ void binary_dense_kernel(const T* a, const T* b, T* out, int64_t count) {
-  for (int64_t i = global_thread_index(); i < count; i += global_thread_count())
-    out[i] = T(apply<kKind>(static_cast<float>(a[i]), static_cast<float>(b[i])));
 }
 
 template <BinaryKind kKind, typename T>
 void launch_binary_typed(const T* a, const T* b, T* out, const BinaryLayout& layout, int64_t count) {
+  // Both operands contiguous with out's shape (the residual add): vector steps, no index arithmetic.
   const bool dense = layout.dim == 1 && layout.a_strides[0] == 1 && layout.b_strides[0] == 1;
-  if (dense) binary_dense_kernel<kKind, T><<<blocks_for(count), kThreadsPerBlock>>>(a, b, out, count);
+  if (dense) launch_map(BinaryOp<kKind>{}, count, nullptr, out, a, b);
   else binary_kernel<kKind, T><<<blocks_for(count), kThreadsPerBlock>>>(a, b, out, layout, count);
-}
-
-template <typename T> __global__ void affine_kernel(const T* x, float scale, float shift, T* out, int64_t count) {
-  for (int64_t i = global_thread_index(); i < count; i += global_thread_count())
-    out[i] = T(static_cast<float>(x[i]) * scale + shift);
-}
-
-// `v < 0 ? 0 : v`: NaN propagates, as on the CPU and in PyTorch.
-template <typename T> __global__ void relu_kernel(const T* x, T* out, int64_t count) {
-  for (int64_t i = global_thread_index(); i < count; i += global_thread_count())
-    out[i] = static_cast<float>(x[i]) < 0.0f ? T(0.0f) : x[i];
-}
-
-// The kink at 0 gets gradient 0.
-template <typename T> __global__ void relu_backward_kernel(const T* grad_out, const T* x, T* grad_in, int64_t count) {
-  for (int64_t i = global_thread_index(); i < count; i += global_thread_count())
-    grad_in[i] = static_cast<float>(x[i]) > 0.0f ? grad_out[i] : T(0.0f);
 }
 
 }  // namespace
@@ -72,18 +78,15 @@ void launch_binary(BinaryKind kind, const T* a, const T* b, T* out, const Binary
 }
 
 template <typename T> void launch_affine(const T* x, float scale, float shift, T* out, int64_t count) {
-  if (count == 0) return;
-  affine_kernel<<<blocks_for(count), kThreadsPerBlock>>>(x, scale, shift, out, count);
+  launch_map(AffineOp{scale, shift}, count, nullptr, out, x);
 }
 
 template <typename T> void launch_relu(const T* x, T* out, int64_t count) {
-  if (count == 0) return;
-  relu_kernel<<<blocks_for(count), kThreadsPerBlock>>>(x, out, count);
+  launch_map(ReluOp{}, count, nullptr, out, x);
 }
 
 template <typename T> void launch_relu_backward(const T* grad_out, const T* x, T* grad_in, int64_t count) {
-  if (count == 0) return;
-  relu_backward_kernel<<<blocks_for(count), kThreadsPerBlock>>>(grad_out, x, grad_in, count);
+  launch_map(ReluBackwardOp{}, count, nullptr, grad_in, grad_out, x);
 }
 
 #define OPSNN_INSTANTIATE_ELEMENTWISE(T)                                                                   \
