@@ -158,20 +158,23 @@ class ScaleNode final : public autograd::Node {
   DType dtype_;
 };
 
+// Keeps the output, not the input: relu(x) > 0 exactly where x > 0 (NaN and -0 included), so the
+// backward's mask is the same, and the input - typically a batch-norm output nothing else keeps - is freed
+// after the forward (the output is kept anyway by whatever consumes it next).
 class ReluNode final : public autograd::Node {
  public:
-  explicit ReluNode(const Tensor& input) : input_(input.detach()) {}
+  explicit ReluNode(const Tensor& output) : output_(output.detach()) {}
   std::string name() const override { return "ReluBackward"; }
   std::vector<Tensor> backward(const Tensor& grad_output) override {
-    Tensor grad = contiguous_grad(grad_output, input_.dtype());
-    Tensor grad_input = Tensor::empty(input_.shape(), input_.dtype(), input_.device());
-    backend_for(input_.device()).relu_backward(grad, input_, grad_input);
+    Tensor grad = contiguous_grad(grad_output, output_.dtype());
+    Tensor grad_input = Tensor::empty(output_.shape(), output_.dtype(), output_.device());
+    backend_for(output_.device()).relu_backward(grad, output_, grad_input);
     return {grad_input};
   }
-  void release() override { input_ = Tensor(); }
+  void release() override { output_ = Tensor(); }
 
  private:
-  Tensor input_;  // contiguous
+  Tensor output_;  // contiguous
 };
 
 }  // namespace
@@ -207,7 +210,7 @@ Tensor relu(const Tensor& x) {
   Tensor out = Tensor::empty(input.shape(), input.dtype(), input.device());
   backend_for(input.device()).relu(input, out);
   if (!autograd::any_requires_grad({x})) return out;
-  return autograd::record(out, std::make_shared<ReluNode>(input), {x});
+  return autograd::record(out, std::make_shared<ReluNode>(out), {x});
 }
 
 }  // namespace opsnn::ops

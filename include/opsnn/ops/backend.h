@@ -40,7 +40,7 @@ class Backend {
   // out = x * scale + shift
   virtual void affine(const Tensor& x, double scale, double shift, Tensor& out) = 0;
   virtual void relu(const Tensor& x, Tensor& out) = 0;
-  // grad_in = grad_out where x > 0, else 0
+  // grad_in = grad_out where x > 0, else 0 (x: the relu input or, the same mask, its output)
   virtual void relu_backward(const Tensor& grad_out, const Tensor& x, Tensor& grad_in) = 0;
 
   // ---- reductions ----
