@@ -200,6 +200,39 @@ TEST_CASE("cuda fused step: LAMB trust ratios and clipping agree within rounding
   run_scenario(scenario("sgd", OptimizerOptions(0.1).momentum(0.9).max_grad_norm(0.5), 150, GradPattern::normal, 1.0, 2e-5));
 }
 
+TEST_CASE("cuda fused step: LAMB over an arena of many L2 windows agrees with the CPU and repeats exactly",
+          "[cuda][optim]") {
+  if (!have_gpu()) return;
+  // About 7.4M values in 40 tensors: several of LAMB's L2 windows (a few million values each), one
+  // tensor larger than a window, odd tails. Two-pass (skip) and single-pass (warn) pipelines.
+  std::vector<Shape> shapes;
+  for (int i = 0; i < 38; ++i) shapes.push_back({(i % 7 + 1) * 5000 + i * 3 + 1, 5 + (i % 3)});
+  shapes.push_back({3'000'001});
+  shapes.push_back({17});
+  for (NonFiniteAction action : {NonFiniteAction::skip, NonFiniteAction::warn}) {
+    OptimizerOptions options = OptimizerOptions(1e-2).weight_decay(0.01).monitor(MonitorOptions().on_nonfinite(action));
+    NamedParameters cpu = testing::random_parameters(shapes, 5);
+    NamedParameters gpu = copy_to(cpu, kGpu), again = copy_to(cpu, kGpu);
+    auto reference = make_optimizer("lamb", cpu, options);
+    auto fused = make_optimizer("lamb", gpu, options);
+    auto repeat = make_optimizer("lamb", again, options);
+    REQUIRE(single_pass_step(fused->device_step_constants()) == (action == NonFiniteAction::warn));
+    for (int step = 0; step < 6; ++step) {
+      std::vector<std::vector<double>> grads = testing::make_grads(cpu, step, 2, GradPattern::bounded);
+      testing::write_grads(cpu, grads);
+      testing::write_grads(gpu, grads);
+      testing::write_grads(again, grads);
+      const StepState& want = reference->step();
+      require_same_state(fused->step(), want, 2e-5);
+      repeat->step();
+    }
+    for (size_t t = 0; t < cpu.size(); ++t) {
+      require_match(gpu[t].second, cpu[t].second, 2e-5, cpu[t].first);
+      require_match(again[t].second, gpu[t].second, 0.0, "repeat " + cpu[t].first);  // bit for bit
+    }
+  }
+}
+
 TEST_CASE("cuda fused step: loss scaling skips inf steps, backs off and grows like the CPU", "[cuda][optim]") {
   if (!have_gpu()) return;
   for (DType dtype : {DType::f32, DType::f16}) {

@@ -108,12 +108,10 @@ class DeviceStepper {
   virtual std::unique_ptr<CapturedStep> capture() = 0;
 };
 
-// True when a step's gradient statistics ride along in the update pass: no clipping, no loss scaling
-// and monitor.on_nonfinite = warn (nothing in the step depends on them before the update); LAMB always
-// reads the gradients in a pass of their own.
+// True when a step's gradient statistics ride along in the update pass (LAMB: its phase 1): no clipping,
+// no loss scaling and monitor.on_nonfinite = warn (nothing in the step depends on them before the update).
 inline bool single_pass_step(const StepConstants& k) {
-  return k.rule != UpdateRule::lamb && !k.scaling && !(k.max_grad_norm > 0.0) &&
-         k.on_nonfinite == DeviceNonFiniteAction::warn;
+  return !k.scaling && !(k.max_grad_norm > 0.0) && k.on_nonfinite == DeviceNonFiniteAction::warn;
 }
 
 using DeviceStepperFactory = std::unique_ptr<DeviceStepper> (*)(Device device, const StepConstants& constants,

@@ -4,8 +4,9 @@
 //             -> update -> epilogue (parameter check)
 //   single pass (no clipping, no loss scaling, on_nonfinite = warn): prologue -> update with the gradient
 //             sums riding along -> segment sums -> epilogue (norm, monitor flags)
-//   LAMB:     grad sums -> segment sums -> prologue -> phase 1 (moments, r^2, p^2) -> segment sums
-//             -> phase 2 (trust ratios, update) -> epilogue
+//   LAMB:     as either of the above with the update being LAMB's one kernel (launch_lamb: phase 1 ->
+//             per-segment trust ratios -> phase 2, ordered by windows of segments so that phase 2 rereads
+//             the moments from L2 where a window fits)
 // No step reads anything back to the host; read() copies the state out through pinned memory.
 #include <cuda_runtime.h>
 
@@ -80,6 +81,37 @@ class CudaCapturedStep final : public CapturedStep {
   cudaEvent_t before_ = nullptr, after_ = nullptr;
 };
 
+// LAMB's work order over the tiles: windows of whole segments of at least `window` elements (a larger
+// segment is a window of its own); phase 1 of window w + 1 runs between phase 1 and phase 2 of window w,
+// so a segment's last phase-1 tiles are usually done before its phase 2 starts, and phase 2 finds the
+// moments phase 1 wrote still in L2. Item = tile * 2 + phase.
+std::vector<int32_t> lamb_work_items(const std::vector<ArenaChunk>& tiles, int64_t window) {
+  std::vector<std::pair<int32_t, int32_t>> windows;  // [first tile, end tile)
+  int64_t elements = 0;
+  for (size_t t = 0; t < tiles.size(); ++t) {
+    const bool new_segment = t == 0 || tiles[t].segment != tiles[t - 1].segment;
+    if (windows.empty() || (new_segment && elements >= window)) {
+      windows.push_back({static_cast<int32_t>(t), static_cast<int32_t>(t)});
+      elements = 0;
+    }
+    windows.back().second = static_cast<int32_t>(t + 1);
+    elements += tiles[t].end - tiles[t].begin;
+  }
+  std::vector<int32_t> items;
+  items.reserve(2 * tiles.size());
+  auto add = [&](size_t w, int32_t phase) {
+    for (int32_t t = windows[w].first; t < windows[w].second; ++t) items.push_back(t * 2 + phase);
+  };
+  for (size_t w = 0; w < windows.size(); ++w) {
+    add(w, 0);
+    if (w > 0) add(w - 1, 1);
+  }
+  if (!windows.empty()) add(windows.size() - 1, 1);
+  return items;
+}
+
+int64_t element_bytes(DType dtype) { return dtype == DType::f32 ? 4 : 2; }
+
 class CudaStepper final : public DeviceStepper {
  public:
   CudaStepper(Device device, const StepConstants& constants, const DeviceArena& arena,
@@ -98,7 +130,7 @@ class CudaStepper final : public DeviceStepper {
     int64_t elements = 0;
     for (int64_t c = 0; c < arena.chunk_count; ++c) elements += arena.chunks[c].end - arena.chunks[c].begin;
     const int multiprocessors = multiprocessor_count(device.index);
-    int64_t tile_elements = kMinTileElements;
+    int64_t tile_elements = constants.rule == UpdateRule::lamb ? kMinLambTileElements : kMinTileElements;
     while (tile_elements < kMaxTileElements && elements / tile_elements > 128 * static_cast<int64_t>(multiprocessors))
       tile_elements *= 2;
     std::vector<ArenaChunk> tiles;
@@ -119,7 +151,7 @@ class CudaStepper final : public DeviceStepper {
     const size_t chunks = tiles.size(), count = segments.size();
     chunks_ = allocate(chunks * sizeof(ArenaChunk));
     segments_ = allocate(count * sizeof(DeviceSegment));
-    sums_ = allocate((2 * chunks + 4 * count) * sizeof(double));
+    sums_ = allocate((3 * chunks + 5 * count) * sizeof(double));
     state_ = allocate(sizeof(StepState));
     scalars_ = allocate(sizeof(StepScalars));
     report_ = allocate(sizeof(DeviceStepReport));
@@ -132,18 +164,40 @@ class CudaStepper final : public DeviceStepper {
     buffers_.segments = static_cast<const DeviceSegment*>(segments_->data());
     buffers_.segment_count = static_cast<int32_t>(count);
     double* sums = static_cast<double*>(sums_->data());
-    buffers_.chunk_sums[0] = sums;
-    buffers_.chunk_sums[1] = sums + chunks;
-    buffers_.segment_sums[0] = sums + 2 * chunks;
-    buffers_.segment_sums[1] = sums + 2 * chunks + count;
-    buffers_.segment_grad_sums = sums + 2 * chunks + 2 * count;
-    sparse_sums_device_ = sums + 2 * chunks + 3 * count;
+    for (int a = 0; a < 3; ++a) {
+      buffers_.chunk_sums[a] = sums + a * chunks;
+      buffers_.segment_sums[a] = sums + 3 * chunks + a * count;
+    }
+    buffers_.segment_grad_sums = sums + 3 * chunks + 3 * count;
+    sparse_sums_device_ = sums + 3 * chunks + 4 * count;
     buffers_.state = static_cast<StepState*>(state_->data());
     buffers_.scalars = static_cast<StepScalars*>(scalars_->data());
     buffers_.report = static_cast<DeviceStepReport*>(report_->data());
 
     if (chunks > 0)
       OPSNN_CUDA_CHECK(cudaMemcpy(chunks_->data(), tiles.data(), chunks * sizeof(ArenaChunk), cudaMemcpyHostToDevice));
+    if (constants.rule == UpdateRule::lamb) {
+      // A window's parameters, moments (and gradients, on the way) should fit L2 twice over: the next
+      // window's phase 1 streams through while this one's phase 2 rereads.
+      int l2_bytes = 0;
+      OPSNN_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device.index));
+      const int64_t per_element = 4 + element_bytes(arena.grad_dtype) + 2 * element_bytes(arena.state_dtype);
+      int64_t window = std::max<int64_t>(int64_t{l2_bytes} / (2 * per_element), kMaxTileElements);
+      const std::vector<int32_t> items = lamb_work_items(tiles, window);
+      lamb_items_ = allocate(items.size() * sizeof(int32_t));
+      lamb_flags_ = allocate((1 + 2 * count) * sizeof(int32_t) + count * sizeof(float));
+      if (!items.empty())
+        OPSNN_CUDA_CHECK(cudaMemcpy(lamb_items_->data(), items.data(), items.size() * sizeof(int32_t),
+                                    cudaMemcpyHostToDevice));
+      OPSNN_CUDA_CHECK(cudaMemset(lamb_flags_->data(), 0, lamb_flags_->bytes()));
+      int32_t* flags = static_cast<int32_t*>(lamb_flags_->data());
+      buffers_.lamb.items = static_cast<const int32_t*>(lamb_items_->data());
+      buffers_.lamb.item_count = static_cast<int32_t>(items.size());
+      buffers_.lamb.next_item = flags;
+      buffers_.lamb.segment_done = flags + 1;
+      buffers_.lamb.segment_ready = flags + 1 + count;
+      buffers_.lamb.trust = reinterpret_cast<float*>(flags + 1 + 2 * count);
+    }
     OPSNN_CUDA_CHECK(cudaMemset(sums_->data(), 0, sums_->bytes()));
     DeviceStepReport report;
     OPSNN_CUDA_CHECK(cudaMemcpy(report_->data(), &report, sizeof(report), cudaMemcpyHostToDevice));
@@ -168,24 +222,20 @@ class CudaStepper final : public DeviceStepper {
     }
     const FusedBuffers& b = buffers_;
     const StepConstants& k = constants_;
-    if (k.rule == UpdateRule::lamb) {
-      launch_grad_sum_of_squares(b, stream);
-      launch_segment_sums(b, 1, stream);
-      launch_step_prologue(b, k, true, stream);
-      launch_lamb_phase1(b, k, stream);
-      launch_segment_sums(b, 2, stream);
-      launch_lamb_phase2(b, k, stream);
-      launch_step_epilogue(b, k, false, stream);
-    } else if (single_pass_step(k)) {
+    auto update = [&](bool with_stats) {
+      if (k.rule == UpdateRule::lamb) launch_lamb(b, k, with_stats, stream);
+      else launch_update(b, k, with_stats, stream);
+    };
+    if (single_pass_step(k)) {
       launch_step_prologue(b, k, false, stream);
-      launch_update(b, k, true, stream);
+      update(true);
       launch_segment_sums(b, 1, stream);
       launch_step_epilogue(b, k, true, stream);
     } else {
       launch_grad_sum_of_squares(b, stream);
       launch_segment_sums(b, 1, stream);
       launch_step_prologue(b, k, true, stream);
-      launch_update(b, k, false, stream);
+      update(false);
       launch_step_epilogue(b, k, false, stream);
     }
   }
@@ -264,7 +314,7 @@ class CudaStepper final : public DeviceStepper {
   Device device_;
   StepConstants constants_;
   FusedBuffers buffers_;
-  std::unique_ptr<Storage> chunks_, segments_, sums_, state_, scalars_, report_;
+  std::unique_ptr<Storage> chunks_, segments_, sums_, state_, scalars_, report_, lamb_items_, lamb_flags_;
   double* sparse_sums_device_ = nullptr;
   std::unique_ptr<StepState[], PinnedDeleter<StepState>> pinned_state_;
   std::unique_ptr<DeviceStepReport[], PinnedDeleter<DeviceStepReport>> pinned_report_;

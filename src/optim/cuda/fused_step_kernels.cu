@@ -29,19 +29,27 @@ __device__ __forceinline__ uint16_t to_bits(Half, float x) { return __half_as_us
 __device__ __forceinline__ uint16_t to_bits(BFloat16, float x) { return float_to_bf16_bits(x); }
 
 template <typename T> __device__ __forceinline__ float load1(const T* p, int64_t i) { return to_float(p[i]); }
+template <typename T> __device__ __forceinline__ float load1_l2(const T* p, int64_t i) {
+  if constexpr (std::is_same_v<T, float>) return __ldcg(p + i);
+  else return to_float(T::from_bits(__ldcg(reinterpret_cast<const unsigned short*>(p) + i)));
+}
 template <typename T> __device__ __forceinline__ void store1(T* p, int64_t i, float x) {
   if constexpr (std::is_same_v<T, float>) p[i] = x;
   else p[i] = T::from_bits(to_bits(T{}, x));
 }
 
-// Eight consecutive elements at a 16-byte aligned address.
-template <typename T> __device__ __forceinline__ void load8(const T* __restrict__ p, float (&x)[kVector]) {
+// Eight consecutive elements at a 16-byte aligned address. L2Only: ld.global.cg, bypassing the SM's L1
+// (for data other blocks of the same kernel wrote: L1 is not coherent across SMs).
+template <bool L2Only = false, typename T>
+__device__ __forceinline__ void load8(const T* __restrict__ p, float (&x)[kVector]) {
   if constexpr (std::is_same_v<T, float>) {
-    const float4 a = reinterpret_cast<const float4*>(p)[0];
-    const float4 b = reinterpret_cast<const float4*>(p)[1];
+    const float4* q = reinterpret_cast<const float4*>(p);
+    const float4 a = L2Only ? __ldcg(q) : q[0];
+    const float4 b = L2Only ? __ldcg(q + 1) : q[1];
     x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w, x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
   } else {
-    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    const uint4* q = reinterpret_cast<const uint4*>(p);
+    const uint4 u = L2Only ? __ldcg(q) : q[0];
     const uint32_t words[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
@@ -79,6 +87,29 @@ __device__ double block_sum(double value, double* shared) {
     for (int offset = 16; offset > 0; offset >>= 1) total += __shfl_down_sync(0xffffffffu, total, offset);
   }
   return total;
+}
+
+// Sums N values over the block at once (one pair of barriers for all), each in block_sum's fixed order;
+// valid in thread 0. shared holds 32 * N doubles.
+template <int N> __device__ void block_sums(double (&values)[N], double* shared) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int n = 0; n < N; ++n)
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) values[n] += __shfl_down_sync(0xffffffffu, values[n], offset);
+  __syncthreads();  // a previous call may still read shared
+  if (lane == 0)
+#pragma unroll
+    for (int n = 0; n < N; ++n) shared[n * 32 + warp] = values[n];
+  __syncthreads();
+  if (warp == 0)
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
+      double total = lane < static_cast<int>(blockDim.x >> 5) ? shared[n * 32 + lane] : 0.0;
+#pragma unroll
+      for (int offset = 16; offset > 0; offset >>= 1) total += __shfl_down_sync(0xffffffffu, total, offset);
+      values[n] = total;
+    }
 }
 
 // Marks chunk c when some updated parameter in it is inf/NaN (check = sum of p*0 is then NaN).
@@ -182,6 +213,10 @@ __global__ void step_prologue_kernel(FusedBuffers b, StepConstants k, int two_pa
   double total = 0.0;
   int bad = -1;
   if (two_pass) gradient_totals(b, static_cast<double>(inverse_scale) * static_cast<double>(inverse_scale), total, bad);
+  if (b.lamb.next_item != nullptr) {  // LAMB's work queue and segment flags start over
+    for (int i = threadIdx.x; i < b.segment_count; i += blockDim.x) b.lamb.segment_done[i] = b.lamb.segment_ready[i] = 0;
+    if (threadIdx.x == 0) *b.lamb.next_item = 0;
+  }
   if (threadIdx.x != 0) return;
 
   state.monitor_flags = 0;
@@ -371,98 +406,167 @@ __global__ void __launch_bounds__(kThreads) sgd_kernel(FusedBuffers b, StepConst
   }
 }
 
+// ---- LAMB: one kernel, phase 1 and phase 2 of each tile as separate work items ----
+// Blocks take work items in the order of b.lamb.items (an atomic ticket each): phase 1 of a window of
+// segments, then phase 1 of the next window, then phase 2 of the first, ... The block that finishes the
+// last phase-1 tile of a segment sums the segment's chunk sums (fixed order, as segment_sums_kernel) and
+// publishes its trust ratio; a phase-2 tile waits for that. Phase 2 of a window follows its phase 1
+// closely, so the moments it rereads are still in L2 when a window fits there. No deadlock: an item
+// only waits for items with smaller tickets, held by running blocks, and phase-1 items never wait.
+
+// Phase 1 of tile c: moments, and the tile's sums of r^2 (chunk_sums[1]), p^2 (chunk_sums[2]) and, with
+// stats, g^2 (chunk_sums[0]). Returns (in every thread) whether this was the segment's last phase-1 tile.
 template <typename G, typename S>
-__global__ void __launch_bounds__(kThreads) lamb_phase1_kernel(FusedBuffers b, StepConstants k) {
-  __shared__ double shared[32];
-  const StepScalars step = *b.scalars;
-  if (!step.apply) return;
+__device__ bool lamb_phase1_tile(const FusedBuffers& b, const ArenaChunk& chunk, int c, int64_t vector_count,
+                                 const AdamScalars& s, float multiplier, int with_stats, double* shared,
+                                 int* last_shared) {
   const float* __restrict__ params = b.arena.params;
   const G* __restrict__ grads = static_cast<const G*>(b.arena.grads);
   S* __restrict__ exp_avg = static_cast<S*>(b.arena.states[0]);
   S* __restrict__ exp_avg_sq = static_cast<S*>(b.arena.states[1]);
-  AdamScalars s = adam_scalars(k, step);
-  const float multiplier = step.grad_multiplier;
-  for (int c = blockIdx.x; c < b.chunk_count; c += gridDim.x) {
-    const ArenaChunk chunk = b.chunks[c];
-    const int64_t vector_count = apply_segment(b, step, chunk, s);
-    double update_sum = 0.0, param_sum = 0.0;
-    for (int64_t i = chunk.begin + threadIdx.x * kVector; i < chunk.begin + vector_count; i += kThreads * kVector) {
-      float p[kVector], g[kVector], m[kVector], v[kVector];
-      load8(params + i, p);
-      load8(grads + i, g);
-      load8(exp_avg + i, m);
-      load8(exp_avg_sq + i, v);
+  double update_sum = 0.0, param_sum = 0.0, grad_sum = 0.0;
+  for (int64_t i = chunk.begin + threadIdx.x * kVector; i < chunk.begin + vector_count; i += kThreads * kVector) {
+    float p[kVector], g[kVector], m[kVector], v[kVector];
+    load8(params + i, p);
+    load8(grads + i, g);
+    load8(exp_avg + i, m);
+    load8(exp_avg_sq + i, v);
 #pragma unroll
-      for (int j = 0; j < kVector; ++j) {
-        const double r = lamb_phase1_element(p[j], m[j], v[j], g[j] * multiplier, s);
-        update_sum += r * r;
-        param_sum += static_cast<double>(p[j]) * p[j];
-      }
-      store8(exp_avg + i, m);
-      store8(exp_avg_sq + i, v);
-    }
-    const int64_t i = chunk.begin + vector_count + threadIdx.x;
-    if (i < chunk.end) {
-      const float p = params[i];
-      float m = load1(exp_avg, i), v = load1(exp_avg_sq, i);
-      const double r = lamb_phase1_element(p, m, v, load1(grads, i) * multiplier, s);
+    for (int j = 0; j < kVector; ++j) {
+      if (with_stats) grad_sum += static_cast<double>(g[j]) * g[j];
+      const double r = lamb_phase1_element(p[j], m[j], v[j], g[j] * multiplier, s);
       update_sum += r * r;
-      param_sum += static_cast<double>(p) * p;
-      store1(exp_avg, i, m);
-      store1(exp_avg_sq, i, v);
+      param_sum += static_cast<double>(p[j]) * p[j];
     }
-    update_sum = block_sum(update_sum, shared);
-    param_sum = block_sum(param_sum, shared);
-    if (threadIdx.x == 0) {
-      b.chunk_sums[0][c] = update_sum;
-      b.chunk_sums[1][c] = param_sum;
-    }
+    store8(exp_avg + i, m);
+    store8(exp_avg_sq + i, v);
+  }
+  const int64_t i = chunk.begin + vector_count + threadIdx.x;
+  if (i < chunk.end) {
+    const float p = params[i], g = load1(grads, i);
+    float m = load1(exp_avg, i), v = load1(exp_avg_sq, i);
+    if (with_stats) grad_sum += static_cast<double>(g) * g;
+    const double r = lamb_phase1_element(p, m, v, g * multiplier, s);
+    update_sum += r * r;
+    param_sum += static_cast<double>(p) * p;
+    store1(exp_avg, i, m);
+    store1(exp_avg_sq, i, v);
+  }
+  // The barriers in block_sums order the block's moment stores before thread 0's fence (cumulative)
+  // and count, so whoever sees the count complete sees the moments.
+  double sums[3] = {update_sum, param_sum, grad_sum};
+  block_sums(sums, shared);
+  if (threadIdx.x == 0) {
+    b.chunk_sums[1][c] = sums[0];
+    b.chunk_sums[2][c] = sums[1];
+    if (with_stats) b.chunk_sums[0][c] = sums[2];
+    __threadfence();
+    *last_shared = atomicAdd(&b.lamb.segment_done[chunk.segment], 1) == b.segments[chunk.segment].chunk_count - 1;
+  }
+  __syncthreads();
+  return *last_shared != 0;
+}
+
+// The last phase-1 block of segment `segment`: its r^2 and p^2 sums (segment_sums[1], [2]) and trust ratio.
+__device__ void lamb_publish_trust(const FusedBuffers& b, const StepConstants& k, int segment, double* shared) {
+  __threadfence();
+  const DeviceSegment seg = b.segments[segment];
+  double sums[2] = {0.0, 0.0};
+  for (int i = threadIdx.x; i < seg.chunk_count; i += kThreads)
+    for (int a = 0; a < 2; ++a) sums[a] += __ldcg(&b.chunk_sums[1 + a][seg.first_chunk + i]);
+  block_sums(sums, shared);
+  if (threadIdx.x == 0) {
+    b.segment_sums[1][segment] = sums[0];
+    b.segment_sums[2][segment] = sums[1];
+    b.lamb.trust[segment] = lamb_trust_ratio(static_cast<float>(sqrt(sums[1])), static_cast<float>(sqrt(sums[0])),
+                                             k.trust_lower, k.trust_upper);
+    __threadfence();
+    atomicExch(&b.lamb.segment_ready[segment], 1);
   }
 }
 
+// known_segment / known_trust (thread 0's registers): the last segment this block saw ready and its
+// ratio, so consecutive tiles of one segment skip the flag check.
 template <typename S, typename C>
-__global__ void __launch_bounds__(kThreads) lamb_phase2_kernel(FusedBuffers b, StepConstants k) {
-  const StepScalars step = *b.scalars;
-  if (!step.apply) return;
+__device__ void lamb_phase2_tile(const FusedBuffers& b, const ArenaChunk& chunk, int c, int64_t vector_count,
+                                 const AdamScalars& s, float* trust_shared, int& known_segment, float& known_trust) {
   float* __restrict__ params = b.arena.params;
   const S* __restrict__ exp_avg = static_cast<const S*>(b.arena.states[0]);
   const S* __restrict__ exp_avg_sq = static_cast<const S*>(b.arena.states[1]);
   C* __restrict__ copy = static_cast<C*>(b.arena.param_copy);
+  if (threadIdx.x == 0) {
+    if (known_segment != chunk.segment) {
+      const volatile int* ready = b.lamb.segment_ready + chunk.segment;
+      while (*ready == 0) __nanosleep(64);
+      __threadfence();
+      known_segment = chunk.segment;
+      known_trust = __ldcg(b.lamb.trust + chunk.segment);
+    }
+    *trust_shared = known_trust;
+  }
+  __syncthreads();
+  const float trust = *trust_shared;
+  float check = 0.0f;
+  for (int64_t i = chunk.begin + threadIdx.x * kVector; i < chunk.begin + vector_count; i += kThreads * kVector) {
+    float p[kVector], m[kVector], v[kVector];
+    load8(params + i, p);
+    load8<true>(exp_avg + i, m);
+    load8<true>(exp_avg_sq + i, v);
+#pragma unroll
+    for (int j = 0; j < kVector; ++j) {
+      lamb_phase2_element(p[j], m[j], v[j], trust, s);
+      check += p[j] * 0.0f;
+    }
+    store8(params + i, p);
+    if constexpr (!std::is_same_v<C, NoCopy>) store8(copy + i, p);
+  }
+  const int64_t i = chunk.begin + vector_count + threadIdx.x;
+  if (i < chunk.end) {
+    float p = params[i];
+    lamb_phase2_element(p, load1_l2(exp_avg, i), load1_l2(exp_avg_sq, i), trust, s);
+    check += p * 0.0f;
+    params[i] = p;
+    if constexpr (!std::is_same_v<C, NoCopy>) store1(copy, i, p);
+  }
+  report_parameter_check(b, check, c);
+}
+
+// Thread 0 takes the next ticket while the block works on the current one (hiding the atomic's latency).
+// Still no deadlock: the smallest unfinished ticket is always some block's current item, and it waits
+// on nothing unfinished.
+template <typename G, typename S, typename C>
+__global__ void __launch_bounds__(kThreads) lamb_kernel(FusedBuffers b, StepConstants k, int with_stats) {
+  __shared__ double shared[3 * 32];
+  __shared__ int tickets[2], last_shared;
+  __shared__ float trust_shared;
+  const StepScalars step = *b.scalars;
+  if (!step.apply) return;
   AdamScalars s = adam_scalars(k, step);
-  for (int c = blockIdx.x; c < b.chunk_count; c += gridDim.x) {
+  const float multiplier = step.grad_multiplier;
+  int known_segment = -1;
+  float known_trust = 1.0f;
+  if (threadIdx.x == 0) tickets[0] = atomicAdd(b.lamb.next_item, 1);
+  __syncthreads();
+  for (int current = 0;; current ^= 1) {
+    const int ticket = tickets[current];
+    if (ticket >= b.lamb.item_count) break;
+    if (threadIdx.x == 0) tickets[current ^ 1] = atomicAdd(b.lamb.next_item, 1);
+    const int item = b.lamb.items[ticket];
+    const int c = item >> 1;
     const ArenaChunk chunk = b.chunks[c];
     const int64_t vector_count = apply_segment(b, step, chunk, s);
-    const float trust = lamb_trust_ratio(static_cast<float>(sqrt(b.segment_sums[1][chunk.segment])),
-                                         static_cast<float>(sqrt(b.segment_sums[0][chunk.segment])), k.trust_lower,
-                                         k.trust_upper);
-    float check = 0.0f;
-    for (int64_t i = chunk.begin + threadIdx.x * kVector; i < chunk.begin + vector_count; i += kThreads * kVector) {
-      float p[kVector], m[kVector], v[kVector];
-      load8(params + i, p);
-      load8(exp_avg + i, m);
-      load8(exp_avg_sq + i, v);
-#pragma unroll
-      for (int j = 0; j < kVector; ++j) {
-        lamb_phase2_element(p[j], m[j], v[j], trust, s);
-        check += p[j] * 0.0f;
-      }
-      store8(params + i, p);
-      if constexpr (!std::is_same_v<C, NoCopy>) store8(copy + i, p);
+    if ((item & 1) == 0) {
+      if (lamb_phase1_tile<G, S>(b, chunk, c, vector_count, s, multiplier, with_stats, shared, &last_shared))
+        lamb_publish_trust(b, k, chunk.segment, shared);
+    } else {
+      lamb_phase2_tile<S, C>(b, chunk, c, vector_count, s, &trust_shared, known_segment, known_trust);
     }
-    const int64_t i = chunk.begin + vector_count + threadIdx.x;
-    if (i < chunk.end) {
-      float p = params[i];
-      lamb_phase2_element(p, load1(exp_avg, i), load1(exp_avg_sq, i), trust, s);
-      check += p * 0.0f;
-      params[i] = p;
-      if constexpr (!std::is_same_v<C, NoCopy>) store1(copy, i, p);
-    }
-    report_parameter_check(b, check, c);
+    __syncthreads();  // the next ticket is visible; everyone is done with this one and the scratch
   }
 }
 
 // ---- dtype dispatch: grads G, states S, parameter copy C ----
-enum class Pass { adam, sgd, lamb_phase1, lamb_phase2, grad_sum_of_squares };
+enum class Pass { adam, sgd, lamb, grad_sum_of_squares };
 
 struct LaunchArgs {
   const FusedBuffers* buffers;
@@ -493,12 +597,9 @@ template <Pass P, typename G, typename S, typename C> void launch_typed(const La
   } else if constexpr (P == Pass::sgd) {
     static const int per_sm = blocks_per_multiprocessor(sgd_kernel<G, S, C>);
     sgd_kernel<G, S, C><<<grid_size(per_sm, b), kThreads, 0, a.stream>>>(b, *a.constants, a.with_stats);
-  } else if constexpr (P == Pass::lamb_phase1) {
-    static const int per_sm = blocks_per_multiprocessor(lamb_phase1_kernel<G, S>);
-    lamb_phase1_kernel<G, S><<<grid_size(per_sm, b), kThreads, 0, a.stream>>>(b, *a.constants);
-  } else if constexpr (P == Pass::lamb_phase2) {
-    static const int per_sm = blocks_per_multiprocessor(lamb_phase2_kernel<S, C>);
-    lamb_phase2_kernel<S, C><<<grid_size(per_sm, b), kThreads, 0, a.stream>>>(b, *a.constants);
+  } else if constexpr (P == Pass::lamb) {
+    static const int per_sm = blocks_per_multiprocessor(lamb_kernel<G, S, C>);
+    lamb_kernel<G, S, C><<<grid_size(per_sm, b), kThreads, 0, a.stream>>>(b, *a.constants, a.with_stats);
   } else {
     static const int per_sm = blocks_per_multiprocessor(grad_sum_of_squares_kernel<G>);
     grad_sum_of_squares_kernel<G><<<grid_size(per_sm, b), kThreads, 0, a.stream>>>(b);
@@ -570,14 +671,9 @@ void launch_update(const FusedBuffers& b, const StepConstants& k, bool with_stat
   else dispatch<Pass::adam>(args);
 }
 
-void launch_lamb_phase1(const FusedBuffers& b, const StepConstants& k, cudaStream_t stream) {
+void launch_lamb(const FusedBuffers& b, const StepConstants& k, bool with_stats, cudaStream_t stream) {
   if (b.chunk_count == 0) return;
-  dispatch<Pass::lamb_phase1>(LaunchArgs{&b, &k, 0, stream});
-}
-
-void launch_lamb_phase2(const FusedBuffers& b, const StepConstants& k, cudaStream_t stream) {
-  if (b.chunk_count == 0) return;
-  dispatch<Pass::lamb_phase2>(LaunchArgs{&b, &k, 0, stream});
+  dispatch<Pass::lamb>(LaunchArgs{&b, &k, with_stats ? 1 : 0, stream});
 }
 
 void launch_step_epilogue(const FusedBuffers& b, const StepConstants& k, bool single_pass, cudaStream_t stream) {

@@ -12,6 +12,18 @@
 
 namespace opsnn::optim::cuda {
 
+// LAMB's work queue (see launch_lamb): items[t] = tile * 2 + phase (0: moments and norms, 1: update),
+// taken in ticket order; per segment, how many phase-1 tiles are done, whether its trust ratio is ready
+// and the ratio. The prologue resets the counters.
+struct LambQueue {
+  const int32_t* items = nullptr;
+  int32_t item_count = 0;
+  int32_t* next_item = nullptr;
+  int32_t* segment_done = nullptr;
+  int32_t* segment_ready = nullptr;
+  float* trust = nullptr;
+};
+
 // Device pointers of one stepper (all allocated once).
 struct FusedBuffers {
   DeviceArena arena;                 // arena.chunks is replaced by the device tiles below
@@ -20,10 +32,11 @@ struct FusedBuffers {
   int multiprocessors = 1;
   const DeviceSegment* segments = nullptr;
   int32_t segment_count = 0;
-  double* chunk_sums[2] = {nullptr, nullptr};    // per chunk: g^2 (or LAMB's r^2, p^2)
-  double* segment_sums[2] = {nullptr, nullptr};  // per segment, summed in a fixed order
+  double* chunk_sums[3] = {nullptr, nullptr, nullptr};    // per chunk: g^2 (LAMB: also r^2, p^2)
+  double* segment_sums[3] = {nullptr, nullptr, nullptr};  // per segment, summed in a fixed order
   double* segment_grad_sums = nullptr;           // per segment: unscaled g^2 of the last step
   const double* sparse_sums = nullptr;           // per segment: host-computed sums of sparse segments
+  LambQueue lamb;                                // LAMB only
   StepState* state = nullptr;
   StepScalars* scalars = nullptr;
   DeviceStepReport* report = nullptr;
@@ -35,6 +48,10 @@ struct FusedBuffers {
 // grid-stride pass, large ones fewer per-tile reductions.
 inline constexpr int64_t kMinTileElements = 2048;
 inline constexpr int64_t kMaxTileElements = 16384;
+// LAMB's tiles start larger: each is two work items with a ticket, a segment count and (phase 2) a
+// readiness check, overhead that 2048-element items (one vector per thread) do not amortise (4096:
+// 0.27 ms for ResNet-50 shapes on an H200, vs 0.29 with 2048 and 0.30 with 16384).
+inline constexpr int64_t kMinLambTileElements = 4096;
 // Streaming multiprocessors of a device; passes size their grids as SMs x resident blocks per SM.
 int multiprocessor_count(int device);
 
@@ -47,10 +64,10 @@ void launch_segment_sums(const FusedBuffers& b, int arrays, cudaStream_t stream)
 void launch_step_prologue(const FusedBuffers& b, const StepConstants& k, bool two_pass, cudaStream_t stream);
 // Adam/AdamW or SGD (k.rule) over every dense chunk; with_stats also writes chunk_sums[0] (g^2).
 void launch_update(const FusedBuffers& b, const StepConstants& k, bool with_stats, cudaStream_t stream);
-// LAMB: phase 1 (moments; chunk_sums[0] = r^2, chunk_sums[1] = p^2), phase 2 (trust ratios from
-// segment_sums, parameter update).
-void launch_lamb_phase1(const FusedBuffers& b, const StepConstants& k, cudaStream_t stream);
-void launch_lamb_phase2(const FusedBuffers& b, const StepConstants& k, cudaStream_t stream);
+// LAMB in one kernel over b.lamb's items: phase 1 (moments; chunk_sums[1] = r^2, chunk_sums[2] = p^2,
+// with_stats also chunk_sums[0] = g^2), per-segment trust ratios (segment_sums[1], [2]) as soon as a
+// segment's phase 1 is complete, phase 2 (parameter update). Needs the prologue's reset first.
+void launch_lamb(const FusedBuffers& b, const StepConstants& k, bool with_stats, cudaStream_t stream);
 // The tiny epilogue: parameter check -> monitor flags; single pass: also the gradient statistics
 // (segment_sums[0] must hold this step's g^2 sums).
 void launch_step_epilogue(const FusedBuffers& b, const StepConstants& k, bool single_pass, cudaStream_t stream);
