@@ -24,13 +24,15 @@ struct Layer {
   int64_t in_channels, out_channels, side, kernel, stride;  // square input side, square kernel
 };
 
-// The stem, then each stage's 1x1 reduce / 3x3 / 1x1 expand shapes and a strided projection shortcut
-// (torchvision's v1.5 bottleneck: the stride sits on the 3x3).
+// The stem, then each stage's 1x1 reduce / 3x3 / 1x1 expand shapes and the strided ones (torchvision's
+// v1.5 bottleneck: the stride sits on the 3x3 and the projection shortcut), where NCHW cuDNN is most
+// likely to fall back to legacy kernels.
 const std::vector<Layer> kLayers = {
-    {"stem 7x7/2", 3, 64, 224, 7, 2},          {"layer1 1x1", 64, 64, 56, 1, 1},
-    {"layer1 3x3", 64, 64, 56, 3, 1},          {"layer1 1x1 up", 64, 256, 56, 1, 1},
-    {"layer2 3x3/2", 128, 128, 56, 3, 2},      {"layer2 down/2", 256, 512, 56, 1, 2},
-    {"layer3 3x3", 256, 256, 14, 3, 1},        {"layer3 1x1", 1024, 256, 14, 1, 1},
+    {"stem 7x7/2", 3, 64, 224, 7, 2},     {"layer1 1x1", 64, 64, 56, 1, 1},
+    {"layer1 3x3", 64, 64, 56, 3, 1},     {"layer1 1x1 up", 64, 256, 56, 1, 1},
+    {"layer2 3x3/2", 128, 128, 56, 3, 2}, {"layer2 down/2", 256, 512, 56, 1, 2},
+    {"layer3 3x3", 256, 256, 14, 3, 1},   {"layer3 1x1", 1024, 256, 14, 1, 1},
+    {"layer3 down/2", 512, 1024, 28, 1, 2}, {"layer4 down/2", 1024, 2048, 14, 1, 2},
     {"layer4 1x1 up", 512, 2048, 7, 1, 1}};
 
 // Mean milliseconds of one call over `repeats` back-to-back calls, after one warm-up call (which also
