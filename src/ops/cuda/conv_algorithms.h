@@ -25,8 +25,8 @@ void set_conv_channel_padding(ConvChannelPadding padding);
 ConvChannelPadding conv_channel_padding();
 
 struct ConvAlgorithmChoice {
-  int algorithm = 0;            // cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t of the variant that runs
-  int math = 0;                 // the cudnnMathType_t it was measured with
+  int algorithm = 0;  // cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t of the variant that runs
+  int math = 0;       // the cudnnMathType_t it was measured with
   size_t workspace_bytes = 0;
   int64_t padded_channels = 0;  // input channels the chosen variant runs with; 0 for the plain convolution
   float plain_ms = 0.0f;        // cudnnFind's time of the fastest plain algorithm

@@ -4,15 +4,14 @@
 // the cached choice says which variant ran; strict f32 never pads. Compiled in CUDA builds only (it reads
 // the CUDA backend's algorithm cache); tagged [cuda]: skipped without a GPU.
 #include <catch2/catch.hpp>
-
 #include <cstdio>
 #include <string>
 #include <vector>
 
-#include "opsnn/core/rng.h"
-#include "opsnn/ops/ops.h"
 #include "ops/cuda/conv_algorithms.h"
 #include "ops/op_test_helpers.h"
+#include "opsnn/core/rng.h"
+#include "opsnn/ops/ops.h"
 
 using namespace opsnn;
 using namespace opsnn::testing;
@@ -110,16 +109,16 @@ TEST_CASE("CUDA stem-like conv2d with padded input channels matches the CPU, for
       const ConvResults expected = run_conv(c, DType::f32, kCPU);
       for (const auto& [padding_name, padding] : paddings) {
         ops::set_conv_channel_padding(padding);
-        const std::string name = std::string("stem ") + precision.name + " C=" + std::to_string(channels) + " " +
-                                 padding_name;
+        const std::string name =
+            std::string("stem ") + precision.name + " C=" + std::to_string(channels) + " " + padding_name;
         const ConvResults actual = run_conv(c, precision.dtype, kGpu);
         require_close_to(actual.out, expected.out, precision.tolerance, name + " forward");
         require_close_to(actual.grad_input, expected.grad_input, precision.tolerance, name + " grad input");
         require_close_to(actual.grad_weight, expected.grad_weight, precision.tolerance, name + " grad weight");
         const int64_t padded_channels = (channels + precision.granule - 1) / precision.granule * precision.granule;
         for (ops::ConvDirection direction : kDirections) {
-          const auto choice = ops::cached_conv_algorithm(direction, kGpu, c.input.shape(), c.weight.shape(),
-                                                         c.geometry, precision.dtype);
+          const auto choice = ops::cached_conv_algorithm(direction, kGpu, c.input.shape(), c.weight.shape(), c.geometry,
+                                                         precision.dtype);
           REQUIRE(choice.has_value());
           INFO(name << ", direction " << static_cast<int>(direction) << ": " << ops::describe(*choice));
           if (padding == ops::ConvChannelPadding::always) {

@@ -11,10 +11,10 @@
 
 #include "bench/bench.h"
 #include "bench/cuda/cuda_bench.h"
+#include "ops/cuda/conv_algorithms.h"
 #include "opsnn/core/error.h"
 #include "opsnn/core/rng.h"
 #include "opsnn/ops/backend.h"
-#include "ops/cuda/conv_algorithms.h"
 
 namespace opsnn::bench {
 namespace {
@@ -27,13 +27,12 @@ struct Layer {
 // The stem, then each stage's 1x1 reduce / 3x3 / 1x1 expand shapes and the strided ones (torchvision's
 // v1.5 bottleneck: the stride sits on the 3x3 and the projection shortcut), where NCHW cuDNN is most
 // likely to fall back to legacy kernels.
-const std::vector<Layer> kLayers = {
-    {"stem 7x7/2", 3, 64, 224, 7, 2},     {"layer1 1x1", 64, 64, 56, 1, 1},
-    {"layer1 3x3", 64, 64, 56, 3, 1},     {"layer1 1x1 up", 64, 256, 56, 1, 1},
-    {"layer2 3x3/2", 128, 128, 56, 3, 2}, {"layer2 down/2", 256, 512, 56, 1, 2},
-    {"layer3 3x3", 256, 256, 14, 3, 1},   {"layer3 1x1", 1024, 256, 14, 1, 1},
-    {"layer3 down/2", 512, 1024, 28, 1, 2}, {"layer4 down/2", 1024, 2048, 14, 1, 2},
-    {"layer4 1x1 up", 512, 2048, 7, 1, 1}};
+const std::vector<Layer> kLayers = {{"stem 7x7/2", 3, 64, 224, 7, 2},       {"layer1 1x1", 64, 64, 56, 1, 1},
+                                    {"layer1 3x3", 64, 64, 56, 3, 1},       {"layer1 1x1 up", 64, 256, 56, 1, 1},
+                                    {"layer2 3x3/2", 128, 128, 56, 3, 2},   {"layer2 down/2", 256, 512, 56, 1, 2},
+                                    {"layer3 3x3", 256, 256, 14, 3, 1},     {"layer3 1x1", 1024, 256, 14, 1, 1},
+                                    {"layer3 down/2", 512, 1024, 28, 1, 2}, {"layer4 down/2", 1024, 2048, 14, 1, 2},
+                                    {"layer4 1x1 up", 512, 2048, 7, 1, 1}};
 
 // Mean milliseconds of one call over `repeats` back-to-back calls, after one warm-up call (which also
 // runs the algorithm search).
@@ -64,16 +63,18 @@ ops::ConvChannelPadding parse_padding(const std::string& text) {
 int run(const std::vector<std::string>& args) {
   for (const std::string& arg : args)
     if (arg == "--help" || arg == "-h") {
-      std::printf("usage: opsnn-bench conv [--dtype f32|tf32|bf16|f16] [--batch 256] [--repeats 10] "
-                  "[--padding measured|always|never]\n"
-                  "  f32: strict FMA math; tf32: f32 data with TF32 tensor cores allowed\n"
-                  "  --padding: channel padding of few-channel inputs (the stem), see src/ops/cuda/conv_algorithms.h\n");
+      std::printf(
+          "usage: opsnn-bench conv [--dtype f32|tf32|bf16|f16] [--batch 256] [--repeats 10] "
+          "[--padding measured|always|never]\n"
+          "  f32: strict FMA math; tf32: f32 data with TF32 tensor cores allowed\n"
+          "  --padding: channel padding of few-channel inputs (the stem), see src/ops/cuda/conv_algorithms.h\n");
       return 0;
     }
   const int batch = parse_positive(args, "--batch", 256);
   const int repeats = parse_positive(args, "--repeats", 10);
   const std::string dtype_text = option(args, "--dtype", "f32");
-  OPSNN_CHECK_AS(ConfigError, dtype_text == "f32" || dtype_text == "tf32" || dtype_text == "bf16" || dtype_text == "f16",
+  OPSNN_CHECK_AS(ConfigError,
+                 dtype_text == "f32" || dtype_text == "tf32" || dtype_text == "bf16" || dtype_text == "f16",
                  "--dtype: expected f32, tf32, bf16 or f16, got '", dtype_text, "'");
   const DType dtype = dtype_text == "bf16" ? DType::bf16 : dtype_text == "f16" ? DType::f16 : DType::f32;
   const ops::ConvChannelPadding padding = parse_padding(option(args, "--padding", "measured"));
@@ -94,9 +95,10 @@ int run(const std::vector<std::string>& args) {
   ops::Backend& backend = ops::backend_for(gpu);
   cudaDeviceProp properties{};
   BENCH_CUDA_CHECK(cudaGetDeviceProperties(&properties, 0));
-  std::printf("opsnn-bench conv: %s, %s, batch %d, mean of %d calls after the search; TFLOP/s counts 2*N*K*C*R*S*P*Q "
-              "with the real C\n",
-              properties.name, dtype_text.c_str(), batch, repeats);
+  std::printf(
+      "opsnn-bench conv: %s, %s, batch %d, mean of %d calls after the search; TFLOP/s counts 2*N*K*C*R*S*P*Q "
+      "with the real C\n",
+      properties.name, dtype_text.c_str(), batch, repeats);
   Generator generator(0);
   for (const Layer& layer : kLayers) {
     ops::Conv2dGeometry geometry;
@@ -111,7 +113,8 @@ int run(const std::vector<std::string>& args) {
     const Tensor grad_out = Tensor::uniform(output_shape, -1.0, 1.0, generator, dtype, gpu);
     Tensor out = Tensor::empty(output_shape, dtype, gpu), grad_input = Tensor::empty(input_shape, dtype, gpu),
            grad_weight = Tensor::empty(weight_shape, dtype, gpu);
-    const double flops = 2.0 * static_cast<double>(batch) * static_cast<double>(layer.out_channels * layer.in_channels) *
+    const double flops = 2.0 * static_cast<double>(batch) *
+                         static_cast<double>(layer.out_channels * layer.in_channels) *
                          static_cast<double>(layer.kernel * layer.kernel * out_side * out_side);
     std::printf("  %-14s %s * %s stride %lld\n", layer.name, shape_str(input_shape).c_str(),
                 shape_str(weight_shape).c_str(), static_cast<long long>(layer.stride));
@@ -120,13 +123,13 @@ int run(const std::vector<std::string>& args) {
       ops::ConvDirection direction;
       std::function<void()> call;
     };
-    const std::vector<Pass> passes = {
-        {"forward", ops::ConvDirection::forward,
-         [&] { backend.conv2d_forward(input, weight, Tensor(), out, geometry); }},
-        {"grad input", ops::ConvDirection::backward_input,
-         [&] { backend.conv2d_backward_input(grad_out, weight, grad_input, geometry); }},
-        {"grad weight", ops::ConvDirection::backward_weight,
-         [&] { backend.conv2d_backward_weight(grad_out, input, grad_weight, geometry); }}};
+    const std::vector<Pass> passes = {{"forward", ops::ConvDirection::forward,
+                                       [&] { backend.conv2d_forward(input, weight, Tensor(), out, geometry); }},
+                                      {"grad input", ops::ConvDirection::backward_input,
+                                       [&] { backend.conv2d_backward_input(grad_out, weight, grad_input, geometry); }},
+                                      {"grad weight", ops::ConvDirection::backward_weight, [&] {
+                                         backend.conv2d_backward_weight(grad_out, input, grad_weight, geometry);
+                                       }}};
     for (const Pass& pass : passes) {
       const double ms = milliseconds(pass.call, repeats);
       const auto choice = ops::cached_conv_algorithm(pass.direction, gpu, input_shape, weight_shape, geometry, dtype);
