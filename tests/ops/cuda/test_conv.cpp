@@ -4,14 +4,15 @@
 // the cached choice says which variant ran; strict f32 never pads. Compiled in CUDA builds only (it reads
 // the CUDA backend's algorithm cache); tagged [cuda]: skipped without a GPU.
 #include <catch2/catch.hpp>
+
 #include <cstdio>
 #include <string>
 #include <vector>
 
-#include "ops/cuda/conv_algorithms.h"
-#include "ops/op_test_helpers.h"
 #include "opsnn/core/rng.h"
 #include "opsnn/ops/ops.h"
+#include "ops/cuda/conv_algorithms.h"
+#include "ops/op_test_helpers.h"
 
 using namespace opsnn;
 using namespace opsnn::testing;
