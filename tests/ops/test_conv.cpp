@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "opsnn/autograd/node.h"
 #include "opsnn/core/rng.h"
 #include "opsnn/ops/ops.h"
 #include "ops/op_test_helpers.h"
@@ -191,6 +192,23 @@ TEST_CASE("conv2d without any input requiring grad records no history", "[ops]")
   REQUIRE_FALSE(out.requires_grad());
   // Corner windows see 4 ones, edges 6, the centre 9.
   REQUIRE(out.to_vector<float>() == std::vector<float>{4, 6, 4, 6, 9, 6, 4, 6, 4});
+}
+
+TEST_CASE("conv2d on images that do not require grad computes no input gradient (the stem)", "[ops]") {
+  Generator generator(19);
+  const Tensor images = Tensor::uniform({2, 3, 9, 9}, -1.0, 1.0, generator, DType::f32);
+  Tensor weight = Tensor::uniform({4, 3, 7, 7}, -0.3, 0.3, generator, DType::f32);
+  weight.set_requires_grad(true);
+  // Mixed precision casts the images before the stem; that cast records nothing either.
+  REQUIRE_FALSE(ops::cast(images, DType::bf16).requires_grad());
+  Tensor out = ops::conv2d(images, weight, Tensor(), geometry(2, 2, 3, 3));
+  REQUIRE(out.grad_fn() != nullptr);
+  // The backward runs the backend's input-gradient kernel only where needs_grad(0) holds.
+  REQUIRE_FALSE(out.grad_fn()->needs_grad(0));
+  REQUIRE(out.grad_fn()->needs_grad(1));
+  ops::sum(out).backward();
+  REQUIRE_FALSE(images.grad().defined());
+  REQUIRE(weight.grad().defined());
 }
 
 TEST_CASE("conv2d rejects bad arguments with messages naming both sides", "[ops]") {
