@@ -2,7 +2,8 @@
 // as torchvision's (stride on the 3x3 convolution of a bottleneck, "v1.5"; parameter names match, so a
 // checkpoint maps onto torchvision's state dict). Stems: imagenet (7x7/2 conv + 3x3/2 max-pool) or cifar
 // (3x3/1 conv, no pool) for small images. ResNet-50 with the imagenet stem and 1000 classes has exactly
-// 25,557,032 parameters.
+// 25,557,032 parameters. Every relu is fused into what precedes it: batch norm (BatchNorm2d::forward_relu) or
+// the residual add (ops::add_relu); modules and parameter names are those of the unfused network.
 #include "opsnn/core/error.h"
 #include "opsnn/models/models.h"
 #include "opsnn/nn/init.h"
@@ -41,10 +42,10 @@ class BasicBlock : public nn::Module {
     if (stride != 1 || in != planes) downsample_ = register_module("downsample", projection(in, planes, stride, generator));
   }
   Tensor forward(const Tensor& input) override {
-    Tensor out = ops::relu(bn1_->forward(conv1_->forward(input)));
+    Tensor out = bn1_->forward_relu(conv1_->forward(input));
     out = bn2_->forward(conv2_->forward(out));
     Tensor identity = downsample_ ? downsample_->forward(input) : input;
-    return ops::relu(ops::add(out, identity));
+    return ops::add_relu(out, identity);
   }
 
  private:
@@ -69,11 +70,11 @@ class Bottleneck : public nn::Module {
       downsample_ = register_module("downsample", projection(in, planes * kExpansion, stride, generator));
   }
   Tensor forward(const Tensor& input) override {
-    Tensor out = ops::relu(bn1_->forward(conv1_->forward(input)));
-    out = ops::relu(bn2_->forward(conv2_->forward(out)));
+    Tensor out = bn1_->forward_relu(conv1_->forward(input));
+    out = bn2_->forward_relu(conv2_->forward(out));
     out = bn3_->forward(conv3_->forward(out));
     Tensor identity = downsample_ ? downsample_->forward(input) : input;
-    return ops::relu(ops::add(out, identity));
+    return ops::add_relu(out, identity);
   }
 
  private:
@@ -116,7 +117,7 @@ class ResNet : public nn::Module {
 
   ResNet() : Module("ResNet") {}
   Tensor forward(const Tensor& input) override {
-    Tensor x = ops::relu(bn1_->forward(stem_->forward(input)));
+    Tensor x = bn1_->forward_relu(stem_->forward(input));
     if (pool_) x = pool_->forward(x);
     for (const auto& stage : stages_) x = stage->forward(x);
     return fc_->forward(ops::global_avg_pool2d(x));

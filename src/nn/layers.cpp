@@ -118,12 +118,22 @@ void BatchNorm2d::reset_parameters() {
   init::ones_(running_var_);
 }
 
-Tensor BatchNorm2d::forward(const Tensor& input) {
+void BatchNorm2d::check_input(const Tensor& input) const {
   OPSNN_CHECK_AS(ShapeError, input.dim() >= 2 && input.size(1) == options_.num_features(), "BatchNorm2d(",
                  extra_repr(), "): expected input [N, ", options_.num_features(), ", ...], got ",
                  shape_str(input.shape()));
+}
+
+Tensor BatchNorm2d::forward(const Tensor& input) {
+  check_input(input);
   return ops::batch_norm(input, weight_, bias_, running_mean_, running_var_, is_training(), options_.momentum(),
                          options_.eps());
+}
+
+Tensor BatchNorm2d::forward_relu(const Tensor& input) {
+  check_input(input);
+  return ops::batch_norm_relu(input, weight_, bias_, running_mean_, running_var_, is_training(), options_.momentum(),
+                              options_.eps());
 }
 
 std::string BatchNorm2d::extra_repr() const {

@@ -1,5 +1,5 @@
-// Differentiable elementwise ops with NumPy broadcasting (add, sub, mul, div), scale and relu, with
-// their backward passes; also the broadcasting helpers of op_support.h.
+// Differentiable elementwise ops with NumPy broadcasting (add, sub, mul, div), scale, relu and the fused
+// add_relu, with their backward passes; also the broadcasting helpers of op_support.h.
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -177,6 +177,25 @@ class ReluNode final : public autograd::Node {
   Tensor output_;  // contiguous
 };
 
+// relu(a + b): the relu backward on the kept output, and that one gradient goes to both inputs as add's
+// backward sends its gradient (the engine copies a gradient before summing into it when another handle
+// shares it, so one tensor in two slots is safe).
+class AddReluNode final : public autograd::Node {
+ public:
+  explicit AddReluNode(const Tensor& output) : output_(output.detach()) {}
+  std::string name() const override { return "AddReluBackward"; }
+  std::vector<Tensor> backward(const Tensor& grad_output) override {
+    Tensor grad = contiguous_grad(grad_output, output_.dtype());
+    Tensor grad_sum = Tensor::empty(output_.shape(), output_.dtype(), output_.device());
+    backend_for(output_.device()).relu_backward(grad, output_, grad_sum);
+    return {needs_grad(0) ? grad_sum : Tensor(), needs_grad(1) ? grad_sum : Tensor()};
+  }
+  void release() override { output_ = Tensor(); }
+
+ private:
+  Tensor output_;  // contiguous
+};
+
 }  // namespace
 
 Shape broadcast_shapes(const Shape& a, const Shape& b) {
@@ -211,6 +230,16 @@ Tensor relu(const Tensor& x) {
   backend_for(input.device()).relu(input, out);
   if (!autograd::any_requires_grad({x})) return out;
   return autograd::record(out, std::make_shared<ReluNode>(out), {x});
+}
+
+Tensor add_relu(const Tensor& a, const Tensor& b) {
+  const bool fusable = a.shape() == b.shape() && a.dtype() == b.dtype() && a.device() == b.device() &&
+                       a.is_contiguous() && b.is_contiguous();
+  if (!fusable) return relu(add(a, b));
+  Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
+  backend_for(a.device()).add_relu(a, b, out);
+  if (!autograd::any_requires_grad({a, b})) return out;
+  return autograd::record(out, std::make_shared<AddReluNode>(out), {a, b});
 }
 
 }  // namespace opsnn::ops

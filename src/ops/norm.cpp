@@ -1,5 +1,7 @@
-// batch_norm of the functional API: validation, training (batch statistics, running-stat update)
-// and eval (running statistics) forward on the device's kernels, and both backwards for autograd.
+// batch_norm and batch_norm_relu of the functional API: validation, training (batch statistics, running-stat
+// update) and eval (running statistics) forward on the device's kernels, and both backwards for autograd.
+// batch_norm_relu is relu(batch_norm) with the relu fused into the kernels: the forward writes only the
+// relu output, which the backward keeps as the relu mask (relu(v) > 0 exactly where v > 0).
 #include <memory>
 
 #include "opsnn/autograd/node.h"
@@ -39,13 +41,17 @@ Tensor defined_or(const Tensor& tensor, double fill, const Tensor& input) {
   return Tensor::full({input.size(1)}, fill, channel_dtype(input), input.device());
 }
 
-// Training mode: gradients through the batch statistics.
+// Training mode: gradients through the batch statistics. relu_output: the output of batch_norm_relu
+// (the kernels mask the upstream gradient with it), undefined for batch_norm.
 class BatchNormBackward final : public autograd::Node {
  public:
-  BatchNormBackward(Tensor input, Tensor gamma, Tensor save_mean, Tensor save_invstd)
-      : input_(std::move(input)), gamma_(std::move(gamma)), save_mean_(std::move(save_mean)),
-        save_invstd_(std::move(save_invstd)) {}
-  std::string name() const override { return "BatchNormBackward"; }
+  BatchNormBackward(Tensor input, Tensor gamma, Tensor save_mean, Tensor save_invstd, Tensor relu_output)
+      : input_(std::move(input)),
+        gamma_(std::move(gamma)),
+        save_mean_(std::move(save_mean)),
+        save_invstd_(std::move(save_invstd)),
+        relu_output_(std::move(relu_output)) {}
+  std::string name() const override { return relu_output_.defined() ? "BatchNormReluBackward" : "BatchNormBackward"; }
 
   std::vector<Tensor> backward(const Tensor& grad_output) override {
     const Tensor grad_out = internal::contiguous_grad(grad_output, input_.dtype());
@@ -55,60 +61,75 @@ class BatchNormBackward final : public autograd::Node {
     if (needs_grad(1)) grads[1] = Tensor::empty(gamma_.shape(), gamma_.dtype(), gamma_.device());
     if (needs_grad(2)) grads[2] = Tensor::empty(gamma_.shape(), gamma_.dtype(), gamma_.device());
     backend_for(grad_out.device())
-        .batch_norm_backward(grad_out, input_, gamma_, save_mean_, save_invstd_, grads[0], grads[1], grads[2]);
+        .batch_norm_backward(grad_out, relu_output_, input_, gamma_, save_mean_, save_invstd_, grads[0], grads[1],
+                             grads[2]);
     if (!needs_grad(0)) grads[0] = Tensor();
     return grads;
   }
-  void release() override { input_ = gamma_ = save_mean_ = save_invstd_ = Tensor(); }
+  void release() override { input_ = gamma_ = save_mean_ = save_invstd_ = relu_output_ = Tensor(); }
 
  private:
-  Tensor input_, gamma_, save_mean_, save_invstd_;
+  Tensor input_, gamma_, save_mean_, save_invstd_, relu_output_;
 };
 
 // Eval mode: out = (x - running_mean) * invstd * gamma + beta with invstd = 1 / sqrt(running_var + eps)
 // constant, so grad_x = g * gamma * invstd, grad_gamma = sum g * (x - running_mean) * invstd and
 // grad_beta = sum g. These reuse the two batch-norm kernels: the eval forward applied to g with zero
 // shift gives grad_x, and the training backward given (running_mean, invstd) as the saved statistics
-// gives exactly grad_gamma and grad_beta.
+// gives exactly grad_gamma and grad_beta. After a fused relu (relu_output defined) g is first masked
+// into a buffer of its own, as relu's backward would: g feeds both kernels, and eval-mode backward is
+// off the training path.
 class BatchNormEvalBackward final : public autograd::Node {
  public:
-  BatchNormEvalBackward(Tensor input, Tensor gamma, Tensor running_mean, Tensor running_var, double eps)
-      : input_(std::move(input)), gamma_(std::move(gamma)), running_mean_(std::move(running_mean)),
-        running_var_(std::move(running_var)), eps_(eps) {}
-  std::string name() const override { return "BatchNormEvalBackward"; }
+  BatchNormEvalBackward(Tensor input, Tensor gamma, Tensor running_mean, Tensor running_var, double eps,
+                        Tensor relu_output)
+      : input_(std::move(input)),
+        gamma_(std::move(gamma)),
+        running_mean_(std::move(running_mean)),
+        running_var_(std::move(running_var)),
+        relu_output_(std::move(relu_output)),
+        eps_(eps) {}
+  std::string name() const override {
+    return relu_output_.defined() ? "BatchNormReluEvalBackward" : "BatchNormEvalBackward";
+  }
 
   std::vector<Tensor> backward(const Tensor& grad_output) override {
-    const Tensor grad_out = internal::contiguous_grad(grad_output, input_.dtype());
+    Tensor grad_out = internal::contiguous_grad(grad_output, input_.dtype());
     Backend& backend = backend_for(grad_out.device());
+    if (relu_output_.defined()) {
+      Tensor masked = Tensor::empty(grad_out.shape(), grad_out.dtype(), grad_out.device());
+      backend.relu_backward(grad_out, relu_output_, masked);
+      grad_out = masked;
+    }
     const Tensor zeros = Tensor::zeros(gamma_.shape(), gamma_.dtype(), gamma_.device());
     std::vector<Tensor> grads(3);
     Tensor grad_input = Tensor::empty(input_.shape(), input_.dtype(), input_.device());
     if (needs_grad(1) || needs_grad(2)) {
       const Tensor ones = Tensor::ones(gamma_.shape(), gamma_.dtype(), gamma_.device());
       Tensor invstd = Tensor::empty({1, gamma_.size(0)}, gamma_.dtype(), gamma_.device());
-      backend.batch_norm_forward_eval(ones.view({1, gamma_.size(0)}), ones, zeros, zeros, running_var_, eps_, invstd);
+      backend.batch_norm_forward_eval(ones.view({1, gamma_.size(0)}), ones, zeros, zeros, running_var_, eps_, false,
+                                      invstd);
       if (needs_grad(1)) grads[1] = Tensor::empty(gamma_.shape(), gamma_.dtype(), gamma_.device());
       if (needs_grad(2)) grads[2] = Tensor::empty(gamma_.shape(), gamma_.dtype(), gamma_.device());
-      backend.batch_norm_backward(grad_out, input_, gamma_, running_mean_, invstd.view({gamma_.size(0)}), grad_input,
-                                  grads[1], grads[2]);
+      backend.batch_norm_backward(grad_out, Tensor(), input_, gamma_, running_mean_, invstd.view({gamma_.size(0)}),
+                                  grad_input, grads[1], grads[2]);
     }
     if (needs_grad(0)) {
-      backend.batch_norm_forward_eval(grad_out, gamma_, zeros, zeros, running_var_, eps_, grad_input);
+      backend.batch_norm_forward_eval(grad_out, gamma_, zeros, zeros, running_var_, eps_, false, grad_input);
       grads[0] = grad_input;
     }
     return grads;
   }
-  void release() override { input_ = gamma_ = running_mean_ = running_var_ = Tensor(); }
+  void release() override { input_ = gamma_ = running_mean_ = running_var_ = relu_output_ = Tensor(); }
 
  private:
-  Tensor input_, gamma_, running_mean_, running_var_;
+  Tensor input_, gamma_, running_mean_, running_var_, relu_output_;
   double eps_;
 };
 
-}  // namespace
-
-Tensor batch_norm(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
-                  Tensor& running_var, bool training, double momentum, double eps) {
+// batch_norm, or batch_norm_relu with `relu`.
+Tensor batch_norm_maybe_relu(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
+                             Tensor& running_var, bool training, double momentum, double eps, bool relu) {
   OPSNN_CHECK_AS(ShapeError, input.dim() >= 2 && input.numel() > 0,
                  "batch_norm: input must be a non-empty [N, C] or [N, C, ...], got ", input.str());
   check_channel_tensor(input, gamma, "gamma");
@@ -126,11 +147,11 @@ Tensor batch_norm(const Tensor& input, const Tensor& gamma, const Tensor& beta, 
   const int64_t channels = input.size(1);
 
   if (!training) {
-    backend.batch_norm_forward_eval(input_data, gamma_data, beta_data, running_mean, running_var, eps, out);
+    backend.batch_norm_forward_eval(input_data, gamma_data, beta_data, running_mean, running_var, eps, relu, out);
     if (!autograd::any_requires_grad({input, gamma, beta})) return out;
     // Snapshots: a later training step updates the running statistics in place.
     auto node = std::make_shared<BatchNormEvalBackward>(input_data, gamma_data, running_mean.clone(),
-                                                        running_var.clone(), eps);
+                                                        running_var.clone(), eps, relu ? out.detach() : Tensor());
     return autograd::record(out, std::move(node), {input, gamma, beta});
   }
 
@@ -142,11 +163,24 @@ Tensor batch_norm(const Tensor& input, const Tensor& gamma, const Tensor& beta, 
   Tensor var_buffer = running_var.defined() ? running_var : Tensor::ones({channels}, stats_dtype, input.device());
   Tensor save_mean = Tensor::empty({channels}, stats_dtype, input.device());
   Tensor save_invstd = Tensor::empty({channels}, stats_dtype, input.device());
-  backend.batch_norm_forward_train(input_data, gamma_data, beta_data, mean_buffer, var_buffer, momentum, eps, out,
+  backend.batch_norm_forward_train(input_data, gamma_data, beta_data, mean_buffer, var_buffer, momentum, eps, relu, out,
                                    save_mean, save_invstd);
   if (!autograd::any_requires_grad({input, gamma, beta})) return out;
-  auto node = std::make_shared<BatchNormBackward>(input_data, gamma_data, save_mean, save_invstd);
+  auto node = std::make_shared<BatchNormBackward>(input_data, gamma_data, save_mean, save_invstd,
+                                                  relu ? out.detach() : Tensor());
   return autograd::record(out, std::move(node), {input, gamma, beta});
+}
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
+                  Tensor& running_var, bool training, double momentum, double eps) {
+  return batch_norm_maybe_relu(input, gamma, beta, running_mean, running_var, training, momentum, eps, false);
+}
+
+Tensor batch_norm_relu(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
+                       Tensor& running_var, bool training, double momentum, double eps) {
+  return batch_norm_maybe_relu(input, gamma, beta, running_mean, running_var, training, momentum, eps, true);
 }
 
 }  // namespace opsnn::ops

@@ -1,9 +1,8 @@
 // Tests of the vectorized CUDA elementwise kernels (src/ops/cuda/elementwise.cu): relu, relu backward,
-// the dense binary ops (the residual add) and affine, through the Backend on views at every alignment
-// (equal and different misalignments of the operands), at sizes around the vector width, in f32, f16
-// and bf16. The CPU twin (f32 math on the values the low dtype holds, rounded once) must agree bit for
-// bit, special values included, and the elements next to each output view must stay untouched.
-// Tagged [cuda]: skipped without a GPU.
+// the dense binary ops (the residual add), the fused add + relu and affine, through the Backend on views at every
+// alignment (equal and different misalignments of the operands), at sizes around the vector width, in f32, f16 and
+// bf16. The CPU twin (f32 math on the values the low dtype holds, rounded once) must agree bit for bit, special values
+// included, and the elements next to each output view must stay untouched. Tagged [cuda]: skipped without a GPU.
 #include <catch2/catch.hpp>
 
 #include <array>
@@ -57,8 +56,9 @@ std::string describe(const char* op, DType dtype, int64_t count, const std::arra
 
 }  // namespace
 
-TEST_CASE("CUDA relu, relu backward, binary ops and affine match the CPU bit for bit at any size and alignment",
-          "[cuda][ops]") {
+TEST_CASE(
+    "CUDA relu, relu backward, binary ops, add_relu and affine match the CPU bit for bit at any size and alignment",
+    "[cuda][ops]") {
   if (gpu_missing()) return;
   Generator generator(31);
   ops::Backend& gpu = ops::backend_for(kGpu);
@@ -88,6 +88,13 @@ TEST_CASE("CUDA relu, relu backward, binary ops and affine match the CPU bit for
         require_same_bits(out.view, expected.to(dtype), what);
         require_guards_intact(out, what);
 
+        what = describe("add_relu", dtype, count, shifts);
+        out = place_output(count, dtype, shifts[2]);
+        gpu.add_relu(placed_a.view, placed_b.view, out.view);
+        cpu.add_relu(a32, b32, expected);
+        require_same_bits(out.view, expected.to(dtype), what);
+        require_guards_intact(out, what);
+
         what = describe("affine", dtype, count, shifts);
         out = place_output(count, dtype, shifts[2]);
         gpu.affine(placed_a.view, -2.5, 0.375, out.view);
@@ -114,25 +121,29 @@ TEST_CASE("CUDA relu and the residual add through ops.h: forward and gradients m
   Generator generator(32);
   for (DType dtype : kDtypes) {
     for (int64_t count : kSizes) {
-      // The views start one element into their buffers, as a slice does.
-      const Tensor x_values = sample(count + 1, dtype, generator), y_values = sample(count + 1, dtype, generator);
-      const Tensor upstream = sample(count, dtype, generator);
-      std::vector<Tensor> outputs, x_grads, y_grads;
-      for (Device device : {kCPU, kGpu}) {
-        // The CPU has no f16/bf16 kernels: it computes in f32 on the same values and rounds at the end.
-        const DType compute = device.is_cpu() ? DType::f32 : dtype;
-        Tensor x = x_values.to(compute).to(device).slice(0, 1, count + 1).detach().set_requires_grad(true);
-        Tensor y = y_values.to(compute).to(device).slice(0, 1, count + 1).detach().set_requires_grad(true);
-        Tensor out = ops::relu(ops::add(ops::relu(x), y));
-        out.backward(upstream.to(compute).to(device));
-        outputs.push_back(out.to(dtype));
-        x_grads.push_back(x.grad().to(dtype));
-        y_grads.push_back(y.grad().to(dtype));
+      for (bool fused : {false, true}) {
+        // The views start one element into their buffers, as a slice does.
+        const Tensor x_values = sample(count + 1, dtype, generator), y_values = sample(count + 1, dtype, generator);
+        const Tensor upstream = sample(count, dtype, generator);
+        std::vector<Tensor> outputs, x_grads, y_grads;
+        for (Device device : {kCPU, kGpu}) {
+          // The CPU has no f16/bf16 kernels: it computes in f32 on the same values and rounds at the end.
+          const DType compute = device.is_cpu() ? DType::f32 : dtype;
+          Tensor x = x_values.to(compute).to(device).slice(0, 1, count + 1).detach().set_requires_grad(true);
+          Tensor y = y_values.to(compute).to(device).slice(0, 1, count + 1).detach().set_requires_grad(true);
+          // fused: add_relu on a contiguous view one element into its buffer (scalar head, then vectors).
+          Tensor out = fused ? ops::add_relu(ops::relu(x), y) : ops::relu(ops::add(ops::relu(x), y));
+          out.backward(upstream.to(compute).to(device));
+          outputs.push_back(out.to(dtype));
+          x_grads.push_back(x.grad().to(dtype));
+          y_grads.push_back(y.grad().to(dtype));
+        }
+        const std::string what =
+            std::string(dtype_name(dtype)) + " count " + std::to_string(count) + (fused ? " add_relu" : "");
+        require_same_bits(outputs[1], outputs[0], "relu(relu(x) + y) " + what);
+        require_same_bits(x_grads[1], x_grads[0], "grad x " + what);
+        require_same_bits(y_grads[1], y_grads[0], "grad y " + what);
       }
-      const std::string what = std::string(dtype_name(dtype)) + " count " + std::to_string(count);
-      require_same_bits(outputs[1], outputs[0], "relu(relu(x) + y) " + what);
-      require_same_bits(x_grads[1], x_grads[0], "grad x " + what);
-      require_same_bits(y_grads[1], y_grads[0], "grad y " + what);
     }
   }
 }

@@ -2,19 +2,21 @@
 // and backward against a double-precision host reference, on shapes that split each channel over many
 // blocks, rows that are odd, shorter than a warp or misaligned for vector loads, batch 1, inner 1, one
 // channel; data far from zero (offset / spread up to 1000); f32, f16 and bf16 data; the running-stat
-// update, eval forward, null grad_gamma / grad_beta, and bit-identical results run to run.
+// update, eval forward, null grad_gamma / grad_beta, and bit-identical results run to run. The fused
+// relu (batch_norm_relu) on the same cases against the reference with the relu applied, and against the
+// CPU twin.
 // Tagged [cuda]: skipped without a GPU.
+#include <algorithm>
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "ops/op_test_helpers.h"
 #include "opsnn/core/rng.h"
 #include "opsnn/ops/backend.h"
-#include "ops/op_test_helpers.h"
 
 using namespace opsnn;
 using namespace opsnn::testing;
@@ -131,7 +133,8 @@ Tensor on_gpu(const Tensor& t, int64_t shift) {
   return view;
 }
 
-Run run_on_gpu(const Inputs& in, int64_t shift = 0) {
+// With `relu` the fused relu(batch norm), its backward masked by the output.
+Run run_on_gpu(const Inputs& in, int64_t shift = 0, bool relu = false) {
   ops::Backend& backend = ops::backend_for(kGpu);
   const Shape& shape = in.x.shape();
   const int64_t channels = shape[1];
@@ -145,18 +148,25 @@ Run run_on_gpu(const Inputs& in, int64_t shift = 0) {
           on_gpu(Tensor::zeros(shape, in.x.dtype()), shift),
           Tensor::empty({channels}, DType::f32, kGpu),
           Tensor::empty({channels}, DType::f32, kGpu)};
-  backend.batch_norm_forward_train(x, gamma, beta, run.running_mean, run.running_var, kMomentum, kEps, run.out,
+  backend.batch_norm_forward_train(x, gamma, beta, run.running_mean, run.running_var, kMomentum, kEps, relu, run.out,
                                    run.save_mean, run.save_invstd);
-  backend.batch_norm_backward(g, x, gamma, run.save_mean, run.save_invstd, run.grad_input, run.grad_gamma,
-                              run.grad_beta);
+  backend.batch_norm_backward(g, relu ? run.out : Tensor(), x, gamma, run.save_mean, run.save_invstd, run.grad_input,
+                              run.grad_gamma, run.grad_beta);
   return run;
 }
 
-// Checks one GPU run against the double reference computed from the same (dtype-exact) values.
-void check_against_reference(const Inputs& in, const Run& run, const std::string& name) {
+// Checks one GPU run against the double reference computed from the same (dtype-exact) values. With
+// `relu` the reference output is relu'd and its gradient is g where the run's output is positive, else 0
+// (the mask the kernels read; at a pre-relu value within rounding of 0 either side is right).
+void check_against_reference(const Inputs& in, const Run& run, const std::string& name, bool relu = false) {
   const Layout layout(in.x.shape());
   const DType dtype = in.x.dtype();
-  const std::vector<double> x = in.x.to_vector<double>(), g = in.g.to_vector<double>();
+  const std::vector<double> x = in.x.to_vector<double>();
+  std::vector<double> g = in.g.to_vector<double>();
+  if (relu) {
+    const std::vector<double> mask = run.out.to_vector<double>();
+    for (size_t i = 0; i < g.size(); ++i) g[i] = mask[i] > 0.0 ? g[i] : 0.0;
+  }
   const std::vector<double> gamma = in.gamma.to_vector<double>(), beta = in.beta.to_vector<double>();
   const std::vector<double> old_mean = in.running_mean.to_vector<double>();
   const std::vector<double> old_var = in.running_var.to_vector<double>();
@@ -195,6 +205,7 @@ void check_against_reference(const Inputs& in, const Run& run, const std::string
       for (int64_t i = 0; i < layout.inner; ++i) {
         const size_t at = layout.at(n, c, i);
         out[at] = (x[at] - mean[k]) * gamma[k] * saved_invstd[k] + beta[k];
+        if (relu && out[at] < 0.0) out[at] = 0.0;
         sum_grad += g[at];
         sum_grad_centered += g[at] * (x[at] - mean[k]);
         magnitude_grad += std::fabs(g[at]);
@@ -309,8 +320,8 @@ TEST_CASE("CUDA batch norm backward without grad_gamma and grad_beta gives the s
     const Inputs in = make_inputs(shape, dtype, offset_for(dtype), 1.0, generator);
     const Run full = run_on_gpu(in);
     Tensor grad_input = Tensor::zeros(shape, dtype, kGpu), no_gamma, no_beta;
-    ops::backend_for(kGpu).batch_norm_backward(in.g.to(kGpu), in.x.to(kGpu), in.gamma.to(kGpu), full.save_mean,
-                                               full.save_invstd, grad_input, no_gamma, no_beta);
+    ops::backend_for(kGpu).batch_norm_backward(in.g.to(kGpu), Tensor(), in.x.to(kGpu), in.gamma.to(kGpu),
+                                               full.save_mean, full.save_invstd, grad_input, no_gamma, no_beta);
     require_identical(grad_input, full.grad_input, case_name(shape, dtype, " grad_input without parameter grads"));
   }
 }
@@ -324,7 +335,8 @@ TEST_CASE("CUDA batch norm eval normalizes with the running statistics", "[cuda]
       const Layout layout(shape);
       Tensor out = Tensor::zeros(shape, dtype, kGpu);
       ops::backend_for(kGpu).batch_norm_forward_eval(in.x.to(kGpu), in.gamma.to(kGpu), in.beta.to(kGpu),
-                                                     in.running_mean.to(kGpu), in.running_var.to(kGpu), kEps, out);
+                                                     in.running_mean.to(kGpu), in.running_var.to(kGpu), kEps, false,
+                                                     out);
       const std::vector<double> x = in.x.to_vector<double>(), gamma = in.gamma.to_vector<double>(),
                                 beta = in.beta.to_vector<double>(), mean = in.running_mean.to_vector<double>(),
                                 var = in.running_var.to_vector<double>();
@@ -337,4 +349,112 @@ TEST_CASE("CUDA batch norm eval normalizes with the running statistics", "[cuda]
           }
       require_scaled(out, expected, output_tolerance(dtype), case_name(shape, dtype, " eval out"));
     }
+}
+
+// ---- batch_norm_relu: the relu fused into the normalizing pass, its mask into the backward ----
+
+TEST_CASE("CUDA batch_norm_relu training matches the double reference, aligned and misaligned",
+          "[cuda][ops][batch_norm]") {
+  if (gpu_missing()) return;
+  Generator generator(47);
+  // Odd rows, rows shorter than a warp, inner 1, one long row, rows one vector long, 4-D, many splits.
+  const std::vector<Shape> shapes = {{64, 3, 3137},  {2, 5, 1}, {7, 5, 4},    {100, 3, 8},
+                                     {1, 2, 100003}, {300, 7},  {8, 4, 2, 3}, {32, 2, 4104}};
+  for (DType dtype : kDtypes)
+    for (const Shape& shape : shapes)
+      for (int64_t shift : {0, 1}) {
+        const Inputs in = make_inputs(shape, dtype, offset_for(dtype), 1.0, generator);
+        check_against_reference(in, run_on_gpu(in, shift, true),
+                                case_name(shape, dtype, shift == 0 ? " relu" : " relu misaligned"), true);
+      }
+}
+
+TEST_CASE("CUDA batch_norm_relu equals batch norm followed by relu on the GPU, forward and backward",
+          "[cuda][ops][batch_norm]") {
+  if (gpu_missing()) return;
+  Generator generator(48);
+  ops::Backend& backend = ops::backend_for(kGpu);
+  for (DType dtype : kDtypes)
+    for (const Shape& shape : std::vector<Shape>{{32, 3, 4104}, {16, 5, 1023}, {300, 7}, {8, 4, 2, 3}})
+      for (int64_t shift : {0, 1}) {
+        const std::string name = case_name(shape, dtype, shift == 0 ? "" : " misaligned");
+        const Inputs in = make_inputs(shape, dtype, 0.0, 1.0, generator);
+        const Run fused = run_on_gpu(in, shift, true), plain = run_on_gpu(in, shift, false);
+        // The same statistics; the output is relu of batch norm's (relu in f32 before the rounding
+        // changes at most the sign of a zero, which compares equal).
+        require_identical(fused.save_mean, plain.save_mean, name + " save_mean");
+        require_identical(fused.save_invstd, plain.save_invstd, name + " save_invstd");
+        require_identical(fused.running_var, plain.running_var, name + " running_var");
+        const std::vector<double> fused_out = fused.out.to_vector<double>(), plain_out = plain.out.to_vector<double>();
+        for (size_t i = 0; i < plain_out.size(); ++i) {
+          if (fused_out[i] == std::max(plain_out[i], 0.0)) continue;
+          INFO(name << " element " << i << ": " << fused_out[i] << " vs relu of " << plain_out[i]);
+          REQUIRE(fused_out[i] == std::max(plain_out[i], 0.0));
+        }
+        // The unfused backward of the masked gradient (relu's backward, materialised) is bit-identical.
+        Tensor masked = Tensor::empty(shape, dtype, kGpu);
+        backend.relu_backward(in.g.to(kGpu), fused.out.contiguous(), masked);
+        Inputs masked_in = in;
+        masked_in.g = masked.to(kCPU);
+        const Run reference = run_on_gpu(masked_in, shift, false);
+        require_identical(fused.grad_input, reference.grad_input, name + " grad_input");
+        require_identical(fused.grad_gamma, reference.grad_gamma, name + " grad_gamma");
+        require_identical(fused.grad_beta, reference.grad_beta, name + " grad_beta");
+
+        // Eval: relu of the eval forward.
+        Tensor eval_fused = Tensor::zeros(shape, dtype, kGpu), eval_plain = Tensor::zeros(shape, dtype, kGpu);
+        const Tensor x = on_gpu(in.x, shift), gamma = in.gamma.to(kGpu), beta = in.beta.to(kGpu),
+                     running_mean = in.running_mean.to(kGpu), running_var = in.running_var.to(kGpu);
+        backend.batch_norm_forward_eval(x, gamma, beta, running_mean, running_var, kEps, true, eval_fused);
+        backend.batch_norm_forward_eval(x, gamma, beta, running_mean, running_var, kEps, false, eval_plain);
+        const std::vector<double> eval_fused_values = eval_fused.to_vector<double>(),
+                                  eval_plain_values = eval_plain.to_vector<double>();
+        for (size_t i = 0; i < eval_plain_values.size(); ++i) {
+          if (eval_fused_values[i] == std::max(eval_plain_values[i], 0.0)) continue;
+          INFO(name << " eval element " << i << ": " << eval_fused_values[i] << " vs relu of " << eval_plain_values[i]);
+          REQUIRE(eval_fused_values[i] == std::max(eval_plain_values[i], 0.0));
+        }
+      }
+}
+
+TEST_CASE("CUDA batch_norm_relu matches its CPU twin", "[cuda][ops][batch_norm]") {
+  if (gpu_missing()) return;
+  Generator generator(49);
+  ops::Backend& cpu = ops::backend_for(kCPU);
+  for (DType dtype : kDtypes)
+    for (const Shape& shape : std::vector<Shape>{{7, 5, 4}, {100, 3, 8}, {300, 7}, {8, 4, 2, 3}, {16, 3, 1023}})
+      for (int64_t shift : {0, 1}) {
+        const std::string name = case_name(shape, dtype, shift == 0 ? " relu vs CPU" : " relu misaligned vs CPU");
+        const Inputs in = make_inputs(shape, dtype, 0.0, 1.0, generator);
+        const Run gpu = run_on_gpu(in, shift, true);
+        // The CPU twin computes in f32 on the same values; its backward reads the GPU's mask and saved
+        // statistics, so both sides differentiate the same function.
+        const int64_t channels = shape[1];
+        const Tensor x = in.x.to(DType::f32), g = in.g.to(DType::f32);
+        Tensor out = Tensor::empty(shape), save_mean = Tensor::empty({channels}),
+               save_invstd = Tensor::empty({channels});
+        Tensor running_mean = in.running_mean.clone(), running_var = in.running_var.clone();
+        cpu.batch_norm_forward_train(x, in.gamma, in.beta, running_mean, running_var, kMomentum, kEps, true, out,
+                                     save_mean, save_invstd);
+        const double tolerance = dtype == DType::f32 ? 1e-5 : output_tolerance(dtype);
+        require_scaled(gpu.out, out.to_vector<double>(), tolerance, name + " out");
+        require_scaled(gpu.save_mean, save_mean.to_vector<double>(), kStatisticTolerance, name + " save_mean");
+        require_scaled(gpu.save_invstd, save_invstd.to_vector<double>(), kStatisticTolerance, name + " save_invstd");
+        require_scaled(gpu.running_var, running_var.to_vector<double>(), kStatisticTolerance, name + " running_var");
+
+        Tensor grad_input = Tensor::empty(shape), grad_gamma = Tensor::empty({channels}),
+               grad_beta = Tensor::empty({channels});
+        cpu.batch_norm_backward(g, gpu.out.to(DType::f32).to(kCPU).contiguous(), x, in.gamma, gpu.save_mean.to(kCPU),
+                                gpu.save_invstd.to(kCPU), grad_input, grad_gamma, grad_beta);
+        require_scaled(gpu.grad_input, grad_input.to_vector<double>(), tolerance, name + " grad_input");
+        require_scaled(gpu.grad_gamma, grad_gamma.to_vector<double>(), 1e-5, name + " grad_gamma");
+        require_scaled(gpu.grad_beta, grad_beta.to_vector<double>(), 1e-5, name + " grad_beta");
+
+        Tensor eval_gpu = Tensor::zeros(shape, dtype, kGpu), eval_cpu = Tensor::empty(shape);
+        ops::backend_for(kGpu).batch_norm_forward_eval(on_gpu(in.x, shift), in.gamma.to(kGpu), in.beta.to(kGpu),
+                                                       in.running_mean.to(kGpu), in.running_var.to(kGpu), kEps, true,
+                                                       eval_gpu);
+        cpu.batch_norm_forward_eval(x, in.gamma, in.beta, in.running_mean, in.running_var, kEps, true, eval_cpu);
+        require_scaled(eval_gpu, eval_cpu.to_vector<double>(), tolerance, name + " eval out");
+      }
 }

@@ -1,12 +1,13 @@
 // Tests for the elementwise ops (src/ops/elementwise.cpp, src/ops/cpu/elementwise.cpp): broadcasting
-// rules, forward values against a double reference, finite-difference gradients, relu's kink, errors.
+// rules, forward values against a double reference, finite-difference gradients, relu's kink, errors,
+// and add_relu: equal bit for bit to relu(add), its one gradient sent to both inputs without aliasing.
 #include <catch2/catch.hpp>
-
 #include <functional>
 
+#include "ops/op_test_helpers.h"
 #include "opsnn/autograd/node.h"
 #include "opsnn/ops/ops.h"
-#include "ops/op_test_helpers.h"
+#include "support/bit_patterns.h"
 
 using namespace opsnn;
 using namespace opsnn::testing;
@@ -190,4 +191,71 @@ TEST_CASE("elementwise ops reject mismatched shapes, dtypes and devices", "[ops]
   CHECK_THAT(message, Catch::Contains("i64"));
   message = require_throws<TypeError>([] { ops::relu(Tensor::zeros({2}, DType::i32)); });
   CHECK_THAT(message, Catch::Contains("i32"));
+}
+
+TEST_CASE("add_relu gradients match finite differences, fused and broadcast", "[ops]") {
+  Generator generator(18);
+  // Same shapes (the fused kernel), then broadcasting (the relu(add) fallback).
+  require_gradcheck([](const std::vector<Tensor>& in) { return ops::add_relu(in[0], in[1]); },
+                    {random_leaf({3, 4, 5}, generator), random_leaf({3, 4, 5}, generator)});
+  require_gradcheck([](const std::vector<Tensor>& in) { return ops::add_relu(in[0], in[1]); },
+                    {random_leaf({2, 3, 4}, generator), random_leaf({3, 1}, generator)});
+  // A non-contiguous operand also falls back.
+  const Tensor strided = Tensor::uniform({4, 3}, -1.0, 1.0, generator, DType::f64).transpose(0, 1);
+  const Tensor other = Tensor::uniform({3, 4}, -1.0, 1.0, generator, DType::f64);
+  REQUIRE_FALSE(strided.is_contiguous());
+  require_close(ops::add_relu(strided, other).to_vector<double>(),
+                ops::relu(ops::add(strided, other)).to_vector<double>(), 0.0);
+}
+
+TEST_CASE("add_relu equals relu(add) bit for bit, forward and backward", "[ops]") {
+  Generator generator(19);
+  for (DType dtype : {DType::f32, DType::f64}) {
+    for (const Shape& shape : {Shape{70001}, Shape{2, 3, 5}}) {
+      const Tensor a_values = Tensor::normal(shape, 0.0, 1.0, generator, dtype);
+      std::vector<double> b_list = Tensor::normal(shape, 0.0, 1.0, generator, DType::f64).to_vector<double>();
+      const std::vector<double> a_list = a_values.to_vector<double>();
+      for (size_t i = 0; i < b_list.size(); i += 5) b_list[i] = -a_list[i];  // sums of exactly 0: the kink
+      const Tensor b_values = Tensor::from_vector<double>(b_list, shape).to(dtype);
+      const Tensor upstream = Tensor::uniform(shape, -1.0, 1.0, generator, dtype);
+      std::vector<Tensor> results;
+      for (bool fused : {false, true}) {
+        Tensor a = a_values.clone().set_requires_grad(true), b = b_values.clone().set_requires_grad(true);
+        Tensor out = fused ? ops::add_relu(a, b) : ops::relu(ops::add(a, b));
+        out.backward(upstream);
+        results.insert(results.end(), {out.detach(), a.grad(), b.grad()});
+      }
+      const std::string what = shape_str(shape) + " " + std::string(dtype_name(dtype));
+      require_same_bits(results[3], results[0], what + " out");
+      require_same_bits(results[4], results[1], what + " grad a");
+      require_same_bits(results[5], results[2], what + " grad b");
+    }
+  }
+}
+
+TEST_CASE("add_relu sends one gradient to both inputs without the inputs' gradients aliasing", "[ops]") {
+  const Tensor upstream = Tensor::from_vector<double>({1.0, 2.0, 3.0, 4.0}, {4});
+  // The same tensor twice: 2 * mask * g.
+  Tensor x = Tensor::from_vector<double>({1.0, -1.0, 0.5, -0.25}, {4});
+  x.set_requires_grad(true);
+  ops::add_relu(x, x).backward(upstream);
+  require_close(x.grad().to_vector<double>(), {2.0, 0.0, 6.0, 0.0});
+
+  // Two leaves: their gradients are separate buffers (a later in-place step on one leaves the other).
+  Tensor a = Tensor::from_vector<double>({1.0, -2.0, 0.5, 3.0}, {4}).set_requires_grad(true);
+  Tensor b = Tensor::from_vector<double>({1.0, 1.0, -1.0, -4.0}, {4}).set_requires_grad(true);
+  ops::add_relu(a, b).backward(upstream);
+  REQUIRE(a.grad().storage() != b.grad().storage());
+  a.grad().add_(Tensor::ones({4}, DType::f64));
+  require_close(b.grad().to_vector<double>(), {1.0, 0.0, 0.0, 0.0});
+  ops::add_relu(a, b).backward(upstream);  // accumulates into both
+  require_close(a.grad().to_vector<double>(), {3.0, 1.0, 1.0, 1.0});
+  require_close(b.grad().to_vector<double>(), {2.0, 0.0, 0.0, 0.0});
+
+  // Through nodes, with one input's node receiving a second gradient that the engine sums into the
+  // first: p = 2x gets mask * g + g, q = 3x gets mask * g, so grad x = 2 (mask g + g) + 3 mask g.
+  Tensor leaf = Tensor::from_vector<double>({1.0, -1.0, 0.5, -0.25}, {4}).set_requires_grad(true);
+  Tensor p = ops::scale(leaf, 2.0), q = ops::scale(leaf, 3.0);
+  ops::add(ops::add_relu(p, q), p).backward(upstream);
+  require_close(leaf.grad().to_vector<double>(), {5.0 + 2.0, 4.0, 15.0 + 6.0, 8.0});
 }

@@ -1,13 +1,15 @@
-// Tests of ops::batch_norm (src/ops/norm.cpp, src/ops/cpu/norm.cpp): training and eval values,
-// running-statistic updates, finite-difference gradients, f32 precision and argument errors.
+// Tests of ops::batch_norm and ops::batch_norm_relu (src/ops/norm.cpp, src/ops/cpu/norm.cpp): training and
+// eval values, running-statistic updates, finite-difference gradients, f32 precision, argument errors, and
+// the fused relu equal bit for bit to batch_norm followed by relu.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <vector>
 
+#include "ops/op_test_helpers.h"
+#include "opsnn/autograd/node.h"
 #include "opsnn/core/rng.h"
 #include "opsnn/ops/ops.h"
-#include "ops/op_test_helpers.h"
+#include "support/bit_patterns.h"
 
 using namespace opsnn;
 using namespace opsnn::testing;
@@ -51,6 +53,29 @@ std::vector<double> reference_normalize(const Tensor& input, const std::vector<d
     out[i] = (x[i] - mean[c]) / std::sqrt(variance[c] + eps) * gamma[c] + beta[c];
   }
   return out;
+}
+
+// Everything one relu(batch norm) forward and backward produces, from copies of the given tensors.
+struct BatchNormReluRun {
+  Tensor out, running_mean, running_var, grad_input, grad_gamma, grad_beta;
+};
+
+BatchNormReluRun run_batch_norm_relu(bool fused, bool training, const Tensor& input, const Tensor& gamma,
+                                     const Tensor& beta, const Tensor& running_mean, const Tensor& running_var,
+                                     const Tensor& upstream) {
+  BatchNormReluRun run;
+  Tensor x = input.clone().set_requires_grad(true);
+  Tensor weight = gamma.defined() ? gamma.clone().set_requires_grad(true) : Tensor();
+  Tensor bias = beta.clone().set_requires_grad(true);
+  run.running_mean = running_mean.clone();
+  run.running_var = running_var.clone();
+  run.out = fused ? ops::batch_norm_relu(x, weight, bias, run.running_mean, run.running_var, training, 0.1, 1e-5)
+                  : ops::relu(ops::batch_norm(x, weight, bias, run.running_mean, run.running_var, training, 0.1, 1e-5));
+  run.out.backward(upstream);
+  run.grad_input = x.grad();
+  if (weight.defined()) run.grad_gamma = weight.grad();
+  run.grad_beta = bias.grad();
+  return run;
 }
 
 }  // namespace
@@ -194,4 +219,76 @@ TEST_CASE("batch_norm rejects bad arguments with messages naming both sides", "[
   // Training without running statistics (track_running_stats off) works.
   Tensor none_mean, none_var;
   REQUIRE(ops::batch_norm(input, Tensor(), Tensor(), none_mean, none_var, true).shape() == input.shape());
+}
+
+TEST_CASE("batch_norm_relu gradients match finite differences", "[ops]") {
+  for (const Shape& shape : {Shape{3, 2, 3, 4}, Shape{5, 3}, Shape{2, 3, 5}}) {
+    for (bool training : {true, false}) {
+      INFO("input " << shape_str(shape) << (training ? " training" : " eval"));
+      Generator generator(13);
+      const int64_t C = shape[1];
+      Tensor input = random_leaf(shape, generator, -2, 2);
+      Tensor gamma = random_leaf({C}, generator, 0.5, 1.5);
+      Tensor beta = random_leaf({C}, generator, -0.5, 0.5);
+      Tensor running_mean = Tensor::uniform({C}, -0.5, 0.5, generator, DType::f64);
+      Tensor running_var = Tensor::uniform({C}, 0.5, 1.5, generator, DType::f64);
+      require_gradcheck(
+          [&](const std::vector<Tensor>& in) {
+            return ops::batch_norm_relu(in[0], in[1], in[2], running_mean, running_var, training, 0.1, 1e-5);
+          },
+          {input, gamma, beta});
+    }
+  }
+}
+
+TEST_CASE("batch_norm_relu equals batch_norm followed by relu bit for bit, forward and backward", "[ops]") {
+  // Shapes past the OpenMP threshold ([8, 16, 17, 17]), 2-D, inner 1 and odd; f32 and f64; with and
+  // without gamma; training and eval (where pre-relu values of exactly 0 hit the kink).
+  for (DType dtype : {DType::f32, DType::f64}) {
+    for (const Shape& shape : {Shape{8, 16, 17, 17}, Shape{6, 4}, Shape{5, 3, 1}, Shape{4, 3, 5, 2}}) {
+      for (bool training : {true, false}) {
+        for (bool with_gamma : {true, false}) {
+          const std::string what = shape_str(shape) + " " + std::string(dtype_name(dtype)) +
+                                   (training ? " training" : " eval") + (with_gamma ? "" : " without gamma");
+          Generator generator(23);
+          const int64_t C = shape[1];
+          std::vector<double> values = Tensor::normal(shape, 0.3, 1.0, generator, DType::f64).to_vector<double>();
+          for (size_t i = 0; i < values.size(); i += 7) values[i] = 0.0;  // channel 0's running mean below
+          const Tensor input = Tensor::from_vector<double>(values, shape).to(dtype);
+          const Tensor gamma = with_gamma ? Tensor::uniform({C}, 0.5, 1.5, generator, dtype) : Tensor();
+          std::vector<double> shift = Tensor::uniform({C}, -0.5, 0.5, generator, DType::f64).to_vector<double>();
+          shift[0] = 0.0;
+          const Tensor beta = Tensor::from_vector<double>(shift, {C}).to(dtype);
+          std::vector<double> center = Tensor::uniform({C}, -0.5, 0.5, generator, DType::f64).to_vector<double>();
+          center[0] = 0.0;
+          const Tensor running_mean = Tensor::from_vector<double>(center, {C}).to(dtype);
+          const Tensor running_var = Tensor::uniform({C}, 0.5, 2.0, generator, dtype);
+          const Tensor upstream = Tensor::uniform(shape, -1.0, 1.0, generator, dtype);
+          const BatchNormReluRun unfused =
+              run_batch_norm_relu(false, training, input, gamma, beta, running_mean, running_var, upstream);
+          const BatchNormReluRun fused =
+              run_batch_norm_relu(true, training, input, gamma, beta, running_mean, running_var, upstream);
+          require_same_bits(fused.out, unfused.out, what + " out");
+          require_same_bits(fused.running_mean, unfused.running_mean, what + " running_mean");
+          require_same_bits(fused.running_var, unfused.running_var, what + " running_var");
+          require_same_bits(fused.grad_input, unfused.grad_input, what + " grad_input");
+          if (with_gamma) require_same_bits(fused.grad_gamma, unfused.grad_gamma, what + " grad_gamma");
+          require_same_bits(fused.grad_beta, unfused.grad_beta, what + " grad_beta");
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("batch_norm_relu keeps its output as the mask and releases it after the backward", "[ops]") {
+  Generator generator(24);
+  Tensor input = random_leaf({4, 3, 5}, generator);
+  Tensor running_mean = Tensor::zeros({3}, DType::f64), running_var = Tensor::ones({3}, DType::f64);
+  Tensor out = ops::batch_norm_relu(input, Tensor(), Tensor(), running_mean, running_var, true);
+  REQUIRE(out.grad_fn()->name() == "BatchNormReluBackward");
+  for (double v : out.to_vector<double>()) REQUIRE(v >= 0.0);
+  // The node's saved output shares the returned tensor's storage (no extra buffer).
+  REQUIRE(out.storage().use_count() == 2);
+  out.backward(Tensor::ones(out.shape(), DType::f64));
+  REQUIRE(out.storage().use_count() == 1);
 }

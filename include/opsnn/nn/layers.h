@@ -81,6 +81,8 @@ class BatchNorm2d : public Module {
   explicit BatchNorm2d(const BatchNorm2dOptions& options);
   explicit BatchNorm2d(int64_t num_features) : BatchNorm2d(BatchNorm2dOptions(num_features)) {}
   Tensor forward(const Tensor& input) override;  // [N, C, H, W] (or [N, C]) -> same shape
+  // relu(forward(input)) with the relu fused into the normalization (ops::batch_norm_relu).
+  Tensor forward_relu(const Tensor& input);
   void reset_parameters();
   std::string extra_repr() const override;
   const BatchNorm2dOptions& options() const { return options_; }
@@ -90,6 +92,8 @@ class BatchNorm2d : public Module {
   const Tensor& running_var() const { return running_var_; }
 
  private:
+  void check_input(const Tensor& input) const;
+
   BatchNorm2dOptions options_;
   Tensor weight_, bias_, running_mean_, running_var_;
 };

@@ -42,6 +42,8 @@ class Backend {
   virtual void relu(const Tensor& x, Tensor& out) = 0;
   // grad_in = grad_out where x > 0, else 0 (x: the relu input or, the same mask, its output)
   virtual void relu_backward(const Tensor& grad_out, const Tensor& x, Tensor& grad_in) = 0;
+  // out = relu(a + b) in one pass (the residual add of a ResNet block): a, b and out contiguous, one shape.
+  virtual void add_relu(const Tensor& a, const Tensor& b, Tensor& out) = 0;
 
   // ---- reductions ----
   // out has x's shape with every dimension in `reduce_dims` set to 1 (keepdim); sums over them.
@@ -58,16 +60,19 @@ class Backend {
   // ---- batch normalization over N, H, W per channel (input [N, C, ...]) ----
   // Training: normalizes with batch statistics, saves mean and 1/sqrt(var + eps), and updates running
   // stats: running = (1 - momentum) * running + momentum * batch (unbiased variance), as PyTorch.
+  // With `relu` both forwards write relu(batch norm) instead, fused into the normalizing pass.
   virtual void batch_norm_forward_train(const Tensor& input, const Tensor& gamma, const Tensor& beta,
-                                        Tensor& running_mean, Tensor& running_var, double momentum,
-                                        double eps, Tensor& out, Tensor& save_mean, Tensor& save_invstd) = 0;
+                                        Tensor& running_mean, Tensor& running_var, double momentum, double eps,
+                                        bool relu, Tensor& out, Tensor& save_mean, Tensor& save_invstd) = 0;
   virtual void batch_norm_forward_eval(const Tensor& input, const Tensor& gamma, const Tensor& beta,
-                                       const Tensor& running_mean, const Tensor& running_var, double eps,
+                                       const Tensor& running_mean, const Tensor& running_var, double eps, bool relu,
                                        Tensor& out) = 0;
   // Backward of the training forward; grad_gamma / grad_beta may be undefined when not needed.
-  virtual void batch_norm_backward(const Tensor& grad_out, const Tensor& input, const Tensor& gamma,
-                                   const Tensor& save_mean, const Tensor& save_invstd, Tensor& grad_input,
-                                   Tensor& grad_gamma, Tensor& grad_beta) = 0;
+  // relu_output: undefined for a plain batch norm; for the fused relu(batch norm) its output, and
+  // grad_out then counts only where relu_output > 0 (masked as it is read, never materialised).
+  virtual void batch_norm_backward(const Tensor& grad_out, const Tensor& relu_output, const Tensor& input,
+                                   const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
+                                   Tensor& grad_input, Tensor& grad_gamma, Tensor& grad_beta) = 0;
 
   // ---- pooling (NCHW) ----
   // indices (i64, out's shape) hold the flat h*W+w position of each window's maximum (first on ties).

@@ -25,6 +25,9 @@ Tensor mul(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Tensor& b);
 Tensor scale(const Tensor& x, double factor);  // x * factor
 Tensor relu(const Tensor& x);
+// relu(a + b): one fused pass (kept for the backward as relu's output) when a and b have one shape,
+// dtype and device; other operands go through relu(add(a, b)), broadcasting included.
+Tensor add_relu(const Tensor& a, const Tensor& b);
 Shape broadcast_shapes(const Shape& a, const Shape& b);  // throws ShapeError naming both shapes
 
 // ---- reductions ----
@@ -44,6 +47,10 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, con
 // are then computed in f32 (or wider), the output has the input's dtype and gamma/beta gradients are f32.
 Tensor batch_norm(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
                   Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5);
+// relu(batch_norm(...)) with the same arguments, the relu fused into batch norm's last elementwise pass and
+// its mask into the backward's passes (the batch-norm output before the relu is never stored).
+Tensor batch_norm_relu(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
+                       Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5);
 Tensor max_pool2d(const Tensor& input, const Pool2dGeometry& geometry);
 Tensor avg_pool2d(const Tensor& input, const Pool2dGeometry& geometry);
 Tensor global_avg_pool2d(const Tensor& input);  // [N, C, H, W] -> [N, C]

@@ -17,6 +17,7 @@ class CpuBackend final : public Backend {
   void affine(const Tensor& x, double scale, double shift, Tensor& out) override;
   void relu(const Tensor& x, Tensor& out) override;
   void relu_backward(const Tensor& grad_out, const Tensor& x, Tensor& grad_in) override;
+  void add_relu(const Tensor& a, const Tensor& b, Tensor& out) override;
   void sum(const Tensor& x, const std::vector<int64_t>& reduce_dims, Tensor& out) override;
   void conv2d_forward(const Tensor& input, const Tensor& weight, const Tensor& bias, Tensor& out,
                       const Conv2dGeometry& geometry) override;
@@ -25,13 +26,12 @@ class CpuBackend final : public Backend {
   void conv2d_backward_weight(const Tensor& grad_out, const Tensor& input, Tensor& grad_weight,
                               const Conv2dGeometry& geometry) override;
   void batch_norm_forward_train(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
-                                Tensor& running_var, double momentum, double eps, Tensor& out, Tensor& save_mean,
-                                Tensor& save_invstd) override;
-  void batch_norm_forward_eval(const Tensor& input, const Tensor& gamma, const Tensor& beta,
-                               const Tensor& running_mean, const Tensor& running_var, double eps,
-                               Tensor& out) override;
-  void batch_norm_backward(const Tensor& grad_out, const Tensor& input, const Tensor& gamma, const Tensor& save_mean,
-                           const Tensor& save_invstd, Tensor& grad_input, Tensor& grad_gamma,
+                                Tensor& running_var, double momentum, double eps, bool relu, Tensor& out,
+                                Tensor& save_mean, Tensor& save_invstd) override;
+  void batch_norm_forward_eval(const Tensor& input, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                               const Tensor& running_var, double eps, bool relu, Tensor& out) override;
+  void batch_norm_backward(const Tensor& grad_out, const Tensor& relu_output, const Tensor& input, const Tensor& gamma,
+                           const Tensor& save_mean, const Tensor& save_invstd, Tensor& grad_input, Tensor& grad_gamma,
                            Tensor& grad_beta) override;
   void max_pool2d_forward(const Tensor& input, Tensor& out, Tensor& indices, const Pool2dGeometry& geometry) override;
   void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, Tensor& grad_input) override;

@@ -1,5 +1,6 @@
 // CPU elementwise kernels: broadcasting binary arithmetic over strided inputs, affine, relu and its
-// backward. Loops are flat (or row-wise with a vectorizable inner loop) and OpenMP-parallel when large.
+// backward, and the fused add + relu. Loops are flat (or row-wise with a vectorizable inner loop) and OpenMP-parallel
+// when large.
 #include <algorithm>
 #include <vector>
 
@@ -166,6 +167,28 @@ void CpuBackend::relu_backward(const Tensor& grad_out, const Tensor& x, Tensor& 
     // The kink at 0 gets gradient 0, as in PyTorch.
 #pragma omp parallel for simd schedule(static) if (count >= cpu::kParallelMinElements)
     for (int64_t i = 0; i < count; ++i) result[i] = in[i] > T(0) ? upstream[i] : T(0);
+  });
+}
+
+void CpuBackend::add_relu(const Tensor& a, const Tensor& b, Tensor& out) {
+  check_same_shape(a, b, "CPU add_relu");
+  check_same_shape(a, out, "CPU add_relu");
+  check_same_dtype(a, b, "CPU add_relu");
+  check_same_dtype(a, out, "CPU add_relu");
+  OPSNN_CHECK(a.is_contiguous() && b.is_contiguous() && out.is_contiguous(),
+              "CPU add_relu: operands must be contiguous");
+  cpu::visit_floating(a.dtype(), "add_relu", [&](auto tag) {
+    using T = decltype(tag);
+    const T* left = a.data<T>();
+    const T* right = b.data<T>();
+    T* result = out.data<T>();
+    const int64_t count = a.numel();
+    // The sum rounded to T, then relu as in relu(): equal bit for bit to add followed by relu.
+#pragma omp parallel for simd schedule(static) if (count >= cpu::kParallelMinElements)
+    for (int64_t i = 0; i < count; ++i) {
+      const T sum = left[i] + right[i];
+      result[i] = sum < T(0) ? T(0) : sum;
+    }
   });
 }
 

@@ -20,20 +20,28 @@ struct ChannelLayout {
 };
 
 // out = (x - center) * scale + shift over channel `channel`; centering first keeps precision when the
-// mean is large next to the spread.
+// mean is large next to the spread. With `relu`, relu of that, `v < 0 ? 0 : v` on the rounded value as
+// CpuBackend::relu computes it, so the fused op equals batch norm followed by relu bit for bit.
 template <typename T>
 void normalize_channel(const T* x, T* out, const ChannelLayout& layout, int64_t channel, double center, double scale,
-                       double shift) {
+                       double shift, bool relu) {
   const T center_t = static_cast<T>(center), scale_t = static_cast<T>(scale), shift_t = static_cast<T>(shift);
   for (int64_t n = 0; n < layout.batch; ++n) {
     const int64_t start = layout.start(n, channel);
-    for (int64_t i = start; i < start + layout.inner; ++i) out[i] = (x[i] - center_t) * scale_t + shift_t;
+    if (relu) {
+      for (int64_t i = start; i < start + layout.inner; ++i) {
+        const T value = (x[i] - center_t) * scale_t + shift_t;
+        out[i] = value < T(0) ? T(0) : value;
+      }
+    } else {
+      for (int64_t i = start; i < start + layout.inner; ++i) out[i] = (x[i] - center_t) * scale_t + shift_t;
+    }
   }
 }
 
 template <typename T>
 void forward_train_typed(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
-                         Tensor& running_var, double momentum, double eps, Tensor& out, Tensor& save_mean,
+                         Tensor& running_var, double momentum, double eps, bool relu, Tensor& out, Tensor& save_mean,
                          Tensor& save_invstd) {
   const ChannelLayout layout(input);
   const T* x = input.data<T>();
@@ -64,7 +72,8 @@ void forward_train_typed(const Tensor& input, const Tensor& gamma, const Tensor&
     }
     const double variance = squared / count;
     const double invstd = 1.0 / std::sqrt(variance + eps);
-    normalize_channel(x, y, layout, c, mean, static_cast<double>(weight[c]) * invstd, static_cast<double>(bias[c]));
+    normalize_channel(x, y, layout, c, mean, static_cast<double>(weight[c]) * invstd, static_cast<double>(bias[c]),
+                      relu);
     mean_out[c] = static_cast<T>(mean);
     invstd_out[c] = static_cast<T>(invstd);
     // Running variance takes the unbiased estimate, as PyTorch does.
@@ -75,7 +84,7 @@ void forward_train_typed(const Tensor& input, const Tensor& gamma, const Tensor&
 
 template <typename T>
 void forward_eval_typed(const Tensor& input, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
-                        const Tensor& running_var, double eps, Tensor& out) {
+                        const Tensor& running_var, double eps, bool relu, Tensor& out) {
   const ChannelLayout layout(input);
   const T* x = input.data<T>();
   const T* weight = gamma.data<T>();
@@ -86,18 +95,23 @@ void forward_eval_typed(const Tensor& input, const Tensor& gamma, const Tensor& 
 #pragma omp parallel for schedule(static) if (layout.parallel())
   for (int64_t c = 0; c < layout.channels; ++c) {
     const double scale = static_cast<double>(weight[c]) / std::sqrt(static_cast<double>(run_var[c]) + eps);
-    normalize_channel(x, y, layout, c, static_cast<double>(run_mean[c]), scale, static_cast<double>(bias[c]));
+    normalize_channel(x, y, layout, c, static_cast<double>(run_mean[c]), scale, static_cast<double>(bias[c]), relu);
   }
 }
 
 // With xhat = (x - mean) * invstd and g the output gradient, per channel over its M elements:
 //   grad_beta = sum g,  grad_gamma = sum g * xhat,
 //   grad_x = gamma * invstd * (g - sum g / M - xhat * sum(g * xhat) / M).
+// After a fused relu, g is the upstream gradient where the relu output is positive and 0 elsewhere, read
+// through `masked` in both loops (the values relu_backward would have stored).
 template <typename T>
-void backward_typed(const Tensor& grad_out, const Tensor& input, const Tensor& gamma, const Tensor& save_mean,
-                    const Tensor& save_invstd, Tensor& grad_input, Tensor& grad_gamma, Tensor& grad_beta) {
+void backward_typed(const Tensor& grad_out, const Tensor& relu_output, const Tensor& input, const Tensor& gamma,
+                    const Tensor& save_mean, const Tensor& save_invstd, Tensor& grad_input, Tensor& grad_gamma,
+                    Tensor& grad_beta) {
   const ChannelLayout layout(input);
-  const T* g = grad_out.data<T>();
+  const T* upstream = grad_out.data<T>();
+  const T* mask = relu_output.defined() ? relu_output.data<T>() : nullptr;
+  const auto g = [upstream, mask](int64_t i) { return mask == nullptr || mask[i] > T(0) ? upstream[i] : T(0); };
   const T* x = input.data<T>();
   const T* weight = gamma.data<T>();
   const T* mean_in = save_mean.data<T>();
@@ -113,8 +127,8 @@ void backward_typed(const Tensor& grad_out, const Tensor& input, const Tensor& g
     for (int64_t n = 0; n < layout.batch; ++n) {
       const int64_t start = layout.start(n, c);
       for (int64_t i = start; i < start + layout.inner; ++i) {
-        sum_grad += static_cast<double>(g[i]);
-        sum_grad_centered += static_cast<double>(g[i]) * (static_cast<double>(x[i]) - mean);
+        sum_grad += static_cast<double>(g(i));
+        sum_grad_centered += static_cast<double>(g(i)) * (static_cast<double>(x[i]) - mean);
       }
     }
     if (dbeta != nullptr) dbeta[c] = static_cast<T>(sum_grad);
@@ -126,7 +140,7 @@ void backward_typed(const Tensor& grad_out, const Tensor& input, const Tensor& g
     for (int64_t n = 0; n < layout.batch; ++n) {
       const int64_t start = layout.start(n, c);
       for (int64_t i = start; i < start + layout.inner; ++i)
-        dx[i] = k_t * (g[i] - mean_grad_t) - slope * (x[i] - mean_t);
+        dx[i] = k_t * (g(i) - mean_grad_t) - slope * (x[i] - mean_t);
     }
   }
 }
@@ -135,26 +149,31 @@ void backward_typed(const Tensor& grad_out, const Tensor& input, const Tensor& g
 
 void CpuBackend::batch_norm_forward_train(const Tensor& input, const Tensor& gamma, const Tensor& beta,
                                           Tensor& running_mean, Tensor& running_var, double momentum, double eps,
-                                          Tensor& out, Tensor& save_mean, Tensor& save_invstd) {
+                                          bool relu, Tensor& out, Tensor& save_mean, Tensor& save_invstd) {
   cpu::visit_floating(input.dtype(), "batch_norm_forward_train", [&](auto tag) {
-    forward_train_typed<decltype(tag)>(input, gamma, beta, running_mean, running_var, momentum, eps, out, save_mean,
-                                       save_invstd);
+    forward_train_typed<decltype(tag)>(input, gamma, beta, running_mean, running_var, momentum, eps, relu, out,
+                                       save_mean, save_invstd);
   });
 }
 
 void CpuBackend::batch_norm_forward_eval(const Tensor& input, const Tensor& gamma, const Tensor& beta,
-                                         const Tensor& running_mean, const Tensor& running_var, double eps,
+                                         const Tensor& running_mean, const Tensor& running_var, double eps, bool relu,
                                          Tensor& out) {
   cpu::visit_floating(input.dtype(), "batch_norm_forward_eval", [&](auto tag) {
-    forward_eval_typed<decltype(tag)>(input, gamma, beta, running_mean, running_var, eps, out);
+    forward_eval_typed<decltype(tag)>(input, gamma, beta, running_mean, running_var, eps, relu, out);
   });
 }
 
-void CpuBackend::batch_norm_backward(const Tensor& grad_out, const Tensor& input, const Tensor& gamma,
-                                     const Tensor& save_mean, const Tensor& save_invstd, Tensor& grad_input,
-                                     Tensor& grad_gamma, Tensor& grad_beta) {
+void CpuBackend::batch_norm_backward(const Tensor& grad_out, const Tensor& relu_output, const Tensor& input,
+                                     const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
+                                     Tensor& grad_input, Tensor& grad_gamma, Tensor& grad_beta) {
+  if (relu_output.defined()) {
+    check_same_shape(grad_out, relu_output, "CPU batch_norm_backward");
+    check_same_dtype(grad_out, relu_output, "CPU batch_norm_backward");
+  }
   cpu::visit_floating(grad_out.dtype(), "batch_norm_backward", [&](auto tag) {
-    backward_typed<decltype(tag)>(grad_out, input, gamma, save_mean, save_invstd, grad_input, grad_gamma, grad_beta);
+    backward_typed<decltype(tag)>(grad_out, relu_output, input, gamma, save_mean, save_invstd, grad_input, grad_gamma,
+                                  grad_beta);
   });
 }
 

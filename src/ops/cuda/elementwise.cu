@@ -1,6 +1,6 @@
 // CUDA elementwise kernels of the compute backend: broadcasting binary arithmetic over strided inputs,
-// affine, relu and its backward, for f32, f16 and bf16 storage (arithmetic in f32, one rounding on the
-// store). The contiguous cases run through launch_map (16-byte vector steps, core/cuda/vectorized.cuh).
+// affine, relu and its backward, and the fused add + relu, for f32, f16 and bf16 storage (arithmetic in f32, one
+// rounding on the store). The contiguous cases run through launch_map (16-byte vector steps, core/cuda/vectorized.cuh).
 // The CPU twins are in src/ops/cpu/elementwise.cpp.
 #include "core/cuda/conversions.cuh"
 #include "core/cuda/vectorized.cuh"
@@ -39,6 +39,15 @@ struct ReluOp {
 struct ReluBackwardOp {
   template <typename T> __device__ __forceinline__ T operator()(T grad_out, T x) const {
     return to_float(x) > 0.0f ? grad_out : T{};
+  }
+};
+
+// relu(x + y) with the sum rounded to T first: the values add followed by relu would store.
+struct AddReluOp {
+  template <typename T>
+  __device__ __forceinline__ T operator()(T x, T y) const {
+    const T sum = from_float<T>(to_float(x) + to_float(y));
+    return ReluOp{}(sum);
   }
 };
 
@@ -89,11 +98,17 @@ template <typename T> void launch_relu_backward(const T* grad_out, const T* x, T
   launch_map(ReluBackwardOp{}, count, nullptr, grad_in, grad_out, x);
 }
 
-#define OPSNN_INSTANTIATE_ELEMENTWISE(T)                                                                   \
-  template void launch_binary<T>(BinaryKind, const T*, const T*, T*, const BinaryLayout&, int64_t);       \
-  template void launch_affine<T>(const T*, float, float, T*, int64_t);                                     \
-  template void launch_relu<T>(const T*, T*, int64_t);                                                     \
-  template void launch_relu_backward<T>(const T*, const T*, T*, int64_t);
+template <typename T>
+void launch_add_relu(const T* a, const T* b, T* out, int64_t count) {
+  launch_map(AddReluOp{}, count, nullptr, out, a, b);
+}
+
+#define OPSNN_INSTANTIATE_ELEMENTWISE(T)                                                            \
+  template void launch_binary<T>(BinaryKind, const T*, const T*, T*, const BinaryLayout&, int64_t); \
+  template void launch_affine<T>(const T*, float, float, T*, int64_t);                              \
+  template void launch_relu<T>(const T*, T*, int64_t);                                              \
+  template void launch_relu_backward<T>(const T*, const T*, T*, int64_t);                           \
+  template void launch_add_relu<T>(const T*, const T*, T*, int64_t);
 OPSNN_FOR_EACH_FLOATING_TYPE(OPSNN_INSTANTIATE_ELEMENTWISE)
 
 }  // namespace opsnn::cuda

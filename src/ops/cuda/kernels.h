@@ -32,6 +32,9 @@ void launch_binary(BinaryKind kind, const T* a, const T* b, T* out, const Binary
 template <typename T> void launch_affine(const T* x, float scale, float shift, T* out, int64_t count);
 template <typename T> void launch_relu(const T* x, T* out, int64_t count);
 template <typename T> void launch_relu_backward(const T* grad_out, const T* x, T* grad_in, int64_t count);
+// out = relu(a + b), the sum rounded to T before the relu (as add followed by relu); contiguous arrays.
+template <typename T>
+void launch_add_relu(const T* a, const T* b, T* out, int64_t count);
 
 // ---- sum over dimensions (reduce.cu) ----
 // Output o sums x[kept_offset(o) + reduced_offset(r)] over r in [0, reduced_count); offsets decompose
@@ -50,24 +53,26 @@ void launch_sum(const T* x, T* out, const ReduceLayout& layout, int64_t out_coun
 // statistics, their gradients) are always f32, and statistics accumulate in double. Each launcher
 // takes device scratch of batch_norm_workspace_bytes(layout) bytes (16-byte aligned), computed on the
 // device that runs the launch; it may be freed, stream-ordered, right after the launch. An empty input
-// (batch * inner == 0) launches nothing.
+// (batch * inner == 0) launches nothing. With `relu` the forwards write relu(batch norm); a non-null
+// relu_output (that fused output) makes the backward use grad_out only where relu_output > 0.
 struct ChannelLayout {
   int64_t batch, channels, inner;
 };
 size_t batch_norm_workspace_bytes(const ChannelLayout& layout);
 template <typename T>
 void launch_batch_norm_forward_train(const T* x, const float* gamma, const float* beta, float* running_mean,
-                                     float* running_var, double momentum, double eps, T* out, float* save_mean,
-                                     float* save_invstd, const ChannelLayout& layout, void* workspace);
+                                     float* running_var, double momentum, double eps, bool relu, T* out,
+                                     float* save_mean, float* save_invstd, const ChannelLayout& layout,
+                                     void* workspace);
 template <typename T>
 void launch_batch_norm_forward_eval(const T* x, const float* gamma, const float* beta, const float* running_mean,
-                                    const float* running_var, double eps, T* out, const ChannelLayout& layout,
-                                    void* workspace);
-// grad_gamma / grad_beta may be null.
+                                    const float* running_var, double eps, bool relu, T* out,
+                                    const ChannelLayout& layout, void* workspace);
+// grad_gamma / grad_beta and relu_output may be null.
 template <typename T>
-void launch_batch_norm_backward(const T* grad_out, const T* x, const float* gamma, const float* save_mean,
-                                const float* save_invstd, T* grad_input, float* grad_gamma, float* grad_beta,
-                                const ChannelLayout& layout, void* workspace);
+void launch_batch_norm_backward(const T* grad_out, const T* relu_output, const T* x, const float* gamma,
+                                const float* save_mean, const float* save_invstd, T* grad_input, float* grad_gamma,
+                                float* grad_beta, const ChannelLayout& layout, void* workspace);
 
 // ---- pooling over NCHW planes (pool.cu) ----
 struct PoolLayout {

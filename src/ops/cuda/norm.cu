@@ -1,7 +1,8 @@
 // CUDA batch normalization over [batch, channels, inner] (statistics per channel over batch and inner):
-// training forward with the running-stat update, eval forward, and backward; the CPU twin is
-// src/ops/cpu/norm.cpp. Data may be f32, f16 or bf16 (mixed precision); per-channel parameters and
-// statistics are always f32.
+// training forward with the running-stat update, eval forward, and backward, each optionally with a
+// fused relu (the forwards write relu(batch norm); the backward masks the upstream gradient by the relu
+// output as it reads it); the CPU twin is src/ops/cpu/norm.cpp. Data may be f32, f16 or bf16 (mixed precision);
+// per-channel parameters and statistics are always f32.
 //
 // Each op runs three kernels, so that a few channels still fill the GPU and every pass streams the data
 // once, coalesced (training forward reads x twice and writes once; backward reads g and x twice):
@@ -298,10 +299,11 @@ struct MapGeometry {
   TensorStep step;
 };
 
-// out = (x - center) * scale + shift with each channel's coefficients.
-template <typename T, int V>
-__global__ void __launch_bounds__(kMapThreads) normalize_kernel(const T* x, T* out, const float4* coefficients,
-                                                                MapGeometry geometry) {
+// out = (x - center) * scale + shift with each channel's coefficients; with kRelu, relu of that (in f32,
+// before the rounding to T: the same value as relu of the rounded result, up to the sign of a zero).
+template <typename T, int V, bool kRelu>
+__global__ void __launch_bounds__(kMapThreads)
+    normalize_kernel(const T* x, T* out, const float4* coefficients, MapGeometry geometry) {
   const int64_t stride = geometry.step.units;
   const int64_t start = global_thread_index();
   TensorWalk walk = start_tensor_walk(start, geometry.units);
@@ -321,17 +323,35 @@ __global__ void __launch_bounds__(kMapThreads) normalize_kernel(const T* x, T* o
       if (unit + u * stride >= geometry.total_units) continue;
       float* v = values + u * V;
 #pragma unroll
-      for (int e = 0; e < V; ++e) v[e] = (v[e] - k[u].x) * k[u].y + k[u].z;
+      for (int e = 0; e < V; ++e) {
+        v[e] = (v[e] - k[u].x) * k[u].y + k[u].z;
+        if constexpr (kRelu) v[e] = v[e] < 0.0f ? 0.0f : v[e];  // NaN propagates, as relu's
+      }
       store_unit<T, V>(out, unit + u * stride, v);
     }
   }
 }
 
-// Sums of g and of g * (x - mean) over each (channel, split) slab into partials[split * channels + channel].
-template <typename T, int V>
-__global__ void __launch_bounds__(kReduceThreads) gradient_sums_kernel(const T* grad_out, const T* x,
-                                                                       const float* save_mean, SplitGeometry geometry,
-                                                                       double2* partials) {
+// Loads unit `unit` of the upstream gradient into `grads`; with kMasked, zero where the fused relu's
+// output is not positive (relu's backward, applied as the gradient is read).
+template <typename T, int V, bool kMasked>
+__device__ __forceinline__ void load_gradient_unit(const T* grad_out, const T* relu_output, int64_t unit,
+                                                   float* grads) {
+  load_unit<T, V>(grad_out, unit, grads);
+  if constexpr (kMasked) {
+    float mask[V];
+    load_unit<T, V>(relu_output, unit, mask);
+#pragma unroll
+    for (int k = 0; k < V; ++k) grads[k] = mask[k] > 0.0f ? grads[k] : 0.0f;
+  }
+}
+
+// Sums of g and of g * (x - mean) over each (channel, split) slab into partials[split * channels + channel]
+// (g masked by relu_output with kMasked).
+template <typename T, int V, bool kMasked>
+__global__ void __launch_bounds__(kReduceThreads)
+    gradient_sums_kernel(const T* grad_out, const T* relu_output, const T* x, const float* save_mean,
+                         SplitGeometry geometry, double2* partials) {
   __shared__ double scratch[32];
   const UnitGeometry& g = geometry.units;
   const int64_t begin = blockIdx.y * geometry.chunk_units;
@@ -348,7 +368,7 @@ __global__ void __launch_bounds__(kReduceThreads) gradient_sums_kernel(const T* 
         float* gu = grads + u * V;
         float* cu = centered + u * V;
         if (position + u * kReduceThreads < end) {
-          load_unit<T, V>(grad_out, walk.offset, gu);
+          load_gradient_unit<T, V, kMasked>(grad_out, relu_output, walk.offset, gu);
           load_unit<T, V>(x, walk.offset, cu);
 #pragma unroll
           for (int k = 0; k < V; ++k) cu[k] = gu[k] * (cu[k] - mean);
@@ -397,10 +417,12 @@ __global__ void finalize_backward_kernel(const double2* partials, int64_t splits
   }
 }
 
-// grad_input = k * (g - mean_grad) - slope * (x - mean) with each channel's coefficients.
-template <typename T, int V>
-__global__ void __launch_bounds__(kMapThreads) grad_input_kernel(const T* grad_out, const T* x, T* grad_input,
-                                                                 const float4* coefficients, MapGeometry geometry) {
+// grad_input = k * (g - mean_grad) - slope * (x - mean) with each channel's coefficients (g masked by
+// relu_output with kMasked).
+template <typename T, int V, bool kMasked>
+__global__ void __launch_bounds__(kMapThreads)
+    grad_input_kernel(const T* grad_out, const T* relu_output, const T* x, T* grad_input, const float4* coefficients,
+                      MapGeometry geometry) {
   const int64_t stride = geometry.step.units;
   const int64_t start = global_thread_index();
   TensorWalk walk = start_tensor_walk(start, geometry.units);
@@ -410,7 +432,7 @@ __global__ void __launch_bounds__(kMapThreads) grad_input_kernel(const T* grad_o
 #pragma unroll
     for (int u = 0; u < kUnroll<V>; ++u) {
       if (unit + u * stride < geometry.total_units) {
-        load_unit<T, V>(grad_out, unit + u * stride, grads + u * V);
+        load_gradient_unit<T, V, kMasked>(grad_out, relu_output, unit + u * stride, grads + u * V);
         load_unit<T, V>(x, unit + u * stride, values + u * V);
         k[u] = coefficients[walk.channel];
       }
@@ -500,10 +522,30 @@ template <int V> MapGeometry map_geometry(const ChannelLayout& layout, unsigned&
 }
 
 template <typename T, int V>
-void launch_normalize(const T* x, T* out, const float4* coefficients, const ChannelLayout& layout) {
+void launch_normalize(const T* x, T* out, const float4* coefficients, const ChannelLayout& layout, bool relu) {
   unsigned blocks = 0;
   const MapGeometry geometry = map_geometry<V>(layout, blocks);
-  normalize_kernel<T, V><<<blocks, kMapThreads>>>(x, out, coefficients, geometry);
+  if (relu)
+    normalize_kernel<T, V, true><<<blocks, kMapThreads>>>(x, out, coefficients, geometry);
+  else
+    normalize_kernel<T, V, false><<<blocks, kMapThreads>>>(x, out, coefficients, geometry);
+}
+
+// The backward's partial sums, finalize and grad_input passes for one vector width and masking.
+template <typename T, int V, bool kMasked>
+void launch_backward_passes(const T* grad_out, const T* relu_output, const T* x, const float* gamma,
+                            const float* save_mean, const float* save_invstd, T* grad_input, float* grad_gamma,
+                            float* grad_beta, const ChannelLayout& layout, int64_t splits, const Workspace& space) {
+  double2* partials = static_cast<double2*>(space.partials);
+  gradient_sums_kernel<T, V, kMasked><<<split_grid(layout, splits), kReduceThreads>>>(
+      grad_out, relu_output, x, save_mean, split_geometry(layout, V, splits), partials);
+  finalize_backward_kernel<<<finalize_blocks(layout.channels), kFinalizeThreads>>>(
+      partials, splits, layout.channels, static_cast<double>(layout.batch * layout.inner), gamma, save_mean,
+      save_invstd, grad_gamma, grad_beta, space.coefficients);
+  unsigned blocks = 0;
+  const MapGeometry geometry = map_geometry<V>(layout, blocks);
+  grad_input_kernel<T, V, kMasked>
+      <<<blocks, kMapThreads>>>(grad_out, relu_output, x, grad_input, space.coefficients, geometry);
 }
 
 // Vector loads need every row to start on a 16-byte boundary.
@@ -523,8 +565,9 @@ size_t batch_norm_workspace_bytes(const ChannelLayout& layout) {
 
 template <typename T>
 void launch_batch_norm_forward_train(const T* x, const float* gamma, const float* beta, float* running_mean,
-                                     float* running_var, double momentum, double eps, T* out, float* save_mean,
-                                     float* save_invstd, const ChannelLayout& layout, void* workspace) {
+                                     float* running_var, double momentum, double eps, bool relu, T* out,
+                                     float* save_mean, float* save_invstd, const ChannelLayout& layout,
+                                     void* workspace) {
   if (layout.channels == 0 || layout.batch * layout.inner == 0) return;
   const int64_t splits = split_count(layout);
   const Workspace space = carve(workspace, layout);
@@ -540,59 +583,59 @@ void launch_batch_norm_forward_train(const T* x, const float* gamma, const float
   finalize_forward_kernel<<<finalize_blocks(layout.channels), kFinalizeThreads>>>(
       partials, splits, layout.channels, gamma, beta, running_mean, running_var, momentum, eps, save_mean, save_invstd,
       space.coefficients);
-  if (vector) launch_normalize<T, kVectorWidth<T>>(x, out, space.coefficients, layout);
-  else launch_normalize<T, 1>(x, out, space.coefficients, layout);
+  if (vector)
+    launch_normalize<T, kVectorWidth<T>>(x, out, space.coefficients, layout, relu);
+  else
+    launch_normalize<T, 1>(x, out, space.coefficients, layout, relu);
 }
 
 template <typename T>
 void launch_batch_norm_forward_eval(const T* x, const float* gamma, const float* beta, const float* running_mean,
-                                    const float* running_var, double eps, T* out, const ChannelLayout& layout,
-                                    void* workspace) {
+                                    const float* running_var, double eps, bool relu, T* out,
+                                    const ChannelLayout& layout, void* workspace) {
   if (layout.channels == 0 || layout.batch * layout.inner == 0) return;
   const Workspace space = carve(workspace, layout);
   eval_coefficients_kernel<<<blocks_for(layout.channels), kThreadsPerBlock>>>(gamma, beta, running_mean, running_var,
                                                                               eps, layout.channels, space.coefficients);
-  if (vectorizable<T>(layout, {x, out})) launch_normalize<T, kVectorWidth<T>>(x, out, space.coefficients, layout);
-  else launch_normalize<T, 1>(x, out, space.coefficients, layout);
+  if (vectorizable<T>(layout, {x, out}))
+    launch_normalize<T, kVectorWidth<T>>(x, out, space.coefficients, layout, relu);
+  else
+    launch_normalize<T, 1>(x, out, space.coefficients, layout, relu);
 }
 
 template <typename T>
-void launch_batch_norm_backward(const T* grad_out, const T* x, const float* gamma, const float* save_mean,
-                                const float* save_invstd, T* grad_input, float* grad_gamma, float* grad_beta,
-                                const ChannelLayout& layout, void* workspace) {
+void launch_batch_norm_backward(const T* grad_out, const T* relu_output, const T* x, const float* gamma,
+                                const float* save_mean, const float* save_invstd, T* grad_input, float* grad_gamma,
+                                float* grad_beta, const ChannelLayout& layout, void* workspace) {
   if (layout.channels == 0 || layout.batch * layout.inner == 0) return;
   const int64_t splits = split_count(layout);
   const Workspace space = carve(workspace, layout);
-  double2* partials = static_cast<double2*>(space.partials);
-  const bool vector = vectorizable<T>(layout, {grad_out, x, grad_input});
-  if (vector) {
-    gradient_sums_kernel<T, kVectorWidth<T>><<<split_grid(layout, splits), kReduceThreads>>>(
-        grad_out, x, save_mean, split_geometry(layout, kVectorWidth<T>, splits), partials);
+  // A null relu_output passes the alignment test.
+  const bool vector = vectorizable<T>(layout, {grad_out, relu_output, x, grad_input});
+  const bool masked = relu_output != nullptr;
+  constexpr int kWidth = kVectorWidth<T>;
+  if (vector && masked) {
+    launch_backward_passes<T, kWidth, true>(grad_out, relu_output, x, gamma, save_mean, save_invstd, grad_input,
+                                            grad_gamma, grad_beta, layout, splits, space);
+  } else if (vector) {
+    launch_backward_passes<T, kWidth, false>(grad_out, relu_output, x, gamma, save_mean, save_invstd, grad_input,
+                                             grad_gamma, grad_beta, layout, splits, space);
+  } else if (masked) {
+    launch_backward_passes<T, 1, true>(grad_out, relu_output, x, gamma, save_mean, save_invstd, grad_input, grad_gamma,
+                                       grad_beta, layout, splits, space);
   } else {
-    gradient_sums_kernel<T, 1><<<split_grid(layout, splits), kReduceThreads>>>(
-        grad_out, x, save_mean, split_geometry(layout, 1, splits), partials);
-  }
-  finalize_backward_kernel<<<finalize_blocks(layout.channels), kFinalizeThreads>>>(
-      partials, splits, layout.channels, static_cast<double>(layout.batch * layout.inner), gamma, save_mean,
-      save_invstd, grad_gamma, grad_beta, space.coefficients);
-  unsigned blocks = 0;
-  if (vector) {
-    const MapGeometry geometry = map_geometry<kVectorWidth<T>>(layout, blocks);
-    grad_input_kernel<T, kVectorWidth<T>>
-        <<<blocks, kMapThreads>>>(grad_out, x, grad_input, space.coefficients, geometry);
-  } else {
-    const MapGeometry geometry = map_geometry<1>(layout, blocks);
-    grad_input_kernel<T, 1><<<blocks, kMapThreads>>>(grad_out, x, grad_input, space.coefficients, geometry);
+    launch_backward_passes<T, 1, false>(grad_out, relu_output, x, gamma, save_mean, save_invstd, grad_input, grad_gamma,
+                                        grad_beta, layout, splits, space);
   }
 }
 
-#define OPSNN_INSTANTIATE_BATCH_NORM(T)                                                                          \
-  template void launch_batch_norm_forward_train<T>(const T*, const float*, const float*, float*, float*, double, \
-                                                   double, T*, float*, float*, const ChannelLayout&, void*);     \
-  template void launch_batch_norm_forward_eval<T>(const T*, const float*, const float*, const float*,            \
-                                                  const float*, double, T*, const ChannelLayout&, void*);        \
-  template void launch_batch_norm_backward<T>(const T*, const T*, const float*, const float*, const float*, T*,  \
-                                              float*, float*, const ChannelLayout&, void*);
+#define OPSNN_INSTANTIATE_BATCH_NORM(T)                                                                               \
+  template void launch_batch_norm_forward_train<T>(const T*, const float*, const float*, float*, float*, double,      \
+                                                   double, bool, T*, float*, float*, const ChannelLayout&, void*);    \
+  template void launch_batch_norm_forward_eval<T>(const T*, const float*, const float*, const float*, const float*,   \
+                                                  double, bool, T*, const ChannelLayout&, void*);                     \
+  template void launch_batch_norm_backward<T>(const T*, const T*, const T*, const float*, const float*, const float*, \
+                                              T*, float*, float*, const ChannelLayout&, void*);
 OPSNN_FOR_EACH_FLOATING_TYPE(OPSNN_INSTANTIATE_BATCH_NORM)
 
 }  // namespace opsnn::cuda

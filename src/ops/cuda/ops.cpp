@@ -220,6 +220,19 @@ void CudaBackend::relu_backward(const Tensor& grad_out, const Tensor& x, Tensor&
   check_launch();
 }
 
+void CudaBackend::add_relu(const Tensor& a, const Tensor& b, Tensor& out) {
+  check_same_shape(a, out, "CUDA add_relu");
+  check_same_shape(b, out, "CUDA add_relu");
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&a, &b, &out})
+    require_dense_as(*t, out, out.device(), "add_relu");
+  cuda::DeviceGuard guard(out.device().index);
+  dispatch_floating(out.dtype(), "add_relu", [&](auto tag) {
+    using T = decltype(tag);
+    cuda::launch_add_relu(a.data<T>(), b.data<T>(), out.data<T>(), out.numel());
+  });
+  check_launch();
+}
+
 // ---- reductions ----
 
 void CudaBackend::sum(const Tensor& x, const std::vector<int64_t>& reduce_dims, Tensor& out) {
@@ -275,7 +288,7 @@ void CudaBackend::sum(const Tensor& x, const std::vector<int64_t>& reduce_dims, 
 
 void CudaBackend::batch_norm_forward_train(const Tensor& input, const Tensor& gamma, const Tensor& beta,
                                            Tensor& running_mean, Tensor& running_var, double momentum, double eps,
-                                           Tensor& out, Tensor& save_mean, Tensor& save_invstd) {
+                                           bool relu, Tensor& out, Tensor& save_mean, Tensor& save_invstd) {
   const char* kernel = "batch_norm_forward_train";
   OPSNN_CHECK_AS(ShapeError, input.dim() >= 2, "CUDA ", kernel, ": input must be [N, C, ...], got ", input.str());
   require_dense_as(input, input, input.device(), kernel);
@@ -289,7 +302,7 @@ void CudaBackend::batch_norm_forward_train(const Tensor& input, const Tensor& ga
   dispatch_floating(input.dtype(), kernel, [&](auto tag) {
     using T = decltype(tag);
     cuda::launch_batch_norm_forward_train(input.data<T>(), gamma.data<float>(), beta.data<float>(),
-                                          running_mean.data<float>(), running_var.data<float>(), momentum, eps,
+                                          running_mean.data<float>(), running_var.data<float>(), momentum, eps, relu,
                                           out.data<T>(), save_mean.data<float>(), save_invstd.data<float>(), layout,
                                           workspace.data());
   });
@@ -297,7 +310,7 @@ void CudaBackend::batch_norm_forward_train(const Tensor& input, const Tensor& ga
 }
 
 void CudaBackend::batch_norm_forward_eval(const Tensor& input, const Tensor& gamma, const Tensor& beta,
-                                          const Tensor& running_mean, const Tensor& running_var, double eps,
+                                          const Tensor& running_mean, const Tensor& running_var, double eps, bool relu,
                                           Tensor& out) {
   const char* kernel = "batch_norm_forward_eval";
   OPSNN_CHECK_AS(ShapeError, input.dim() >= 2, "CUDA ", kernel, ": input must be [N, C, ...], got ", input.str());
@@ -311,21 +324,25 @@ void CudaBackend::batch_norm_forward_eval(const Tensor& input, const Tensor& gam
   dispatch_floating(input.dtype(), kernel, [&](auto tag) {
     using T = decltype(tag);
     cuda::launch_batch_norm_forward_eval(input.data<T>(), gamma.data<float>(), beta.data<float>(),
-                                         running_mean.data<float>(), running_var.data<float>(), eps, out.data<T>(),
-                                         layout, workspace.data());
+                                         running_mean.data<float>(), running_var.data<float>(), eps, relu,
+                                         out.data<T>(), layout, workspace.data());
   });
   check_launch();
 }
 
-void CudaBackend::batch_norm_backward(const Tensor& grad_out, const Tensor& input, const Tensor& gamma,
-                                      const Tensor& save_mean, const Tensor& save_invstd, Tensor& grad_input,
-                                      Tensor& grad_gamma, Tensor& grad_beta) {
+void CudaBackend::batch_norm_backward(const Tensor& grad_out, const Tensor& relu_output, const Tensor& input,
+                                      const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
+                                      Tensor& grad_input, Tensor& grad_gamma, Tensor& grad_beta) {
   const char* kernel = "batch_norm_backward";
   OPSNN_CHECK_AS(ShapeError, input.dim() >= 2, "CUDA ", kernel, ": input must be [N, C, ...], got ", input.str());
   for (const Tensor* t : std::initializer_list<const Tensor*>{&grad_out, &input, &grad_input})
     require_dense_as(*t, input, input.device(), kernel);
   check_same_shape(input, grad_out, "CUDA batch_norm_backward");
   check_same_shape(input, grad_input, "CUDA batch_norm_backward");
+  if (relu_output.defined()) {
+    require_dense_as(relu_output, input, input.device(), kernel);
+    check_same_shape(input, relu_output, "CUDA batch_norm_backward");
+  }
   for (const Tensor* t : std::initializer_list<const Tensor*>{&gamma, &save_mean, &save_invstd}) check_channel_vector(*t, input, kernel);
   if (grad_gamma.defined()) check_channel_vector(grad_gamma, input, kernel);
   if (grad_beta.defined()) check_channel_vector(grad_beta, input, kernel);
@@ -334,11 +351,11 @@ void CudaBackend::batch_norm_backward(const Tensor& grad_out, const Tensor& inpu
   const Storage workspace(cuda::batch_norm_workspace_bytes(layout), input.device());
   dispatch_floating(input.dtype(), kernel, [&](auto tag) {
     using T = decltype(tag);
-    cuda::launch_batch_norm_backward(grad_out.data<T>(), input.data<T>(), gamma.data<float>(), save_mean.data<float>(),
+    cuda::launch_batch_norm_backward(grad_out.data<T>(), relu_output.defined() ? relu_output.data<T>() : nullptr,
+                                     input.data<T>(), gamma.data<float>(), save_mean.data<float>(),
                                      save_invstd.data<float>(), grad_input.data<T>(),
                                      grad_gamma.defined() ? grad_gamma.data<float>() : nullptr,
-                                     grad_beta.defined() ? grad_beta.data<float>() : nullptr, layout,
-                                     workspace.data());
+                                     grad_beta.defined() ? grad_beta.data<float>() : nullptr, layout, workspace.data());
   });
   check_launch();
 }

@@ -92,16 +92,18 @@ int run(const std::vector<std::string>& args) {
            grad_beta = Tensor::empty(channel_shape, DType::f32, gpu);
     const double train_ms = milliseconds(
         [&] {
-          backend.batch_norm_forward_train(x, gamma, beta, running_mean, running_var, 0.1, 1e-5, out, save_mean,
+          backend.batch_norm_forward_train(x, gamma, beta, running_mean, running_var, 0.1, 1e-5, false, out, save_mean,
                                            save_invstd);
         },
         repeats);
     // x stands in for the upstream gradient: the kernels' cost does not depend on the values.
     const double backward_ms = milliseconds(
-        [&] { backend.batch_norm_backward(x, x, gamma, save_mean, save_invstd, grad_input, grad_gamma, grad_beta); },
+        [&] {
+          backend.batch_norm_backward(x, Tensor(), x, gamma, save_mean, save_invstd, grad_input, grad_gamma, grad_beta);
+        },
         repeats);
     const double eval_ms = milliseconds(
-        [&] { backend.batch_norm_forward_eval(x, gamma, beta, running_mean, running_var, 1e-5, out); }, repeats);
+        [&] { backend.batch_norm_forward_eval(x, gamma, beta, running_mean, running_var, 1e-5, false, out); }, repeats);
     const double copy_ms = milliseconds(
         [&] {
           BENCH_CUDA_CHECK(
