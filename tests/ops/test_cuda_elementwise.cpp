@@ -16,19 +16,14 @@
 #include "opsnn/ops/ops.h"
 #include "support/bit_patterns.h"
 #include "support/guarded_views.h"
+#include "support/cuda_test_support.h"
 
 using namespace opsnn;
 using namespace opsnn::testing;
 
 namespace {
 
-const Device kGpu{DeviceType::cuda, 0};
-
-bool gpu_missing() {
-  if (cuda_device_count() > 0) return false;
-  WARN("no CUDA device: the CUDA elementwise kernel tests are skipped");
-  return true;
-}
+bool gpu_missing() { return opsnn::testing::gpu_missing("the CUDA elementwise kernel tests"); }
 
 const std::vector<int64_t> kSizes = {0, 1, 7, 4097, (int64_t{1} << 20) + 3};
 const std::vector<DType> kDtypes = {DType::f32, DType::f16, DType::bf16};

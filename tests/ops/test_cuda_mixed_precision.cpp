@@ -19,19 +19,14 @@
 #include "opsnn/core/rng.h"
 #include "opsnn/ops/ops.h"
 #include "ops/op_test_helpers.h"
+#include "support/cuda_test_support.h"
 
 using namespace opsnn;
 using namespace opsnn::testing;
 
 namespace {
 
-const Device kGpu{DeviceType::cuda, 0};
-
-bool gpu_missing() {
-  if (cuda_device_count() > 0) return false;
-  WARN("no CUDA device: the CUDA mixed-precision tests are skipped");
-  return true;
-}
+bool gpu_missing() { return opsnn::testing::gpu_missing("the CUDA mixed-precision tests"); }
 
 // Several roundings of the low dtype (outputs, intermediate gradients) may add up.
 double tolerance_for(DType dtype) { return dtype == DType::bf16 ? 2e-2 : 5e-3; }

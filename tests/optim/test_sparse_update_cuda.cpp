@@ -13,19 +13,15 @@
 
 #include "opsnn/core/storage.h"
 #include "opsnn/optim/sparse_update.h"
+#include "support/cuda_test_support.h"
 
 using namespace opsnn;
+using opsnn::testing::kGpu;
 using namespace opsnn::optim;
 
 namespace {
 
-const Device kGpu{DeviceType::cuda, 0};
-
-bool gpu_missing() {
-  if (cuda_device_count() > 0) return false;
-  WARN("no CUDA device: the [cuda] sparse-row tests did not run");
-  return true;
-}
+bool gpu_missing() { return opsnn::testing::gpu_missing("the [cuda] sparse-row tests"); }
 
 uint32_t bits_of(float x) {
   uint32_t bits;

@@ -13,19 +13,14 @@
 #include "opsnn/ops/ops.h"
 #include "ops/cuda/conv_algorithms.h"
 #include "ops/op_test_helpers.h"
+#include "support/cuda_test_support.h"
 
 using namespace opsnn;
 using namespace opsnn::testing;
 
 namespace {
 
-const Device kGpu{DeviceType::cuda, 0};
-
-bool gpu_missing() {
-  if (cuda_device_count() > 0) return false;
-  WARN("no CUDA device: the CUDA conv channel-padding tests are skipped");
-  return true;
-}
+bool gpu_missing() { return opsnn::testing::gpu_missing("the CUDA conv channel-padding tests"); }
 
 // Puts the process-wide math and padding settings back, whatever a test set.
 struct SettingsReset {

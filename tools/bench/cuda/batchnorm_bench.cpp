@@ -29,24 +29,6 @@ const std::vector<Layer> kLayers = {{"stem", 64, 112},        {"layer1", 64, 56}
                                     {"layer2", 128, 28},      {"layer2 out", 512, 28}, {"layer3", 256, 14},
                                     {"layer3 out", 1024, 14}, {"layer4", 512, 7},      {"layer4 out", 2048, 7}};
 
-// Mean milliseconds of one call over `repeats` back-to-back calls, after one warm-up call.
-double milliseconds(const std::function<void()>& fn, int repeats) {
-  fn();
-  BENCH_CUDA_CHECK(cudaDeviceSynchronize());
-  cudaEvent_t start, stop;
-  BENCH_CUDA_CHECK(cudaEventCreate(&start));
-  BENCH_CUDA_CHECK(cudaEventCreate(&stop));
-  BENCH_CUDA_CHECK(cudaEventRecord(start, nullptr));
-  for (int i = 0; i < repeats; ++i) fn();
-  BENCH_CUDA_CHECK(cudaEventRecord(stop, nullptr));
-  BENCH_CUDA_CHECK(cudaEventSynchronize(stop));
-  float total = 0.0f;
-  BENCH_CUDA_CHECK(cudaEventElapsedTime(&total, start, stop));
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return static_cast<double>(total) / repeats;
-}
-
 DType parse_dtype(const std::string& text) {
   if (text == "f32") return DType::f32;
   if (text == "bf16") return DType::bf16;
@@ -90,21 +72,21 @@ int run(const std::vector<std::string>& args) {
            save_invstd = Tensor::empty(channel_shape, DType::f32, gpu);
     Tensor grad_gamma = Tensor::empty(channel_shape, DType::f32, gpu),
            grad_beta = Tensor::empty(channel_shape, DType::f32, gpu);
-    const double train_ms = milliseconds(
+    const double train_ms = mean_ms(
         [&] {
           backend.batch_norm_forward_train(x, gamma, beta, running_mean, running_var, 0.1, 1e-5, false, out, save_mean,
                                            save_invstd);
         },
         repeats);
     // x stands in for the upstream gradient: the kernels' cost does not depend on the values.
-    const double backward_ms = milliseconds(
+    const double backward_ms = mean_ms(
         [&] {
           backend.batch_norm_backward(x, Tensor(), x, gamma, save_mean, save_invstd, grad_input, grad_gamma, grad_beta);
         },
         repeats);
-    const double eval_ms = milliseconds(
+    const double eval_ms = mean_ms(
         [&] { backend.batch_norm_forward_eval(x, gamma, beta, running_mean, running_var, 1e-5, false, out); }, repeats);
-    const double copy_ms = milliseconds(
+    const double copy_ms = mean_ms(
         [&] {
           BENCH_CUDA_CHECK(
               cudaMemcpyAsync(out.data_ptr(), x.data_ptr(), x.nbytes(), cudaMemcpyDeviceToDevice, nullptr));

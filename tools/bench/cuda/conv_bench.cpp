@@ -34,25 +34,6 @@ const std::vector<Layer> kLayers = {{"stem 7x7/2", 3, 64, 224, 7, 2},       {"la
                                     {"layer3 down/2", 512, 1024, 28, 1, 2}, {"layer4 down/2", 1024, 2048, 14, 1, 2},
                                     {"layer4 1x1 up", 512, 2048, 7, 1, 1}};
 
-// Mean milliseconds of one call over `repeats` back-to-back calls, after one warm-up call (which also
-// runs the algorithm search).
-double milliseconds(const std::function<void()>& fn, int repeats) {
-  fn();
-  BENCH_CUDA_CHECK(cudaDeviceSynchronize());
-  cudaEvent_t start, stop;
-  BENCH_CUDA_CHECK(cudaEventCreate(&start));
-  BENCH_CUDA_CHECK(cudaEventCreate(&stop));
-  BENCH_CUDA_CHECK(cudaEventRecord(start, nullptr));
-  for (int i = 0; i < repeats; ++i) fn();
-  BENCH_CUDA_CHECK(cudaEventRecord(stop, nullptr));
-  BENCH_CUDA_CHECK(cudaEventSynchronize(stop));
-  float total = 0.0f;
-  BENCH_CUDA_CHECK(cudaEventElapsedTime(&total, start, stop));
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return static_cast<double>(total) / repeats;
-}
-
 ops::ConvChannelPadding parse_padding(const std::string& text) {
   if (text == "measured") return ops::ConvChannelPadding::measured;
   if (text == "always") return ops::ConvChannelPadding::always;
@@ -131,7 +112,7 @@ int run(const std::vector<std::string>& args) {
                                          backend.conv2d_backward_weight(grad_out, input, grad_weight, geometry);
                                        }}};
     for (const Pass& pass : passes) {
-      const double ms = milliseconds(pass.call, repeats);
+      const double ms = mean_ms(pass.call, repeats);
       const auto choice = ops::cached_conv_algorithm(pass.direction, gpu, input_shape, weight_shape, geometry, dtype);
       std::printf("    %-11s %9.3f ms %7.1f TFLOP/s  %s\n", pass.name, ms, flops / (ms * 1e-3) * 1e-12,
                   choice ? ops::describe(*choice).c_str() : "(no cached algorithm)");

@@ -19,28 +19,6 @@
 namespace opsnn::bench {
 namespace {
 
-// Median milliseconds of one call of fn over `repeats` calls, timed with events on the default stream.
-double median_ms(const std::function<void()>& fn, int repeats) {
-  cudaEvent_t start, stop;
-  BENCH_CUDA_CHECK(cudaEventCreate(&start));
-  BENCH_CUDA_CHECK(cudaEventCreate(&stop));
-  fn();  // warm-up (first launch, occupancy query)
-  std::vector<double> times;
-  for (int i = 0; i < repeats; ++i) {
-    BENCH_CUDA_CHECK(cudaEventRecord(start, nullptr));
-    fn();
-    BENCH_CUDA_CHECK(cudaEventRecord(stop, nullptr));
-    BENCH_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0.0f;
-    BENCH_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    times.push_back(ms);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::nth_element(times.begin(), times.begin() + static_cast<long>(times.size() / 2), times.end());
-  return times[times.size() / 2];
-}
-
 int run(const std::vector<std::string>& args) {
   for (const std::string& arg : args)
     if (arg == "--help" || arg == "-h") {
@@ -82,7 +60,7 @@ int run(const std::vector<std::string>& args) {
               count * element_bytes * 1e-6, repeats);
   std::printf("  %-44s %9s %9s\n", "", "ms", "GB/s");
   auto row = [&](const std::string& what, double bytes_per_element, const std::function<void()>& fn) {
-    const double ms = median_ms(fn, repeats);
+    const double ms = median_ms(fn, 1, repeats);
     std::printf("  %-44s %9.3f %9.0f\n", what.c_str(), ms, bytes_per_element * static_cast<double>(count) / ms * 1e-6);
   };
   const double s = element_bytes, o = static_cast<double>(dtype_size(other));

@@ -29,28 +29,6 @@ namespace {
 using optim::OptimizerOptions;
 const Device kGpu(DeviceType::cuda, 0);
 
-// Median milliseconds of fn() timed with events on the default stream.
-double median_ms(const std::function<void()>& fn, int warmup, int repeats) {
-  for (int i = 0; i < warmup; ++i) fn();
-  cudaEvent_t start, stop;
-  BENCH_CUDA_CHECK(cudaEventCreate(&start));
-  BENCH_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<double> times;
-  for (int i = 0; i < repeats; ++i) {
-    BENCH_CUDA_CHECK(cudaEventRecord(start, nullptr));
-    fn();
-    BENCH_CUDA_CHECK(cudaEventRecord(stop, nullptr));
-    BENCH_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0.0f;
-    BENCH_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    times.push_back(ms);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::nth_element(times.begin(), times.begin() + static_cast<long>(times.size() / 2), times.end());
-  return times[times.size() / 2];
-}
-
 float* device_floats(std::vector<Tensor>& keep, int64_t n) {
   keep.push_back(Tensor::empty({n}, DType::f32, kGpu));
   return keep.back().data<float>();
