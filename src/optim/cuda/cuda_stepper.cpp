@@ -110,8 +110,6 @@ std::vector<int32_t> lamb_work_items(const std::vector<ArenaChunk>& tiles, int64
   return items;
 }
 
-int64_t element_bytes(DType dtype) { return dtype == DType::f32 ? 4 : 2; }
-
 class CudaStepper final : public DeviceStepper {
  public:
   CudaStepper(Device device, const StepConstants& constants, const DeviceArena& arena,
@@ -181,7 +179,8 @@ class CudaStepper final : public DeviceStepper {
       // window's phase 1 streams through while this one's phase 2 rereads.
       int l2_bytes = 0;
       OPSNN_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device.index));
-      const int64_t per_element = 4 + element_bytes(arena.grad_dtype) + 2 * element_bytes(arena.state_dtype);
+      const int64_t per_element =
+          static_cast<int64_t>(4 + dtype_size(arena.grad_dtype) + 2 * dtype_size(arena.state_dtype));
       int64_t window = std::max<int64_t>(int64_t{l2_bytes} / (2 * per_element), kMaxTileElements);
       const std::vector<int32_t> items = lamb_work_items(tiles, window);
       lamb_items_ = allocate(items.size() * sizeof(int32_t));

@@ -72,25 +72,8 @@ template <typename T> __device__ __forceinline__ void store8(T* __restrict__ p, 
   }
 }
 
-// Sum over the block in a fixed order (warp shuffles, then the warps' partials); valid in thread 0.
-__device__ double block_sum(double value, double* shared) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_down_sync(0xffffffffu, value, offset);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  __syncthreads();  // a previous call may still read shared
-  if (lane == 0) shared[warp] = value;
-  __syncthreads();
-  double total = 0.0;
-  if (warp == 0) {
-    total = lane < static_cast<int>(blockDim.x >> 5) ? shared[lane] : 0.0;
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) total += __shfl_down_sync(0xffffffffu, total, offset);
-  }
-  return total;
-}
-
-// Sums N values over the block at once (one pair of barriers for all), each in block_sum's fixed order;
-// valid in thread 0. shared holds 32 * N doubles.
+// Sums N values over the block at once (one pair of barriers for all), each in a fixed order (warp
+// shuffles, then the warps' partials); valid in thread 0. shared holds 32 * N doubles.
 template <int N> __device__ void block_sums(double (&values)[N], double* shared) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
@@ -110,6 +93,13 @@ template <int N> __device__ void block_sums(double (&values)[N], double* shared)
       for (int offset = 16; offset > 0; offset >>= 1) total += __shfl_down_sync(0xffffffffu, total, offset);
       values[n] = total;
     }
+}
+
+// One value summed over the block as block_sums does; valid in thread 0. shared holds 32 doubles.
+__device__ double block_sum(double value, double* shared) {
+  double values[1] = {value};
+  block_sums(values, shared);
+  return values[0];
 }
 
 // Marks chunk c when some updated parameter in it is inf/NaN (check = sum of p*0 is then NaN).
