@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "opsnn/core/storage.h"
@@ -57,6 +58,22 @@ TEST_CASE("opsnn-bench: GPU benchmarks without a GPU fail cleanly", "[cli][bench
     bool explained = outcome.output.find("CUDA") != std::string::npos ||
                      outcome.output.find("unknown command 'resnet50'") != std::string::npos;
     REQUIRE(explained);
+  }
+}
+
+TEST_CASE("opsnn-bench: the GPU kernel benchmarks check their options before looking for a GPU", "[cli][bench]") {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"batchnorm", "--dtype", "f64"}, "--dtype: expected f32, bf16 or f16, got 'f64'"},
+      {{"conv", "--dtype", "int8"}, "--dtype: expected f32, tf32, bf16 or f16, got 'int8'"},
+      {{"conv", "--padding", "sometimes"}, "--padding: expected measured, always or never, got 'sometimes'"},
+      {{"conv", "--repeats", "0"}, "--repeats"}};
+  for (const auto& [arguments, message] : cases) {
+    Outcome outcome = bench(arguments);
+    INFO(outcome.output);
+    REQUIRE(outcome.exit_code == 2);
+    // A CPU-only build has no CUDA benchmarks at all.
+    if (outcome.output.find("unknown command '" + arguments[0] + "'") != std::string::npos) continue;
+    REQUIRE(outcome.output.find(message) != std::string::npos);
   }
 }
 
