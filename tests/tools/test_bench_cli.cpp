@@ -65,7 +65,8 @@ TEST_CASE("opsnn-bench: the GPU kernel benchmarks check their options before loo
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"batchnorm", "--dtype", "f64"}, "--dtype: expected f32, bf16 or f16, got 'f64'"},
       {{"conv", "--dtype", "int8"}, "--dtype: expected f32, tf32, bf16 or f16, got 'int8'"},
-      {{"conv", "--padding", "sometimes"}, "--padding: expected measured, always or never, got 'sometimes'"},
+      {{"conv", "--lowering", "sometimes"}, "--lowering: expected measured, always or never, got 'sometimes'"},
+      {{"conv", "--layer", "layer9"}, "--layer: no layer name starts with 'layer9'"},
       {{"conv", "--repeats", "0"}, "--repeats"}};
   for (const auto& [arguments, message] : cases) {
     Outcome outcome = bench(arguments);

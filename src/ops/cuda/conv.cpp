@@ -1,23 +1,25 @@
-// CUDA conv2d (NCHW input, OIHW weight) through cuDNN: forward, input gradient and weight gradient.
-// The fastest algorithm for each shape is found once with cudnnFind*Ex (on our own buffers, workspace
-// from the stream-ordered pool) and cached per shape, dtype, math and padding setting. f32 math is
-// restricted to FMA kernels so results match the CPU twin (src/ops/cpu/conv.cpp) to rounding, unless the
-// f32 math setting is tf32 (TF32 tensor cores allowed). f16 and bf16 data compute in f32 (cuDNN's
-// pseudo-half configurations) on tensor cores.
-//
-// Tensor-core kernels want the input channels to be a multiple of 4 (tf32) or 8 (f16/bf16); with fewer
-// (the RGB stem) cuDNN falls back to slow legacy kernels. For such shapes the search also times the
-// convolution on channel-padded copies (input [N, C', H, W] and weight [K, C', R, S], the extra
-// channels zero, so they add exact zeros) and keeps that variant when cudnnFind's time plus the measured
-// pad/crop copies beats the plain one. The input gradient of the padded channels and their weight
-// gradient are computed and dropped.
+// CUDA conv2d (NCHW input, OIHW weight): forward, input gradient and weight gradient. Each direction
+// of each shape is decided once (cached per shape, dtype, math and lowering policy): cuDNN's fastest
+// algorithm from cudnnFind*Ex (on our own buffers, workspace from the stream-ordered pool), or, for the
+// shapes where NCHW cuDNN falls back to slow legacy kernels, a lowering (conv_algorithms.h):
+//   - 1x1 stride > 1 (ResNet's projection shortcuts): the stride-1 convolution of the subsampled input,
+//     whose cuDNN kernels use tensor cores (measured on an H200: about 2 ms -> 0.3 ms per direction at
+//     ResNet-50's layer2 shape);
+//   - input channels off the tensor-core granule (the RGB stem): im2col + batched cuBLAS GEMMs;
+//   - 1x1 stride 1: batched cuBLAS GEMMs on the NCHW data as it lies (no im2col, no layout transposes).
+// A lowering runs when its measured time, copies included, beats cudnnFind's best (policy `measured`).
+// f32 math is restricted to FMA kernels so results match the CPU twin (src/ops/cpu/conv.cpp) to rounding,
+// unless the f32 math setting is tf32 (TF32 tensor cores allowed). f16 and bf16 data compute in f32
+// (cuDNN's pseudo-half configurations, cuBLAS's 32F compute) on tensor cores.
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_guard.h"
@@ -32,7 +34,7 @@ namespace {
 // Workspace the algorithm search may offer cuDNN: at most this, and at most a quarter of free memory.
 constexpr size_t kMaxSearchWorkspaceBytes = size_t{512} << 20;
 
-std::atomic<ConvChannelPadding> channel_padding_setting{ConvChannelPadding::measured};
+std::atomic<ConvLoweringPolicy> lowering_policy_setting{ConvLoweringPolicy::measured};
 
 cudnnDataType_t cudnn_type(DType dtype) {
   switch (dtype) {
@@ -107,7 +109,7 @@ class ConvolutionDescriptor {
   ~ConvolutionDescriptor() { cudnnDestroyConvolutionDescriptor(handle_); }
   ConvolutionDescriptor(const ConvolutionDescriptor&) = delete;
   ConvolutionDescriptor& operator=(const ConvolutionDescriptor&) = delete;
-  void set_math(cudnnMathType_t math) { OPSNN_CUDNN_CHECK(cudnnSetConvolutionMathType(handle_, math)); }
+  void set_math(cudnnMathType_t math) const { OPSNN_CUDNN_CHECK(cudnnSetConvolutionMathType(handle_, math)); }
   cudnnConvolutionDescriptor_t get() const { return handle_; }
 
  private:
@@ -126,46 +128,6 @@ struct ConvDescriptors {
         convolution(g, allowed_math(dtype)) {}
 };
 
-
-// The input and weight shapes the padded variant of a convolution would use (channel count C' in
-// dimension 1 of both), or 0 when none is tried: the channels are already a multiple of the granule,
-// no tensor cores may run, padding is set to never, or a padded row is wider than a 2-D copy allows.
-int64_t padded_channel_count(const Shape& input, const Shape& weight, DType dtype, int device) {
-  const int64_t granule = tensor_core_granule(dtype);
-  if (granule == 0 || input[1] % granule == 0 || conv_channel_padding() == ConvChannelPadding::never) return 0;
-  const int64_t padded = (input[1] + granule - 1) / granule * granule;
-  int max_pitch_bytes = 0;
-  OPSNN_CUDA_CHECK(cudaDeviceGetAttribute(&max_pitch_bytes, cudaDevAttrMaxPitch, device));
-  const int64_t widest_row_bytes =
-      padded * std::max(input[2] * input[3], weight[2] * weight[3]) * static_cast<int64_t>(dtype_size(dtype));
-  return widest_row_bytes <= max_pitch_bytes ? padded : 0;
-}
-
-// An uninitialized [rows, channels, ...] tensor shaped like t otherwise.
-Tensor with_channels(const Tensor& t, int64_t channels) {
-  Shape shape = t.shape();
-  shape[1] = channels;
-  return Tensor::empty(shape, t.dtype(), t.device());
-}
-
-// source [rows, C, ...] into padded [rows, C', ...] with channels C..C'-1 zero (all-zero bytes are 0.0
-// in every float dtype), on the legacy default stream the cuDNN handle runs on.
-void pad_channels(const Tensor& source, Tensor& padded) {
-  const auto rows = static_cast<size_t>(source.size(0));
-  const size_t source_row = source.nbytes() / rows, padded_row = padded.nbytes() / rows;
-  auto* base = static_cast<char*>(padded.data_ptr());
-  OPSNN_CUDA_CHECK(cudaMemset2DAsync(base + source_row, padded_row, 0, padded_row - source_row, rows, nullptr));
-  OPSNN_CUDA_CHECK(cudaMemcpy2DAsync(base, padded_row, source.data_ptr(), source_row, source_row, rows,
-                                     cudaMemcpyDeviceToDevice, nullptr));
-}
-
-// The first C channels of padded [rows, C', ...] into out [rows, C, ...].
-void crop_channels(const Tensor& padded, Tensor& out) {
-  const auto rows = static_cast<size_t>(out.size(0));
-  const size_t out_row = out.nbytes() / rows, padded_row = padded.nbytes() / rows;
-  OPSNN_CUDA_CHECK(cudaMemcpy2DAsync(out.data_ptr(), out_row, padded.data_ptr(), padded_row, out_row, rows,
-                                     cudaMemcpyDeviceToDevice, nullptr));
-}
 
 class Event {
  public:
@@ -195,12 +157,12 @@ template <typename Work> float measured_ms(Work&& work) {
 
 using ConvKey = std::array<int64_t, 15>;
 
-// The last entry tells dtypes, math and padding settings apart: an algorithm found for one may not run
-// another, and a forced padding setting must not reuse a measured decision.
+// The last entry tells dtypes, math and lowering policies apart: an algorithm found for one may not run
+// another, and a forced policy must not reuse a measured decision.
 ConvKey make_key(ConvDirection direction, int device, const Shape& input, const Shape& weight,
                  const Conv2dGeometry& g, DType dtype) {
   const int64_t variant = (static_cast<int64_t>(dtype) * 8 + static_cast<int64_t>(allowed_math(dtype))) * 4 +
-                          static_cast<int64_t>(conv_channel_padding());
+                          static_cast<int64_t>(conv_lowering_policy());
   return {static_cast<int64_t>(direction), device, input[0], input[1], input[2], input[3], weight[0], weight[1],
           weight[2], weight[3], g.stride_h, g.stride_w, g.pad_h, g.pad_w, variant};
 }
@@ -244,23 +206,10 @@ template <typename Perf> ConvAlgorithmChoice first_success(const Perf* results, 
       found.algorithm = static_cast<int>(results[i].algo);
       found.math = static_cast<int>(results[i].mathType);
       found.workspace_bytes = results[i].memory;
-      found.plain_ms = results[i].time;
+      found.cudnn_ms = results[i].time;
       return found;
     }
   throw Error(detail::concat("cuDNN found no working ", what, " algorithm for this convolution"));
-}
-
-// The plain search's result, or the padded search's (run on C' = `channels` input channels) when the
-// setting forces it or its time plus the pad/crop copies' beats the plain time.
-ConvAlgorithmChoice plain_or_padded(ConvAlgorithmChoice plain, const ConvAlgorithmChoice& padded, float copies_ms,
-                                    int64_t channels) {
-  plain.padded_ms = padded.plain_ms + copies_ms;
-  if (conv_channel_padding() != ConvChannelPadding::always && plain.padded_ms >= plain.plain_ms) return plain;
-  ConvAlgorithmChoice chosen = padded;
-  chosen.padded_channels = channels;
-  chosen.plain_ms = plain.plain_ms;
-  chosen.padded_ms = plain.padded_ms;
-  return chosen;
 }
 
 std::shared_ptr<Storage> workspace(size_t bytes, Device device) {
@@ -345,10 +294,310 @@ void check_conv_operands(const Tensor& data, const Tensor& weight, const Tensor&
   }
 }
 
+
+// ---- running one cuDNN call with a chosen algorithm ----
+
+struct CudnnRun {
+  cudnnHandle_t handle;
+  const ConvAlgorithmChoice& choice;
+  Device device;
+};
+
+void cudnn_forward(const CudnnRun& run, const ConvDescriptors& d, const void* x, const void* w, void* y) {
+  d.convolution.set_math(static_cast<cudnnMathType_t>(run.choice.math));
+  auto space = workspace(run.choice.workspace_bytes, run.device);
+  const float one = 1.0f, zero = 0.0f;
+  OPSNN_CUDNN_CHECK(cudnnConvolutionForward(run.handle, &one, d.input.get(), x, d.filter.get(), w, d.convolution.get(),
+                                            static_cast<cudnnConvolutionFwdAlgo_t>(run.choice.algorithm),
+                                            pointer(space), run.choice.workspace_bytes, &zero, d.output.get(), y));
+}
+
+void cudnn_backward_input(const CudnnRun& run, const ConvDescriptors& d, const void* w, const void* dy, void* dx) {
+  d.convolution.set_math(static_cast<cudnnMathType_t>(run.choice.math));
+  auto space = workspace(run.choice.workspace_bytes, run.device);
+  const float one = 1.0f, zero = 0.0f;
+  OPSNN_CUDNN_CHECK(cudnnConvolutionBackwardData(run.handle, &one, d.filter.get(), w, d.output.get(), dy,
+                                                 d.convolution.get(),
+                                                 static_cast<cudnnConvolutionBwdDataAlgo_t>(run.choice.algorithm),
+                                                 pointer(space), run.choice.workspace_bytes, &zero, d.input.get(), dx));
+}
+
+void cudnn_backward_weight(const CudnnRun& run, const ConvDescriptors& d, const void* x, const void* dy, void* dw) {
+  d.convolution.set_math(static_cast<cudnnMathType_t>(run.choice.math));
+  auto space = workspace(run.choice.workspace_bytes, run.device);
+  const float one = 1.0f, zero = 0.0f;
+  OPSNN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(run.handle, &one, d.input.get(), x, d.output.get(), dy,
+                                                   d.convolution.get(),
+                                                   static_cast<cudnnConvolutionBwdFilterAlgo_t>(run.choice.algorithm),
+                                                   pointer(space), run.choice.workspace_bytes, &zero, d.filter.get(),
+                                                   dw));
+}
+
+// ---- the subsampled lowering (1x1, stride > 1, no padding) ----
+
+const Conv2dGeometry kUnitStride{};  // stride 1, no padding
+
+// im2col of a 1x1 kernel without padding: exactly x[:, :, ::stride_h, ::stride_w], as [N, C, out_h, out_w].
+cuda::Im2colLayout subsample_layout(const Shape& input, const Shape& output, const Conv2dGeometry& g) {
+  return {input[0], input[1], input[2], input[3], output[2], output[3], 1, 1, g.stride_h, g.stride_w, 0, 0, input[1]};
+}
+
+Shape subsampled_shape(const Shape& input, const Shape& output) { return {input[0], input[1], output[2], output[3]}; }
+
+void subsample(const Tensor& input, Tensor& sampled, const Conv2dGeometry& g) {
+  const cuda::Im2colLayout layout = subsample_layout(input.shape(), sampled.shape(), g);
+  cuda::dispatch_floating(input.dtype(), "conv2d", [&](auto tag) {
+    using T = decltype(tag);
+    cuda::launch_im2col(input.data<T>(), sampled.data<T>(), layout);
+  });
+  OPSNN_CUDA_CHECK(cudaGetLastError());
+}
+
+// grad_input = the sampled positions' gradients, zero elsewhere (col2im of the 1x1 layout).
+void unsubsample(const Tensor& sampled_grad, Tensor& grad_input, const Conv2dGeometry& g) {
+  const cuda::Im2colLayout layout = subsample_layout(grad_input.shape(), sampled_grad.shape(), g);
+  cuda::dispatch_floating(grad_input.dtype(), "conv2d", [&](auto tag) {
+    using T = decltype(tag);
+    cuda::launch_col2im(sampled_grad.data<T>(), grad_input.data<T>(), layout);
+  });
+  OPSNN_CUDA_CHECK(cudaGetLastError());
+}
+
+// ---- the gemm lowering (im2col + batched cuBLAS GEMMs) ----
+
+std::atomic<size_t> column_budget_setting{size_t{512} << 20};
+
+struct GemmPlan {
+  cuda::Im2colLayout layout;  // for the whole batch; chunks change `images`
+  int64_t filters = 0, rows = 0, rows_padded = 0, pixels = 0, in_plane = 0;
+  // A 1x1 stride-1 convolution without padding on channels that need no row padding: each image's
+  // [C, H*W] input already is its column matrix, and the input gradient is the GEMM's output.
+  bool direct = false;
+};
+
+GemmPlan gemm_plan(const Shape& input, const Shape& weight, const Shape& output, const Conv2dGeometry& g) {
+  GemmPlan plan;
+  plan.filters = weight[0];
+  plan.rows = input[1] * weight[2] * weight[3];
+  plan.rows_padded = (plan.rows + 7) / 8 * 8;  // 16-byte aligned rows for the tensor-core GEMMs
+  plan.pixels = output[2] * output[3];
+  plan.in_plane = input[2] * input[3];
+  plan.layout = {input[0], input[1], input[2], input[3], output[2], output[3], weight[2], weight[3],
+                 g.stride_h, g.stride_w, g.pad_h, g.pad_w, plan.rows_padded};
+  plan.direct = weight[2] == 1 && weight[3] == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_h == 0 &&
+                g.pad_w == 0 && plan.rows == plan.rows_padded;
+  return plan;
+}
+
+// Images per chunk when each image needs `bytes_per_image` of scratch.
+int64_t images_per_chunk(int64_t images, size_t bytes_per_image) {
+  const size_t fitting = conv_column_budget() / std::max<size_t>(bytes_per_image, 1);
+  return std::clamp<int64_t>(static_cast<int64_t>(std::min<size_t>(fitting, INT64_MAX)), 1, std::max<int64_t>(images, 1));
+}
+
+cudaDataType_t cuda_data_type(DType dtype) {
+  switch (dtype) {
+    case DType::f16: return CUDA_R_16F;
+    case DType::bf16: return CUDA_R_16BF;
+    default: return CUDA_R_32F;
+  }
+}
+
+// One operand of a strided batched GEMM: column-major data with leading dimension ld, `stride` elements
+// between consecutive images (0: shared by all).
+struct GemmOperand {
+  const void* data;
+  cudaDataType_t type;
+  int64_t ld, stride;
+};
+
+// C[i] = op_a(A[i]) * op_b(B[i]) for i < count (column-major, m x n, inner k), C f32 or the data type,
+// with the compute type the data type and f32 math setting allow.
+void batched_gemm(cublasHandle_t handle, DType dtype, cublasOperation_t op_a, cublasOperation_t op_b, int64_t m,
+                  int64_t n, int64_t k, const GemmOperand& a, const GemmOperand& b, void* c, cudaDataType_t c_type,
+                  int64_t ldc, int64_t c_stride, int64_t count) {
+  const cublasComputeType_t compute =
+      dtype == DType::f32 && fp32_math() == Fp32Math::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  const float one = 1.0f, zero = 0.0f;
+  OPSNN_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+      handle, op_a, op_b, cuda::checked_int(m, "conv2d"), cuda::checked_int(n, "conv2d"), cuda::checked_int(k, "conv2d"),
+      &one, a.data, a.type, cuda::checked_int(a.ld, "conv2d"), a.stride, b.data, b.type,
+      cuda::checked_int(b.ld, "conv2d"), b.stride, &zero, c, c_type, cuda::checked_int(ldc, "conv2d"), c_stride,
+      cuda::checked_int(count, "conv2d"), compute, CUBLAS_GEMM_DEFAULT));
+}
+
+// weight [K, C, R, S] as [K, rows_padded] with the rows C*R*S..rows_padded-1 zero (weight itself when
+// there are none).
+Tensor padded_weight(const Tensor& weight, const GemmPlan& plan) {
+  if (plan.rows == plan.rows_padded) return weight;
+  Tensor padded = Tensor::empty({plan.filters, plan.rows_padded}, weight.dtype(), weight.device());
+  const size_t element = dtype_size(weight.dtype());
+  const size_t row = static_cast<size_t>(plan.rows) * element, padded_row = static_cast<size_t>(plan.rows_padded) * element;
+  auto* base = static_cast<char*>(padded.data_ptr());
+  const auto filters = static_cast<size_t>(plan.filters);
+  if (padded_row > row)
+    OPSNN_CUDA_CHECK(cudaMemset2DAsync(base + row, padded_row, 0, padded_row - row, filters, nullptr));
+  OPSNN_CUDA_CHECK(cudaMemcpy2DAsync(base, padded_row, weight.data_ptr(), row, row, filters,
+                                     cudaMemcpyDeviceToDevice, nullptr));
+  return padded;
+}
+
+void im2col(const Tensor& input, int64_t first, int64_t count, const GemmPlan& plan, void* columns) {
+  cuda::Im2colLayout layout = plan.layout;
+  layout.images = count;
+  cuda::dispatch_floating(input.dtype(), "conv2d", [&](auto tag) {
+    using T = decltype(tag);
+    cuda::launch_im2col(input.data<T>() + first * plan.layout.channels * plan.in_plane, static_cast<T*>(columns), layout);
+  });
+  OPSNN_CUDA_CHECK(cudaGetLastError());
+}
+
+// Per image: out[K, P] = W[K, rows] * columns[rows, P] (row-major; cuBLAS sees the transposes).
+void gemm_forward(cublasHandle_t handle, const Tensor& input, const Tensor& weight, Tensor& out, const GemmPlan& plan) {
+  const DType dtype = out.dtype();
+  const size_t element = dtype_size(dtype);
+  const Tensor w = padded_weight(weight, plan);
+  const int64_t images = input.size(0);
+  const int64_t chunk =
+      plan.direct ? images : images_per_chunk(images, static_cast<size_t>(plan.rows_padded * plan.pixels) * element);
+  std::optional<Storage> columns;
+  if (!plan.direct) columns.emplace(static_cast<size_t>(chunk * plan.rows_padded * plan.pixels) * element, out.device());
+  const cudaDataType_t type = cuda_data_type(dtype);
+  for (int64_t first = 0; first < images; first += chunk) {
+    const int64_t count = std::min(chunk, images - first);
+    const void* a = plan.direct ? input.data_ptr() : columns->data();
+    if (!plan.direct) im2col(input, first, count, plan, columns->data());
+    batched_gemm(handle, dtype, CUBLAS_OP_N, CUBLAS_OP_N, plan.pixels, plan.filters, plan.rows_padded,
+                 {a, type, plan.pixels, plan.rows_padded * plan.pixels},
+                 {w.data_ptr(), type, plan.rows_padded, 0},
+                 static_cast<char*>(out.data_ptr()) + static_cast<size_t>(first * plan.filters * plan.pixels) * element,
+                 type, plan.pixels, plan.filters * plan.pixels, count);
+  }
+}
+
+// Per image: dcolumns[rows, P] = W^T * dY[K, P] in f32, then col2im into grad_input; a direct plan's
+// GEMM writes grad_input itself.
+void gemm_backward_input(cublasHandle_t handle, const Tensor& grad_out, const Tensor& weight, Tensor& grad_input,
+                         const GemmPlan& plan) {
+  const DType dtype = grad_input.dtype();
+  const size_t element = dtype_size(dtype);
+  const Tensor w = padded_weight(weight, plan);
+  const cudaDataType_t type = cuda_data_type(dtype);
+  const int64_t images = grad_input.size(0);
+  if (plan.direct) {
+    batched_gemm(handle, dtype, CUBLAS_OP_N, CUBLAS_OP_T, plan.pixels, plan.rows_padded, plan.filters,
+                 {grad_out.data_ptr(), type, plan.pixels, plan.filters * plan.pixels},
+                 {w.data_ptr(), type, plan.rows_padded, 0}, grad_input.data_ptr(), type, plan.pixels,
+                 plan.rows_padded * plan.pixels, images);
+    return;
+  }
+  const int64_t chunk = images_per_chunk(images, static_cast<size_t>(plan.rows_padded * plan.pixels) * sizeof(float));
+  Storage columns(static_cast<size_t>(chunk * plan.rows_padded * plan.pixels) * sizeof(float), grad_input.device());
+  for (int64_t first = 0; first < images; first += chunk) {
+    const int64_t count = std::min(chunk, images - first);
+    const char* dy = static_cast<const char*>(grad_out.data_ptr()) +
+                     static_cast<size_t>(first * plan.filters * plan.pixels) * element;
+    batched_gemm(handle, dtype, CUBLAS_OP_N, CUBLAS_OP_T, plan.pixels, plan.rows_padded, plan.filters,
+                 {dy, type, plan.pixels, plan.filters * plan.pixels}, {w.data_ptr(), type, plan.rows_padded, 0},
+                 columns.data(), CUDA_R_32F, plan.pixels, plan.rows_padded * plan.pixels, count);
+    cuda::Im2colLayout layout = plan.layout;
+    layout.images = count;
+    cuda::dispatch_floating(dtype, "conv2d", [&](auto tag) {
+      using T = decltype(tag);
+      cuda::launch_col2im(static_cast<const float*>(columns.data()),
+                          grad_input.data<T>() + first * plan.layout.channels * plan.in_plane, layout);
+    });
+    OPSNN_CUDA_CHECK(cudaGetLastError());
+  }
+}
+
+// Per image: partial[K, rows_padded] = dY[K, P] * columns[rows, P]^T in f32; the partials summed over the
+// images in order (double) into an f32 [K, rows] result, converted to the weight's dtype.
+void gemm_backward_weight(cublasHandle_t handle, const Tensor& grad_out, const Tensor& input, Tensor& grad_weight,
+                          const GemmPlan& plan) {
+  const DType dtype = grad_weight.dtype();
+  const size_t element = dtype_size(dtype);
+  const int64_t images = input.size(0);
+  const size_t per_image = (plan.direct ? 0 : static_cast<size_t>(plan.rows_padded * plan.pixels) * element) +
+                           static_cast<size_t>(plan.filters * plan.rows_padded) * sizeof(float);
+  const int64_t chunk = images_per_chunk(images, per_image);
+  std::optional<Storage> columns;
+  if (!plan.direct)
+    columns.emplace(static_cast<size_t>(chunk * plan.rows_padded * plan.pixels) * element, grad_weight.device());
+  Storage partials(static_cast<size_t>(chunk * plan.filters * plan.rows_padded) * sizeof(float), grad_weight.device());
+  Tensor sums = dtype == DType::f32 ? grad_weight
+                                    : Tensor::empty(grad_weight.shape(), DType::f32, grad_weight.device());
+  const cudaDataType_t type = cuda_data_type(dtype);
+  for (int64_t first = 0; first < images; first += chunk) {
+    const int64_t count = std::min(chunk, images - first);
+    const void* a = plan.direct ? static_cast<const char*>(input.data_ptr()) +
+                                      static_cast<size_t>(first * plan.rows_padded * plan.pixels) * element
+                                : columns->data();
+    if (!plan.direct) im2col(input, first, count, plan, columns->data());
+    const char* dy = static_cast<const char*>(grad_out.data_ptr()) +
+                     static_cast<size_t>(first * plan.filters * plan.pixels) * element;
+    batched_gemm(handle, dtype, CUBLAS_OP_T, CUBLAS_OP_N, plan.rows_padded, plan.filters, plan.pixels,
+                 {a, type, plan.pixels, plan.rows_padded * plan.pixels},
+                 {dy, type, plan.pixels, plan.filters * plan.pixels}, partials.data(), CUDA_R_32F, plan.rows_padded,
+                 plan.filters * plan.rows_padded, count);
+    cuda::launch_sum_partials(static_cast<const float*>(partials.data()), count, plan.filters, plan.rows,
+                              plan.rows_padded, sums.data<float>(), first > 0);
+    OPSNN_CUDA_CHECK(cudaGetLastError());
+  }
+  if (dtype != DType::f32) grad_weight.copy_(sums);
+}
+
+// ---- choosing ----
+
+// The choice to cache: the lowering when the policy forces it or it was faster, cuDNN's otherwise;
+// both times recorded. `cudnn` has cudnn_ms < 0 when it was not searched (policy always).
+ConvAlgorithmChoice cudnn_or_lowered(ConvAlgorithmChoice cudnn, ConvAlgorithmChoice lowered) {
+  lowered.cudnn_ms = cudnn.cudnn_ms;
+  if (conv_lowering_policy() == ConvLoweringPolicy::always || lowered.lowered_ms < cudnn.cudnn_ms) return lowered;
+  cudnn.lowered_ms = lowered.lowered_ms;
+  return cudnn;
+}
+
+// Whether the convolution as given is searched with cudnnFind: always unless a lowering is forced.
+bool search_cudnn(ConvLowering lowering) {
+  return lowering == ConvLowering::cudnn || conv_lowering_policy() != ConvLoweringPolicy::always;
+}
+bool try_lowering(ConvLowering lowering) {
+  return lowering != ConvLowering::cudnn && conv_lowering_policy() != ConvLoweringPolicy::never;
+}
+
+ConvAlgorithmChoice not_searched() {
+  ConvAlgorithmChoice choice;
+  choice.cudnn_ms = -1.0f;
+  return choice;
+}
+
 }  // namespace
 
-void set_conv_channel_padding(ConvChannelPadding padding) { channel_padding_setting.store(padding); }
-ConvChannelPadding conv_channel_padding() { return channel_padding_setting.load(); }
+void set_conv_lowering_policy(ConvLoweringPolicy policy) { lowering_policy_setting.store(policy); }
+void set_conv_column_budget(size_t bytes) { column_budget_setting.store(bytes); }
+size_t conv_column_budget() { return column_budget_setting.load(); }
+ConvLoweringPolicy conv_lowering_policy() { return lowering_policy_setting.load(); }
+
+ConvLowering applicable_lowering(const Shape& input, const Shape& weight, const Conv2dGeometry& g, DType dtype) {
+  constexpr int64_t kMax31 = 0x7fffffff;
+  if (input.size() != 4 || weight.size() != 4) return ConvLowering::cudnn;
+  const int64_t out_h = (input[2] + 2 * g.pad_h - weight[2]) / g.stride_h + 1;
+  const int64_t out_w = (input[3] + 2 * g.pad_w - weight[3]) / g.stride_w + 1;
+  const int64_t rows = input[1] * weight[2] * weight[3];
+  // The kernels decode 31-bit plane positions and rows.
+  if (out_h < 1 || out_w < 1 || input[2] * input[3] > kMax31 || out_h * out_w > kMax31 || rows + 8 > kMax31)
+    return ConvLowering::cudnn;
+  if (weight[2] == 1 && weight[3] == 1 && g.pad_h == 0 && g.pad_w == 0 && (g.stride_h > 1 || g.stride_w > 1))
+    return ConvLowering::subsampled;
+  const int64_t granule = tensor_core_granule(dtype) == 0 ? 8 : tensor_core_granule(dtype);
+  if (input[1] % granule != 0) return ConvLowering::gemm;
+  // 1x1 stride 1 without padding: in NCHW a batched GEMM on the data as it lies, where cuDNN's tensor-core
+  // kernels transpose to NHWC and back around the product.
+  if (weight[2] == 1 && weight[3] == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_h == 0 && g.pad_w == 0)
+    return ConvLowering::gemm;
+  return ConvLowering::cudnn;
+}
 
 std::optional<ConvAlgorithmChoice> cached_conv_algorithm(ConvDirection direction, Device device, const Shape& input,
                                                          const Shape& weight, const Conv2dGeometry& geometry,
@@ -364,11 +613,14 @@ std::string describe(const ConvAlgorithmChoice& choice) {
   const char* math = "fma";
   if (choice.math == CUDNN_DEFAULT_MATH) math = "default-math";
   if (choice.math == CUDNN_TENSOR_OP_MATH || choice.math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) math = "tensor-op";
-  std::string text = detail::concat("algo ", choice.algorithm, " ", math);
-  if (choice.padded_ms < 0.0f) return text;
+  std::string text = choice.lowering == ConvLowering::gemm ? std::string("im2col gemm")
+                                                           : detail::concat("algo ", choice.algorithm, " ", math);
+  if (choice.lowering == ConvLowering::subsampled) text = detail::concat("subsampled, stride-1 ", text);
+  if (choice.lowered_ms < 0.0f) return text;
   char times[96];
-  std::snprintf(times, sizeof times, "padded %.3f ms vs plain %.3f ms", choice.padded_ms, choice.plain_ms);
-  return detail::concat(text, choice.padded_channels != 0 ? " on padded channels (" : " unpadded (", times, ")");
+  if (choice.cudnn_ms < 0.0f) std::snprintf(times, sizeof times, " (forced: %.3f ms)", choice.lowered_ms);
+  else std::snprintf(times, sizeof times, " (lowered %.3f ms vs cudnn %.3f ms)", choice.lowered_ms, choice.cudnn_ms);
+  return text + times;
 }
 
 void CudaBackend::conv2d_forward(const Tensor& input, const Tensor& weight, const Tensor& bias, Tensor& out,
@@ -377,39 +629,48 @@ void CudaBackend::conv2d_forward(const Tensor& input, const Tensor& weight, cons
   const Device device = out.device();
   const DType dtype = out.dtype();
   cuda::DeviceGuard guard(device.index);
-  cudnnHandle_t handle = cuda::handles_for(device.index).cudnn;
+  const cuda::LibraryHandles& handles = cuda::handles_for(device.index);
+  const ConvLowering lowering = applicable_lowering(input.shape(), weight.shape(), geometry, dtype);
+  const Shape sampled_shape = subsampled_shape(input.shape(), out.shape());
   const ConvAlgorithmChoice chosen = cached_algorithm(
       make_key(ConvDirection::forward, device.index, input.shape(), weight.shape(), geometry, dtype), [&] {
-        const ConvAlgorithmChoice plain =
-            find_forward(handle, ConvDescriptors(input.shape(), weight.shape(), out.shape(), geometry, dtype),
-                         input.data_ptr(), weight.data_ptr(), out.data_ptr(), device);
-        const int64_t channels = padded_channel_count(input.shape(), weight.shape(), dtype, device.index);
-        if (channels == 0) return plain;
-        Tensor padded_input = with_channels(input, channels), padded_weight = with_channels(weight, channels);
-        const float copies_ms = measured_ms([&] {
-          pad_channels(input, padded_input);
-          pad_channels(weight, padded_weight);
-        });
-        const ConvAlgorithmChoice padded = find_forward(
-            handle, ConvDescriptors(padded_input.shape(), padded_weight.shape(), out.shape(), geometry, dtype),
-            padded_input.data_ptr(), padded_weight.data_ptr(), out.data_ptr(), device);
-        return plain_or_padded(plain, padded, copies_ms, channels);
+        const ConvAlgorithmChoice cudnn =
+            search_cudnn(lowering)
+                ? find_forward(handles.cudnn, ConvDescriptors(input.shape(), weight.shape(), out.shape(), geometry, dtype),
+                               input.data_ptr(), weight.data_ptr(), out.data_ptr(), device)
+                : not_searched();
+        if (!try_lowering(lowering)) return cudnn;
+        ConvAlgorithmChoice lowered;
+        if (lowering == ConvLowering::subsampled) {
+          Tensor sampled = Tensor::empty(sampled_shape, dtype, device);
+          const float copy_ms = measured_ms([&] { subsample(input, sampled, geometry); });
+          lowered = find_forward(handles.cudnn, ConvDescriptors(sampled_shape, weight.shape(), out.shape(), kUnitStride, dtype),
+                                 sampled.data_ptr(), weight.data_ptr(), out.data_ptr(), device);
+          lowered.lowered_ms = lowered.cudnn_ms + copy_ms;
+        } else {
+          const GemmPlan plan = gemm_plan(input.shape(), weight.shape(), out.shape(), geometry);
+          lowered.lowered_ms = measured_ms([&] { gemm_forward(handles.cublas, input, weight, out, plan); });
+        }
+        lowered.lowering = lowering;
+        return cudnn_or_lowered(cudnn, lowered);
       });
-  Tensor x = input, w = weight;
-  if (chosen.padded_channels != 0) {
-    x = with_channels(input, chosen.padded_channels);
-    w = with_channels(weight, chosen.padded_channels);
-    pad_channels(input, x);
-    pad_channels(weight, w);
+  const CudnnRun run{handles.cudnn, chosen, device};
+  switch (chosen.lowering) {
+    case ConvLowering::gemm:
+      gemm_forward(handles.cublas, input, weight, out, gemm_plan(input.shape(), weight.shape(), out.shape(), geometry));
+      break;
+    case ConvLowering::subsampled: {
+      Tensor sampled = Tensor::empty(sampled_shape, dtype, device);
+      subsample(input, sampled, geometry);
+      cudnn_forward(run, ConvDescriptors(sampled_shape, weight.shape(), out.shape(), kUnitStride, dtype),
+                    sampled.data_ptr(), weight.data_ptr(), out.data_ptr());
+      break;
+    }
+    case ConvLowering::cudnn:
+      cudnn_forward(run, ConvDescriptors(input.shape(), weight.shape(), out.shape(), geometry, dtype), input.data_ptr(),
+                    weight.data_ptr(), out.data_ptr());
+      break;
   }
-  ConvDescriptors d(x.shape(), w.shape(), out.shape(), geometry, dtype);
-  d.convolution.set_math(static_cast<cudnnMathType_t>(chosen.math));
-  auto space = workspace(chosen.workspace_bytes, device);
-  const float one = 1.0f, zero = 0.0f;
-  OPSNN_CUDNN_CHECK(cudnnConvolutionForward(handle, &one, d.input.get(), x.data_ptr(), d.filter.get(), w.data_ptr(),
-                                            d.convolution.get(),
-                                            static_cast<cudnnConvolutionFwdAlgo_t>(chosen.algorithm), pointer(space),
-                                            chosen.workspace_bytes, &zero, d.output.get(), out.data_ptr()));
   if (bias.defined()) {
     OPSNN_CHECK_AS(TypeError, bias.dtype() == out.dtype(), "CUDA conv2d_forward: bias ", bias.str(),
                    " must have the output's dtype ", dtype_name(out.dtype()));
@@ -442,40 +703,51 @@ void CudaBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& we
   const Device device = grad_input.device();
   const DType dtype = grad_input.dtype();
   cuda::DeviceGuard guard(device.index);
-  cudnnHandle_t handle = cuda::handles_for(device.index).cudnn;
+  const cuda::LibraryHandles& handles = cuda::handles_for(device.index);
+  const ConvLowering lowering = applicable_lowering(grad_input.shape(), weight.shape(), geometry, dtype);
+  const Shape sampled_shape = subsampled_shape(grad_input.shape(), grad_out.shape());
   const ConvAlgorithmChoice chosen = cached_algorithm(
       make_key(ConvDirection::backward_input, device.index, grad_input.shape(), weight.shape(), geometry, dtype), [&] {
-        const ConvAlgorithmChoice plain = find_backward_input(
-            handle, ConvDescriptors(grad_input.shape(), weight.shape(), grad_out.shape(), geometry, dtype),
-            weight.data_ptr(), grad_out.data_ptr(), grad_input.data_ptr(), device);
-        const int64_t channels = padded_channel_count(grad_input.shape(), weight.shape(), dtype, device.index);
-        if (channels == 0) return plain;
-        Tensor padded_weight = with_channels(weight, channels), padded_grad = with_channels(grad_input, channels);
-        const float copies_ms = measured_ms([&] {
-          pad_channels(weight, padded_weight);
-          crop_channels(padded_grad, grad_input);
-        });
-        const ConvAlgorithmChoice padded = find_backward_input(
-            handle, ConvDescriptors(padded_grad.shape(), padded_weight.shape(), grad_out.shape(), geometry, dtype),
-            padded_weight.data_ptr(), grad_out.data_ptr(), padded_grad.data_ptr(), device);
-        return plain_or_padded(plain, padded, copies_ms, channels);
+        const ConvAlgorithmChoice cudnn =
+            search_cudnn(lowering)
+                ? find_backward_input(handles.cudnn,
+                                      ConvDescriptors(grad_input.shape(), weight.shape(), grad_out.shape(), geometry, dtype),
+                                      weight.data_ptr(), grad_out.data_ptr(), grad_input.data_ptr(), device)
+                : not_searched();
+        if (!try_lowering(lowering)) return cudnn;
+        ConvAlgorithmChoice lowered;
+        if (lowering == ConvLowering::subsampled) {
+          Tensor sampled = Tensor::empty(sampled_shape, dtype, device);
+          lowered = find_backward_input(
+              handles.cudnn, ConvDescriptors(sampled_shape, weight.shape(), grad_out.shape(), kUnitStride, dtype),
+              weight.data_ptr(), grad_out.data_ptr(), sampled.data_ptr(), device);
+          lowered.lowered_ms = lowered.cudnn_ms + measured_ms([&] { unsubsample(sampled, grad_input, geometry); });
+        } else {
+          const GemmPlan plan = gemm_plan(grad_input.shape(), weight.shape(), grad_out.shape(), geometry);
+          lowered.lowered_ms =
+              measured_ms([&] { gemm_backward_input(handles.cublas, grad_out, weight, grad_input, plan); });
+        }
+        lowered.lowering = lowering;
+        return cudnn_or_lowered(cudnn, lowered);
       });
-  Tensor w = weight, dx = grad_input;
-  if (chosen.padded_channels != 0) {
-    w = with_channels(weight, chosen.padded_channels);
-    dx = with_channels(grad_input, chosen.padded_channels);
-    pad_channels(weight, w);
+  const CudnnRun run{handles.cudnn, chosen, device};
+  switch (chosen.lowering) {
+    case ConvLowering::gemm:
+      gemm_backward_input(handles.cublas, grad_out, weight, grad_input,
+                          gemm_plan(grad_input.shape(), weight.shape(), grad_out.shape(), geometry));
+      break;
+    case ConvLowering::subsampled: {
+      Tensor sampled = Tensor::empty(sampled_shape, dtype, device);
+      cudnn_backward_input(run, ConvDescriptors(sampled_shape, weight.shape(), grad_out.shape(), kUnitStride, dtype),
+                           weight.data_ptr(), grad_out.data_ptr(), sampled.data_ptr());
+      unsubsample(sampled, grad_input, geometry);
+      break;
+    }
+    case ConvLowering::cudnn:
+      cudnn_backward_input(run, ConvDescriptors(grad_input.shape(), weight.shape(), grad_out.shape(), geometry, dtype),
+                           weight.data_ptr(), grad_out.data_ptr(), grad_input.data_ptr());
+      break;
   }
-  ConvDescriptors d(dx.shape(), w.shape(), grad_out.shape(), geometry, dtype);
-  d.convolution.set_math(static_cast<cudnnMathType_t>(chosen.math));
-  auto space = workspace(chosen.workspace_bytes, device);
-  const float one = 1.0f, zero = 0.0f;
-  OPSNN_CUDNN_CHECK(cudnnConvolutionBackwardData(handle, &one, d.filter.get(), w.data_ptr(), d.output.get(),
-                                                 grad_out.data_ptr(), d.convolution.get(),
-                                                 static_cast<cudnnConvolutionBwdDataAlgo_t>(chosen.algorithm),
-                                                 pointer(space), chosen.workspace_bytes, &zero, d.input.get(),
-                                                 dx.data_ptr()));
-  if (chosen.padded_channels != 0) crop_channels(dx, grad_input);
 }
 
 void CudaBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& input, Tensor& grad_weight,
@@ -484,41 +756,53 @@ void CudaBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& i
   const Device device = grad_weight.device();
   const DType dtype = grad_weight.dtype();
   cuda::DeviceGuard guard(device.index);
-  cudnnHandle_t handle = cuda::handles_for(device.index).cudnn;
+  const cuda::LibraryHandles& handles = cuda::handles_for(device.index);
+  const ConvLowering lowering = applicable_lowering(input.shape(), grad_weight.shape(), geometry, dtype);
+  const Shape sampled_shape = subsampled_shape(input.shape(), grad_out.shape());
   const ConvAlgorithmChoice chosen = cached_algorithm(
       make_key(ConvDirection::backward_weight, device.index, input.shape(), grad_weight.shape(), geometry, dtype),
       [&] {
-        const ConvAlgorithmChoice plain = find_backward_weight(
-            handle, ConvDescriptors(input.shape(), grad_weight.shape(), grad_out.shape(), geometry, dtype),
-            input.data_ptr(), grad_out.data_ptr(), grad_weight.data_ptr(), device);
-        const int64_t channels = padded_channel_count(input.shape(), grad_weight.shape(), dtype, device.index);
-        if (channels == 0) return plain;
-        Tensor padded_input = with_channels(input, channels), padded_grad = with_channels(grad_weight, channels);
-        const float copies_ms = measured_ms([&] {
-          pad_channels(input, padded_input);
-          crop_channels(padded_grad, grad_weight);
-        });
-        const ConvAlgorithmChoice padded = find_backward_weight(
-            handle, ConvDescriptors(padded_input.shape(), padded_grad.shape(), grad_out.shape(), geometry, dtype),
-            padded_input.data_ptr(), grad_out.data_ptr(), padded_grad.data_ptr(), device);
-        return plain_or_padded(plain, padded, copies_ms, channels);
+        const ConvAlgorithmChoice cudnn =
+            search_cudnn(lowering)
+                ? find_backward_weight(handles.cudnn,
+                                       ConvDescriptors(input.shape(), grad_weight.shape(), grad_out.shape(), geometry, dtype),
+                                       input.data_ptr(), grad_out.data_ptr(), grad_weight.data_ptr(), device)
+                : not_searched();
+        if (!try_lowering(lowering)) return cudnn;
+        ConvAlgorithmChoice lowered;
+        if (lowering == ConvLowering::subsampled) {
+          Tensor sampled = Tensor::empty(sampled_shape, dtype, device);
+          const float copy_ms = measured_ms([&] { subsample(input, sampled, geometry); });
+          lowered = find_backward_weight(
+              handles.cudnn, ConvDescriptors(sampled_shape, grad_weight.shape(), grad_out.shape(), kUnitStride, dtype),
+              sampled.data_ptr(), grad_out.data_ptr(), grad_weight.data_ptr(), device);
+          lowered.lowered_ms = lowered.cudnn_ms + copy_ms;
+        } else {
+          const GemmPlan plan = gemm_plan(input.shape(), grad_weight.shape(), grad_out.shape(), geometry);
+          lowered.lowered_ms =
+              measured_ms([&] { gemm_backward_weight(handles.cublas, grad_out, input, grad_weight, plan); });
+        }
+        lowered.lowering = lowering;
+        return cudnn_or_lowered(cudnn, lowered);
       });
-  Tensor x = input, dw = grad_weight;
-  if (chosen.padded_channels != 0) {
-    x = with_channels(input, chosen.padded_channels);
-    dw = with_channels(grad_weight, chosen.padded_channels);
-    pad_channels(input, x);
+  const CudnnRun run{handles.cudnn, chosen, device};
+  switch (chosen.lowering) {
+    case ConvLowering::gemm:
+      gemm_backward_weight(handles.cublas, grad_out, input, grad_weight,
+                           gemm_plan(input.shape(), grad_weight.shape(), grad_out.shape(), geometry));
+      break;
+    case ConvLowering::subsampled: {
+      Tensor sampled = Tensor::empty(sampled_shape, dtype, device);
+      subsample(input, sampled, geometry);
+      cudnn_backward_weight(run, ConvDescriptors(sampled_shape, grad_weight.shape(), grad_out.shape(), kUnitStride, dtype),
+                            sampled.data_ptr(), grad_out.data_ptr(), grad_weight.data_ptr());
+      break;
+    }
+    case ConvLowering::cudnn:
+      cudnn_backward_weight(run, ConvDescriptors(input.shape(), grad_weight.shape(), grad_out.shape(), geometry, dtype),
+                            input.data_ptr(), grad_out.data_ptr(), grad_weight.data_ptr());
+      break;
   }
-  ConvDescriptors d(x.shape(), dw.shape(), grad_out.shape(), geometry, dtype);
-  d.convolution.set_math(static_cast<cudnnMathType_t>(chosen.math));
-  auto space = workspace(chosen.workspace_bytes, device);
-  const float one = 1.0f, zero = 0.0f;
-  OPSNN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(handle, &one, d.input.get(), x.data_ptr(), d.output.get(),
-                                                   grad_out.data_ptr(), d.convolution.get(),
-                                                   static_cast<cudnnConvolutionBwdFilterAlgo_t>(chosen.algorithm),
-                                                   pointer(space), chosen.workspace_bytes, &zero, d.filter.get(),
-                                                   dw.data_ptr()));
-  if (chosen.padded_channels != 0) crop_channels(dw, grad_weight);
 }
 
 }  // namespace opsnn::ops

@@ -1,6 +1,6 @@
-// What the cuDNN algorithm search of src/ops/cuda/conv.cpp chose for a convolution, and the setting of
-// its channel padding (few-channel inputs such as an RGB stem zero-padded to the tensor-core granule),
-// for the conv benchmark and the tests to read and steer. Plain C++: no cuDNN headers needed.
+// What the convolution search of src/ops/cuda/conv.cpp chose for a convolution (a cuDNN algorithm on the
+// convolution as given, or one of two lowerings), and the process-wide lowering policy, for the conv
+// benchmark and the tests to read and steer. Plain C++: no cuDNN headers needed.
 #pragma once
 
 #include <cstddef>
@@ -15,29 +15,48 @@ namespace opsnn::ops {
 
 enum class ConvDirection : uint8_t { forward, backward_input, backward_weight };
 
-// Whether a convolution whose input channels are not a multiple of the tensor-core granule (4 for f32
-// under tf32 math, 8 for f16/bf16; strict f32 never pads) may run on channel-padded copies. measured:
-// only when cudnnFind's time for the padded operands plus the measured pad/crop copies beats the plain
-// convolution's; always / never: force one variant (tests, benchmark comparisons). Process-wide, and
-// part of the algorithm cache key, so changing it triggers a fresh search per shape.
-enum class ConvChannelPadding : uint8_t { measured, always, never };
-void set_conv_channel_padding(ConvChannelPadding padding);
-ConvChannelPadding conv_channel_padding();
+// How a convolution runs. cudnn: cuDNN's fastest algorithm on the operands as given. Two lowerings for
+// shapes where NCHW cuDNN falls back to slow legacy kernels:
+//   subsampled: a 1x1 convolution with stride > 1 and no padding is the stride-1 1x1 convolution of
+//     the input subsampled x[:, :, ::stride_h, ::stride_w] (the input gradient: zero except at the sampled
+//     positions); cuDNN runs the stride-1 problem, one copy kernel gathers / scatters.
+//   gemm: input channels not a multiple of the tensor-core granule (4 for f32 under tf32 math, 8
+//     otherwise; the RGB stem), and 1x1 stride-1 convolutions: im2col into per-image column matrices
+//     (rows C*R*S padded to a multiple of 8; a 1x1 stride-1 input whose C needs no padding is used as it
+//     lies) and batched cuBLAS GEMMs; the weight gradient sums per-image partials in a fixed order, the
+//     input gradient gathers the column gradients back (col2im).
+enum class ConvLowering : uint8_t { cudnn, subsampled, gemm };
+
+// measured: where a lowering applies, it runs only when its measured time (its copies included) beats
+// cudnnFind's best for the convolution as given; always / never: force it / cuDNN alone (tests,
+// benchmark comparisons). Part of the algorithm cache key, so changing it searches again per shape.
+enum class ConvLoweringPolicy : uint8_t { measured, always, never };
+void set_conv_lowering_policy(ConvLoweringPolicy policy);
+ConvLoweringPolicy conv_lowering_policy();
+
+// Scratch bound of the gemm lowering (column buffers plus weight-gradient partials): the batch runs in
+// chunks of as many images as fit (at least one). Default 512 MiB; tests lower it to cover chunking.
+void set_conv_column_budget(size_t bytes);
+size_t conv_column_budget();
+
+// The lowering that applies to a convolution of this input / weight shape and geometry in dtype under
+// the current f32 math setting, or ConvLowering::cudnn when none does.
+ConvLowering applicable_lowering(const Shape& input, const Shape& weight, const Conv2dGeometry& geometry, DType dtype);
 
 struct ConvAlgorithmChoice {
-  int algorithm = 0;  // cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t of the variant that runs
+  ConvLowering lowering = ConvLowering::cudnn;  // what runs
+  int algorithm = 0;  // cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t of the cuDNN call (the stride-1 one when subsampled)
   int math = 0;       // the cudnnMathType_t it was measured with
   size_t workspace_bytes = 0;
-  int64_t padded_channels = 0;  // input channels the chosen variant runs with; 0 for the plain convolution
-  float plain_ms = 0.0f;        // cudnnFind's time of the fastest plain algorithm
-  float padded_ms = -1.0f;      // same with padding, pad/crop copies included; negative when not tried
+  float cudnn_ms = 0.0f;     // cudnnFind's time of the fastest algorithm on the convolution as given; negative when not searched
+  float lowered_ms = -1.0f;  // the lowering's time, its copies included; negative when not tried
 };
 
-// One line for reports, e.g. "algo 1 tensor-op on 4 ch (padded 0.41 ms vs plain 4.30 ms)".
+// One line for reports, e.g. "gemm lowering (0.41 ms vs cudnn 4.30 ms)" or "algo 1 tensor-op".
 std::string describe(const ConvAlgorithmChoice& choice);
 
 // The cached choice for one convolution (input [N, C, H, W], weight [K, C, R, S] as the caller passes
-// them, the current math and padding settings), or nothing before the first call with that shape.
+// them, the current math and lowering settings), or nothing before the first call with that shape.
 std::optional<ConvAlgorithmChoice> cached_conv_algorithm(ConvDirection direction, Device device, const Shape& input,
                                                          const Shape& weight, const Conv2dGeometry& geometry,
                                                          DType dtype);

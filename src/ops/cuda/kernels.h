@@ -89,6 +89,24 @@ void launch_max_pool_backward(const T* grad_out, const int64_t* indices, float* 
 template <typename T> void launch_avg_pool_forward(const T* x, T* out, const PoolLayout& layout);
 template <typename T> void launch_avg_pool_backward(const T* grad_out, T* grad_input, const PoolLayout& layout);
 
+// ---- convolution lowerings (conv_lowering.cu) ----
+// images x [N, C, in_h, in_w] <-> columns [N, rows_padded, out_h * out_w] with row (c, r, s) of the
+// C * kernel_h * kernel_w real rows; rows_padded >= that (the extra rows are zero in im2col's output and
+// ignored by col2im). Sizes must fit 31 bits per plane / row; N * rows_padded may be larger.
+struct Im2colLayout {
+  int64_t images, channels, in_h, in_w, out_h, out_w;
+  int64_t kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;
+  int64_t rows_padded;
+};
+template <typename T> void launch_im2col(const T* x, T* columns, const Im2colLayout& layout);
+// x = col2im(columns): each x value is the sum (f32, fixed order) of the column entries im2col would have
+// copied it to; overwrites every x value. TC is the columns' type (f32 or T).
+template <typename TC, typename T> void launch_col2im(const TC* columns, T* x, const Im2colLayout& layout);
+// out[r * cols + c] = (out[...] if accumulate) + sum over i < count of partials[(i * rows + r) * cols_padded + c],
+// in i order, in double; all f32.
+void launch_sum_partials(const float* partials, int64_t count, int64_t rows, int64_t cols, int64_t cols_padded,
+                         float* out, bool accumulate);
+
 // ---- log-softmax and NLL loss over [rows, classes] (loss.cu) ----
 void launch_log_softmax_forward(const float* logits, float* out, int64_t rows, int64_t classes);
 void launch_log_softmax_backward(const float* grad_out, const float* out, float* grad_logits, int64_t rows,

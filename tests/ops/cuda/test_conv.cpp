@@ -1,11 +1,16 @@
-// Tests of the channel padding in src/ops/cuda/conv.cpp: stem-like convolutions (1, 3 or 5 input
-// channels, 7x7 stride 2 pad 3) in f32 with tf32 math, bf16 and f16, with the padded variant forced, off
-// and measured, against the CPU twin on the same values, forward, input gradient and weight gradient;
-// the cached choice says which variant ran; strict f32 never pads. Compiled in CUDA builds only (it reads
-// the CUDA backend's algorithm cache); tagged [cuda]: skipped without a GPU.
+// Tests of the convolution lowerings in src/ops/cuda/conv.cpp against the CPU twin on the same values,
+// forward, input gradient and weight gradient, with each lowering forced, off and measured:
+//   - the im2col-GEMM lowering of few-channel inputs (stem-like 7x7 stride 2 pad 3 convolutions with 1, 3
+//     or 5 channels), in strict f32, f32 with tf32 math, bf16 and f16, also with a column budget so small
+//     that the batch runs image by image (the chunked weight-gradient sum);
+//   - the same lowering of 1x1 stride-1 convolutions (the input used as its own column matrix when C is
+//     a multiple of 8, an im2col copy with padding rows otherwise);
+//   - the subsampled lowering of strided 1x1 convolutions (odd sizes, unequal strides);
+//   - shapes no lowering applies to never try one.
+// The cached choice says what ran. Compiled in CUDA builds only (it reads the CUDA backend's algorithm
+// cache); tagged [cuda]: skipped without a GPU.
 #include <catch2/catch.hpp>
 
-#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -20,41 +25,53 @@ using namespace opsnn::testing;
 
 namespace {
 
-bool gpu_missing() { return opsnn::testing::gpu_missing("the CUDA conv channel-padding tests"); }
+bool gpu_missing() { return opsnn::testing::gpu_missing("the CUDA conv lowering tests"); }
 
-// Puts the process-wide math and padding settings back, whatever a test set.
+// Puts the process-wide math, lowering and column-budget settings back, whatever a test set.
 struct SettingsReset {
+  size_t budget = ops::conv_column_budget();
   ~SettingsReset() {
     ops::set_fp32_math(ops::Fp32Math::strict);
-    ops::set_conv_channel_padding(ops::ConvChannelPadding::measured);
+    ops::set_conv_lowering_policy(ops::ConvLoweringPolicy::measured);
+    ops::set_conv_column_budget(budget);
   }
 };
 
-// The data of one stem-like conv: values exactly representable in the dtype under test, so the CPU
-// (f32) and the GPU see the same operands and only the GPU's rounding differs.
-struct StemCase {
+// The data of one convolution: values exactly representable in the dtype under test, so the CPU (f32)
+// and the GPU see the same operands and only the GPU's rounding differs.
+struct ConvCase {
   Tensor input, weight, upstream;  // f32 on the CPU
   ops::Conv2dGeometry geometry;
 };
 
-StemCase stem_case(int64_t channels, DType dtype, Generator& generator) {
-  StemCase c;
+ConvCase conv_case(const Shape& input, const Shape& weight, const ops::Conv2dGeometry& geometry, DType dtype,
+                   Generator& generator) {
   auto rounded = [&](const Shape& shape, double bound) {
     return Tensor::uniform(shape, -bound, bound, generator, DType::f32).to(dtype).to(DType::f32);
   };
-  c.input = rounded({2, channels, 19, 22}, 1.0);
-  c.weight = rounded({16, channels, 7, 7}, 0.3);
-  c.geometry.stride_h = c.geometry.stride_w = 2;
-  c.geometry.pad_h = c.geometry.pad_w = 3;
-  c.upstream = rounded({2, 16, 10, 11}, 1.0);
+  ConvCase c;
+  c.input = rounded(input, 1.0);
+  c.weight = rounded(weight, 0.3);
+  c.geometry = geometry;
+  const int64_t out_h = (input[2] + 2 * geometry.pad_h - weight[2]) / geometry.stride_h + 1;
+  const int64_t out_w = (input[3] + 2 * geometry.pad_w - weight[3]) / geometry.stride_w + 1;
+  c.upstream = rounded({input[0], weight[0], out_h, out_w}, 1.0);
   return c;
+}
+
+ops::Conv2dGeometry geometry_of(int64_t stride_h, int64_t stride_w, int64_t pad) {
+  ops::Conv2dGeometry g;
+  g.stride_h = stride_h;
+  g.stride_w = stride_w;
+  g.pad_h = g.pad_w = pad;
+  return g;
 }
 
 struct ConvResults {
   Tensor out, grad_input, grad_weight;  // f32 on the CPU
 };
 
-ConvResults run_conv(const StemCase& c, DType dtype, Device device) {
+ConvResults run_conv(const ConvCase& c, DType dtype, Device device) {
   // detach: fresh leaves, so a CPU f32 run (where to() returns the case's own tensors) leaves them untouched.
   Tensor input = c.input.to(dtype).to(device).detach(), weight = c.weight.to(dtype).to(device).detach();
   input.set_requires_grad(true);
@@ -69,100 +86,177 @@ ConvResults run_conv(const StemCase& c, DType dtype, Device device) {
 void require_close_to(const Tensor& actual, const Tensor& expected, double tolerance, const std::string& what) {
   REQUIRE(actual.shape() == expected.shape());
   const double error = scaled_error(actual, expected);
-  std::printf("cuda vs cpu  %-58s max scaled error %.2e (tolerance %.0e)\n", what.c_str(), error, tolerance);
   INFO(what << ": max scaled error " << error << ", tolerance " << tolerance);
   REQUIRE(error <= tolerance);
 }
 
+struct Precision {
+  const char* name;
+  DType dtype;
+  ops::Fp32Math math;
+  double tolerance;  // as the other strict / tf32 / mixed-precision conv tests
+};
+const Precision kPrecisions[] = {{"f32", DType::f32, ops::Fp32Math::strict, 1e-4},
+                                 {"tf32", DType::f32, ops::Fp32Math::tf32, 5e-3},
+                                 {"bf16", DType::bf16, ops::Fp32Math::strict, 2e-2},
+                                 {"f16", DType::f16, ops::Fp32Math::strict, 5e-3}};
+
+const std::pair<const char*, ops::ConvLoweringPolicy> kPolicies[] = {{"always", ops::ConvLoweringPolicy::always},
+                                                                    {"never", ops::ConvLoweringPolicy::never},
+                                                                    {"measured", ops::ConvLoweringPolicy::measured}};
+
 const ops::ConvDirection kDirections[] = {ops::ConvDirection::forward, ops::ConvDirection::backward_input,
                                           ops::ConvDirection::backward_weight};
 
-}  // namespace
-
-TEST_CASE("CUDA stem-like conv2d with padded input channels matches the CPU, forward and both gradients",
-          "[cuda][ops]") {
-  if (gpu_missing()) return;
-  SettingsReset reset;
-  struct Precision {
-    const char* name;
-    DType dtype;
-    ops::Fp32Math math;
-    int64_t granule;
-    double tolerance;  // as the existing tf32 / mixed-precision conv tests
-  };
-  const Precision precisions[] = {{"tf32", DType::f32, ops::Fp32Math::tf32, 4, 5e-3},
-                                  {"bf16", DType::bf16, ops::Fp32Math::strict, 8, 2e-2},
-                                  {"f16", DType::f16, ops::Fp32Math::strict, 8, 5e-3}};
-  const std::pair<const char*, ops::ConvChannelPadding> paddings[] = {
-      {"padding always", ops::ConvChannelPadding::always},
-      {"padding never", ops::ConvChannelPadding::never},
-      {"padding measured", ops::ConvChannelPadding::measured}};
-  Generator generator(41);
-  for (const Precision& precision : precisions) {
-    ops::set_fp32_math(precision.math);
-    for (int64_t channels : {1, 3, 5}) {
-      const StemCase c = stem_case(channels, precision.dtype, generator);
-      const ConvResults expected = run_conv(c, DType::f32, kCPU);
-      for (const auto& [padding_name, padding] : paddings) {
-        ops::set_conv_channel_padding(padding);
-        const std::string name =
-            std::string("stem ") + precision.name + " C=" + std::to_string(channels) + " " + padding_name;
-        const ConvResults actual = run_conv(c, precision.dtype, kGpu);
-        require_close_to(actual.out, expected.out, precision.tolerance, name + " forward");
-        require_close_to(actual.grad_input, expected.grad_input, precision.tolerance, name + " grad input");
-        require_close_to(actual.grad_weight, expected.grad_weight, precision.tolerance, name + " grad weight");
-        const int64_t padded_channels = (channels + precision.granule - 1) / precision.granule * precision.granule;
-        for (ops::ConvDirection direction : kDirections) {
-          const auto choice = ops::cached_conv_algorithm(direction, kGpu, c.input.shape(), c.weight.shape(), c.geometry,
-                                                         precision.dtype);
-          REQUIRE(choice.has_value());
-          INFO(name << ", direction " << static_cast<int>(direction) << ": " << ops::describe(*choice));
-          if (padding == ops::ConvChannelPadding::always) {
-            CHECK(choice->padded_channels == padded_channels);
-          } else if (padding == ops::ConvChannelPadding::never) {
-            CHECK(choice->padded_channels == 0);
-            CHECK(choice->padded_ms < 0.0f);
-          } else {  // measured: both variants timed, whichever won runs
-            CHECK(choice->padded_ms >= 0.0f);
-            CHECK((choice->padded_channels == 0 || choice->padded_channels == padded_channels));
-          }
-        }
+// Runs c under every policy in precision p and checks the results and the cached choices, where
+// `lowering` is what applies to the shape.
+void check_policies(const ConvCase& c, const Precision& p, ops::ConvLowering lowering, const std::string& label) {
+  ops::set_fp32_math(p.math);
+  REQUIRE(ops::applicable_lowering(c.input.shape(), c.weight.shape(), c.geometry, p.dtype) == lowering);
+  const ConvResults expected = run_conv(c, DType::f32, kCPU);
+  for (const auto& [policy_name, policy] : kPolicies) {
+    ops::set_conv_lowering_policy(policy);
+    const std::string name = label + " " + p.name + " lowering " + policy_name;
+    const ConvResults actual = run_conv(c, p.dtype, kGpu);
+    require_close_to(actual.out, expected.out, p.tolerance, name + " forward");
+    require_close_to(actual.grad_input, expected.grad_input, p.tolerance, name + " grad input");
+    require_close_to(actual.grad_weight, expected.grad_weight, p.tolerance, name + " grad weight");
+    for (ops::ConvDirection direction : kDirections) {
+      const auto choice =
+          ops::cached_conv_algorithm(direction, kGpu, c.input.shape(), c.weight.shape(), c.geometry, p.dtype);
+      REQUIRE(choice.has_value());
+      INFO(name << ", direction " << static_cast<int>(direction) << ": " << ops::describe(*choice));
+      if (policy == ops::ConvLoweringPolicy::always) {
+        CHECK(choice->lowering == lowering);
+        CHECK(choice->cudnn_ms < 0.0f);  // cuDNN's own search skipped
+        CHECK(choice->lowered_ms >= 0.0f);
+      } else if (policy == ops::ConvLoweringPolicy::never) {
+        CHECK(choice->lowering == ops::ConvLowering::cudnn);
+        CHECK(choice->lowered_ms < 0.0f);
+      } else {  // measured: both timed, the faster runs
+        CHECK(choice->cudnn_ms >= 0.0f);
+        CHECK(choice->lowered_ms >= 0.0f);
+        CHECK((choice->lowering == lowering) == (choice->lowered_ms < choice->cudnn_ms));
       }
     }
   }
 }
 
-TEST_CASE("CUDA conv2d pads nothing under strict f32 math or when the channels fit the granule", "[cuda][ops]") {
+}  // namespace
+
+TEST_CASE("CUDA stem-like conv2d through the im2col-GEMM lowering matches the CPU, forward and both gradients",
+          "[cuda][ops]") {
   if (gpu_missing()) return;
   SettingsReset reset;
-  ops::set_conv_channel_padding(ops::ConvChannelPadding::always);
-  Generator generator(42);
-  struct Unpadded {
+  Generator generator(41);
+  for (const Precision& precision : kPrecisions)
+    for (int64_t channels : {1, 3, 5}) {
+      const ConvCase c = conv_case({3, channels, 19, 22}, {16, channels, 7, 7}, geometry_of(2, 2, 3), precision.dtype,
+                                   generator);
+      check_policies(c, precision, ops::ConvLowering::gemm, "stem C=" + std::to_string(channels));
+    }
+}
+
+TEST_CASE("CUDA 1x1 stride-1 conv2d through the GEMM lowering matches the CPU, forward and both gradients",
+          "[cuda][ops]") {
+  if (gpu_missing()) return;
+  SettingsReset reset;
+  Generator generator(45);
+  struct Pointwise {
     const char* name;
-    DType dtype;
-    ops::Fp32Math math;
-    int64_t channels;
-    double tolerance;
+    Shape input, weight;
   };
-  const Unpadded cases[] = {{"strict f32 C=3", DType::f32, ops::Fp32Math::strict, 3, 1e-4},
-                            {"tf32 C=4", DType::f32, ops::Fp32Math::tf32, 4, 5e-3},
-                            {"bf16 C=8", DType::bf16, ops::Fp32Math::strict, 8, 2e-2}};
-  for (const Unpadded& u : cases) {
-    ops::set_fp32_math(u.math);
-    const StemCase c = stem_case(u.channels, u.dtype, generator);
+  // C = 16: the input is the column matrix; C = 12: padded rows for bf16/f16/strict f32 (and for tf32,
+  // whose granule 4 divides 12, through the 1x1 rule); odd planes (63 and 35 positions).
+  const Pointwise cases[] = {{"1x1 C=16", {3, 16, 9, 7}, {24, 16, 1, 1}}, {"1x1 C=12", {2, 12, 5, 7}, {8, 12, 1, 1}}};
+  for (const Precision& precision : kPrecisions)
+    for (const Pointwise& p : cases) {
+      const ConvCase c = conv_case(p.input, p.weight, geometry_of(1, 1, 0), precision.dtype, generator);
+      check_policies(c, precision, ops::ConvLowering::gemm, p.name);
+    }
+}
+
+TEST_CASE("CUDA im2col-GEMM lowering gives the same results when the batch runs in chunks of one image",
+          "[cuda][ops]") {
+  if (gpu_missing()) return;
+  SettingsReset reset;
+  Generator generator(44);
+  ops::set_conv_lowering_policy(ops::ConvLoweringPolicy::always);
+  for (const Precision& precision : kPrecisions) {
+    ops::set_fp32_math(precision.math);
+    // 7 images, 2 channels, 5x3 kernel, stride (1, 2), pad 1: rows 30 (padded to 32).
+    const ConvCase c = conv_case({7, 2, 11, 13}, {6, 2, 5, 3}, geometry_of(1, 2, 1), precision.dtype, generator);
     const ConvResults expected = run_conv(c, DType::f32, kCPU);
-    const ConvResults actual = run_conv(c, u.dtype, kGpu);
-    const std::string name = std::string("stem ") + u.name + " padding always";
-    require_close_to(actual.out, expected.out, u.tolerance, name + " forward");
-    require_close_to(actual.grad_input, expected.grad_input, u.tolerance, name + " grad input");
-    require_close_to(actual.grad_weight, expected.grad_weight, u.tolerance, name + " grad weight");
+    ops::set_conv_column_budget(1);  // one image per chunk
+    const ConvResults chunked = run_conv(c, precision.dtype, kGpu);
+    const std::string name = std::string("chunked gemm lowering ") + precision.name;
+    require_close_to(chunked.out, expected.out, precision.tolerance, name + " forward");
+    require_close_to(chunked.grad_input, expected.grad_input, precision.tolerance, name + " grad input");
+    require_close_to(chunked.grad_weight, expected.grad_weight, precision.tolerance, name + " grad weight");
+    ops::set_conv_column_budget(size_t{512} << 20);
+    const ConvResults whole = run_conv(c, precision.dtype, kGpu);
+    // cuBLAS may pick other kernels for another batch count, so the two agree to rounding.
+    require_close_to(whole.out, chunked.out, precision.tolerance, name + " forward vs unchunked");
+    require_close_to(whole.grad_input, chunked.grad_input, precision.tolerance, name + " grad input vs unchunked");
+    require_close_to(whole.grad_weight, chunked.grad_weight, precision.tolerance, name + " grad weight vs unchunked");
+  }
+}
+
+TEST_CASE("CUDA strided 1x1 conv2d through the subsampled lowering matches the CPU, forward and both gradients",
+          "[cuda][ops]") {
+  if (gpu_missing()) return;
+  SettingsReset reset;
+  Generator generator(43);
+  struct Strided {
+    const char* name;
+    Shape input, weight;
+    int64_t stride_h, stride_w;
+  };
+  // Odd sizes leave the last row / column unsampled or sampled depending on the stride.
+  const Strided cases[] = {{"1x1/2 odd", {2, 16, 9, 11}, {24, 16, 1, 1}, 2, 2},
+                           {"1x1/(3,2)", {3, 8, 10, 7}, {8, 8, 1, 1}, 3, 2},
+                           {"1x1/2 even", {2, 32, 8, 8}, {16, 32, 1, 1}, 2, 2}};
+  for (const Precision& precision : kPrecisions)
+    for (const Strided& s : cases) {
+      const ConvCase c = conv_case(s.input, s.weight, geometry_of(s.stride_h, s.stride_w, 0), precision.dtype, generator);
+      check_policies(c, precision, ops::ConvLowering::subsampled, s.name);
+    }
+}
+
+TEST_CASE("CUDA conv2d tries no lowering where none applies", "[cuda][ops]") {
+  if (gpu_missing()) return;
+  SettingsReset reset;
+  ops::set_conv_lowering_policy(ops::ConvLoweringPolicy::always);
+  Generator generator(42);
+  struct Plain {
+    const char* name;
+    Precision precision;
+    Shape input, weight;
+    ops::Conv2dGeometry geometry;
+  };
+  const Plain cases[] = {{"tf32 C=4 7x7/2", kPrecisions[1], {2, 4, 19, 22}, {16, 4, 7, 7}, geometry_of(2, 2, 3)},
+                         {"bf16 C=8 7x7/2", kPrecisions[2], {2, 8, 19, 22}, {16, 8, 7, 7}, geometry_of(2, 2, 3)},
+                         {"f32 C=16 1x1/2 padded", kPrecisions[0], {2, 16, 9, 9}, {8, 16, 1, 1}, geometry_of(2, 2, 1)},
+                         {"bf16 C=16 1x1/1 padded", kPrecisions[2], {2, 16, 9, 9}, {8, 16, 1, 1}, geometry_of(1, 1, 1)},
+                         {"f16 C=16 3x3/1", kPrecisions[3], {2, 16, 9, 9}, {8, 16, 3, 3}, geometry_of(1, 1, 1)}};
+  for (const Plain& p : cases) {
+    ops::set_fp32_math(p.precision.math);
+    const ConvCase c = conv_case(p.input, p.weight, p.geometry, p.precision.dtype, generator);
+    REQUIRE(ops::applicable_lowering(c.input.shape(), c.weight.shape(), c.geometry, p.precision.dtype) ==
+            ops::ConvLowering::cudnn);
+    const ConvResults expected = run_conv(c, DType::f32, kCPU);
+    const ConvResults actual = run_conv(c, p.precision.dtype, kGpu);
+    const std::string name = std::string(p.name) + " lowering always";
+    require_close_to(actual.out, expected.out, p.precision.tolerance, name + " forward");
+    require_close_to(actual.grad_input, expected.grad_input, p.precision.tolerance, name + " grad input");
+    require_close_to(actual.grad_weight, expected.grad_weight, p.precision.tolerance, name + " grad weight");
     for (ops::ConvDirection direction : kDirections) {
       const auto choice =
-          ops::cached_conv_algorithm(direction, kGpu, c.input.shape(), c.weight.shape(), c.geometry, u.dtype);
+          ops::cached_conv_algorithm(direction, kGpu, c.input.shape(), c.weight.shape(), c.geometry, p.precision.dtype);
       REQUIRE(choice.has_value());
       INFO(name << ", direction " << static_cast<int>(direction) << ": " << ops::describe(*choice));
-      CHECK(choice->padded_channels == 0);
-      CHECK(choice->padded_ms < 0.0f);  // never tried
+      CHECK(choice->lowering == ops::ConvLowering::cudnn);
+      CHECK(choice->lowered_ms < 0.0f);  // never tried
     }
   }
 }

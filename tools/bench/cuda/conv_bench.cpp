@@ -1,9 +1,10 @@
 // opsnn-bench conv: the cuDNN convolutions of src/ops/cuda/conv.cpp on ResNet-50's distinct kinds of
 // conv shapes (batch 256 by default): milliseconds and TFLOP/s of the forward, input gradient and weight
-// gradient through the Backend, each with the algorithm the search picked (and, for few-channel inputs
-// such as the RGB stem, the padded and plain times it compared).
+// gradient through the Backend, each with what the search picked (and, where a lowering applies - the
+// few-channel RGB stem, the strided 1x1 projections - the lowered and cuDNN times it compared).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -34,11 +35,11 @@ const std::vector<Layer> kLayers = {{"stem 7x7/2", 3, 64, 224, 7, 2},       {"la
                                     {"layer3 down/2", 512, 1024, 28, 1, 2}, {"layer4 down/2", 1024, 2048, 14, 1, 2},
                                     {"layer4 1x1 up", 512, 2048, 7, 1, 1}};
 
-ops::ConvChannelPadding parse_padding(const std::string& text) {
-  if (text == "measured") return ops::ConvChannelPadding::measured;
-  if (text == "always") return ops::ConvChannelPadding::always;
-  if (text == "never") return ops::ConvChannelPadding::never;
-  throw ConfigError("--padding: expected measured, always or never, got '" + text + "'");
+ops::ConvLoweringPolicy parse_lowering(const std::string& text) {
+  if (text == "measured") return ops::ConvLoweringPolicy::measured;
+  if (text == "always") return ops::ConvLoweringPolicy::always;
+  if (text == "never") return ops::ConvLoweringPolicy::never;
+  throw ConfigError("--lowering: expected measured, always or never, got '" + text + "'");
 }
 
 int run(const std::vector<std::string>& args) {
@@ -46,9 +47,11 @@ int run(const std::vector<std::string>& args) {
     if (arg == "--help" || arg == "-h") {
       std::printf(
           "usage: opsnn-bench conv [--dtype f32|tf32|bf16|f16] [--batch 256] [--repeats 10] "
-          "[--padding measured|always|never]\n"
+          "[--lowering measured|always|never] [--layer PREFIX]\n"
           "  f32: strict FMA math; tf32: f32 data with TF32 tensor cores allowed\n"
-          "  --padding: channel padding of few-channel inputs (the stem), see src/ops/cuda/conv_algorithms.h\n");
+          "  --lowering: the im2col-GEMM / subsampled lowerings of the stem and strided 1x1 convolutions,\n"
+          "             see src/ops/cuda/conv_algorithms.h\n"
+          "  --layer: only the layers whose name starts with PREFIX (e.g. stem, layer2)\n");
       return 0;
     }
   const int batch = parse_positive(args, "--batch", 256);
@@ -58,7 +61,12 @@ int run(const std::vector<std::string>& args) {
                  dtype_text == "f32" || dtype_text == "tf32" || dtype_text == "bf16" || dtype_text == "f16",
                  "--dtype: expected f32, tf32, bf16 or f16, got '", dtype_text, "'");
   const DType dtype = dtype_text == "bf16" ? DType::bf16 : dtype_text == "f16" ? DType::f16 : DType::f32;
-  const ops::ConvChannelPadding padding = parse_padding(option(args, "--padding", "measured"));
+  const ops::ConvLoweringPolicy lowering = parse_lowering(option(args, "--lowering", "measured"));
+  const std::string only = option(args, "--layer", "");
+  OPSNN_CHECK_AS(ConfigError,
+                 std::any_of(kLayers.begin(), kLayers.end(),
+                             [&](const Layer& layer) { return std::string(layer.name).starts_with(only); }),
+                 "--layer: no layer name starts with '", only, "'");
   int device_count = 0;
   if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
     std::fprintf(stderr, "opsnn-bench conv: no CUDA device\n");
@@ -67,11 +75,11 @@ int run(const std::vector<std::string>& args) {
   struct SettingsReset {
     ~SettingsReset() {
       ops::set_fp32_math(ops::Fp32Math::strict);
-      ops::set_conv_channel_padding(ops::ConvChannelPadding::measured);
+      ops::set_conv_lowering_policy(ops::ConvLoweringPolicy::measured);
     }
   } reset;
   ops::set_fp32_math(dtype_text == "tf32" ? ops::Fp32Math::tf32 : ops::Fp32Math::strict);
-  ops::set_conv_channel_padding(padding);
+  ops::set_conv_lowering_policy(lowering);
   const Device gpu(DeviceType::cuda, 0);
   ops::Backend& backend = ops::backend_for(gpu);
   cudaDeviceProp properties{};
@@ -82,6 +90,7 @@ int run(const std::vector<std::string>& args) {
       properties.name, dtype_text.c_str(), batch, repeats);
   Generator generator(0);
   for (const Layer& layer : kLayers) {
+    if (!std::string(layer.name).starts_with(only)) continue;
     ops::Conv2dGeometry geometry;
     geometry.stride_h = geometry.stride_w = layer.stride;
     geometry.pad_h = geometry.pad_w = layer.kernel / 2;

@@ -1,0 +1,224 @@
+// Kernels of the convolution lowerings in src/ops/cuda/conv.cpp: im2col (which, for a 1x1 kernel
+// without padding, is the strided subsampling of the input), its adjoint col2im as a gather (each input
+// value sums the column entries that read it, in a fixed order, so no atomics and bit-identical reruns;
+// a vectorized scatter for the subsampling layout), and the fixed-order sum of per-image weight-gradient
+// partials. The copies are memory-bound: grid-stride loops over 16-byte vectors where the row lengths allow.
+#include <cstdint>
+#include <type_traits>
+
+#include "core/cuda/fast_divide.h"
+#include "core/cuda/vectorized.cuh"
+#include "ops/cuda/kernels.h"
+#include "ops/cuda/launch_support.cuh"
+
+namespace opsnn::cuda {
+namespace {
+
+constexpr int kColumnThreads = 256;
+constexpr unsigned kMaxGridY = 65535;
+
+// The dividers and sizes the index decoding of one layout needs (all below 2^31, checked on the host).
+struct Decode {
+  FastDivider out_w, kernel_w, kernel_area;
+  uint32_t pixels, rows;  // out_h * out_w; channels * kernel_h * kernel_w (the real rows, not the padded)
+};
+
+Decode decode_for(const Im2colLayout& l) {
+  Decode d;
+  d.out_w = FastDivider(static_cast<uint32_t>(l.out_w));
+  d.kernel_w = FastDivider(static_cast<uint32_t>(l.kernel_w));
+  d.kernel_area = FastDivider(static_cast<uint32_t>(l.kernel_h * l.kernel_w));
+  d.pixels = static_cast<uint32_t>(l.out_h * l.out_w);
+  d.rows = static_cast<uint32_t>(l.channels * l.kernel_h * l.kernel_w);
+  return d;
+}
+
+// columns[n][row][p] for row = (c, r, s) and p = (oh, ow): x[n][c][oh*stride - pad + r][ow*stride - pad + s],
+// zero outside the input and on the padding rows (row >= channels*kh*kw). Each step writes V consecutive
+// p of one row (a 16-byte store when V > 1; the launcher picks V dividing the row length).
+template <typename T, int V>
+__global__ void __launch_bounds__(kColumnThreads)
+    im2col_kernel(const T* x, T* columns, Im2colLayout l, Decode d, int64_t vectors_per_row, int64_t vectors) {
+  const int64_t plane = l.in_h * l.in_w;
+  const uint32_t kernel_area = static_cast<uint32_t>(l.kernel_h * l.kernel_w);
+  for (int64_t v = global_thread_index(); v < vectors; v += global_thread_count()) {
+    const int64_t image_row = v / vectors_per_row;
+    const uint32_t p0 = static_cast<uint32_t>(v - image_row * vectors_per_row) * V;
+    const int64_t n = image_row / l.rows_padded;
+    const uint32_t row = static_cast<uint32_t>(image_row - n * l.rows_padded);
+    Vector<T, V> out;
+    if (row < d.rows) {
+      const uint32_t c = d.kernel_area.divide(row), within = row - c * kernel_area;
+      const uint32_t r = d.kernel_w.divide(within), s = within - r * static_cast<uint32_t>(l.kernel_w);
+      const T* source = x + (n * l.channels + c) * plane;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const uint32_t p = p0 + j, oh = d.out_w.divide(p), ow = p - oh * static_cast<uint32_t>(l.out_w);
+        const int64_t ih = static_cast<int64_t>(oh) * l.stride_h - l.pad_h + r;
+        const int64_t iw = static_cast<int64_t>(ow) * l.stride_w - l.pad_w + s;
+        out.values[j] = ih >= 0 && ih < l.in_h && iw >= 0 && iw < l.in_w ? source[ih * l.in_w + iw] : T(0.0f);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) out.values[j] = T(0.0f);
+    }
+    store_vector<V>(columns + image_row * d.pixels + p0, out);
+  }
+}
+
+// col2im of the subsampling layout (1x1 kernel, no padding): x[n][c][ih][iw] = columns[n][c][ih/sh][iw/sw]
+// where both divide evenly and land inside the output, zero elsewhere; V consecutive positions of one
+// plane per step.
+template <typename T, int V>
+__global__ void __launch_bounds__(kColumnThreads)
+    unsubsample_kernel(const T* columns, T* x, Im2colLayout l, FastDivider in_w, FastDivider stride_h,
+                       FastDivider stride_w, int64_t vectors_per_plane, int64_t vectors) {
+  const int64_t out_plane = l.out_h * l.out_w;
+  for (int64_t v = global_thread_index(); v < vectors; v += global_thread_count()) {
+    const int64_t plane = v / vectors_per_plane;
+    const uint32_t position0 = static_cast<uint32_t>(v - plane * vectors_per_plane) * V;
+    const T* source = columns + plane * out_plane;
+    Vector<T, V> out;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const uint32_t position = position0 + j, ih = in_w.divide(position);
+      const uint32_t iw = position - ih * static_cast<uint32_t>(l.in_w);
+      const uint32_t oh = stride_h.divide(ih), ow = stride_w.divide(iw);
+      const bool sampled = oh * static_cast<uint32_t>(l.stride_h) == ih && ow * static_cast<uint32_t>(l.stride_w) == iw &&
+                           oh < static_cast<uint32_t>(l.out_h) && ow < static_cast<uint32_t>(l.out_w);
+      out.values[j] = sampled ? source[oh * l.out_w + ow] : T(0.0f);
+    }
+    store_vector<V>(x + plane * l.in_h * l.in_w + position0, out);
+  }
+}
+
+// x[n][c][ih][iw] = sum over (r, s) of columns[n][(c, r, s)][(oh, ow)] for every (oh, ow) whose window
+// reads (ih, iw): oh*stride - pad + r == ih. Terms in f32 in (r, s) order, rounded once to T.
+// blockIdx.y walks the (n, c) planes, blockIdx.x * threads + threadIdx.x the plane's positions.
+template <typename TC, typename T>
+__global__ void __launch_bounds__(kColumnThreads) col2im_kernel(const TC* columns, T* x, Im2colLayout l, Decode d,
+                                                                  FastDivider in_w) {
+  const int64_t planes = l.images * l.channels;
+  const uint32_t position = blockIdx.x * kColumnThreads + threadIdx.x;
+  if (position >= static_cast<uint32_t>(l.in_h * l.in_w)) return;
+  const int64_t ih = in_w.divide(position), iw = position - ih * l.in_w;
+  for (int64_t plane = blockIdx.y; plane < planes; plane += gridDim.y) {
+    const int64_t n = plane / l.channels, c = plane - n * l.channels;
+    const TC* image_columns = columns + (n * l.rows_padded + c * l.kernel_h * l.kernel_w) * d.pixels;
+    float sum = 0.0f;
+    for (int64_t r = 0; r < l.kernel_h; ++r) {
+      const int64_t h_offset = ih + l.pad_h - r;  // oh * stride_h when this r reads ih
+      if (h_offset < 0 || h_offset % l.stride_h != 0) continue;
+      const int64_t oh = h_offset / l.stride_h;
+      if (oh >= l.out_h) continue;
+      for (int64_t s = 0; s < l.kernel_w; ++s) {
+        const int64_t w_offset = iw + l.pad_w - s;
+        if (w_offset < 0 || w_offset % l.stride_w != 0) continue;
+        const int64_t ow = w_offset / l.stride_w;
+        if (ow >= l.out_w) continue;
+        sum += static_cast<float>(image_columns[(r * l.kernel_w + s) * d.pixels + oh * l.out_w + ow]);
+      }
+    }
+    x[plane * l.in_h * l.in_w + position] = T(sum);
+  }
+}
+
+// out[r][c] (+)= sum over i of partials[i][r][c] for c < cols of rows padded to cols_padded; the terms
+// in i order, in double.
+__global__ void sum_partials_kernel(const float* partials, int64_t count, int64_t rows, int64_t cols,
+                                    int64_t cols_padded, float* out, bool accumulate) {
+  const int64_t matrix = rows * cols_padded;
+  for (int64_t e = global_thread_index(); e < rows * cols; e += global_thread_count()) {
+    const int64_t r = e / cols, c = e - r * cols;
+    double sum = accumulate ? static_cast<double>(out[e]) : 0.0;
+    for (int64_t i = 0; i < count; ++i) sum += static_cast<double>(partials[i * matrix + r * cols_padded + c]);
+    out[e] = static_cast<float>(sum);
+  }
+}
+
+dim3 grid_for(int64_t per_row, int64_t rows) {
+  return dim3(static_cast<unsigned>((per_row + kColumnThreads - 1) / kColumnThreads),
+              static_cast<unsigned>(rows < kMaxGridY ? (rows < 1 ? 1 : rows) : kMaxGridY));
+}
+
+// The widest vector (at most 16 bytes) of T whose width divides `length` and to whose size `stored` is
+// aligned (every vector store then lands aligned: rows of `length` elements start at multiples of it).
+template <typename T> int vector_width_for(int64_t length, const T* stored) {
+  const auto address = reinterpret_cast<uintptr_t>(stored);
+  for (int width = static_cast<int>(16 / sizeof(T)); width > 1; width /= 2)
+    if (length % width == 0 && address % (width * sizeof(T)) == 0) return width;
+  return 1;
+}
+
+template <typename T, int V> void im2col_with(const T* x, T* columns, const Im2colLayout& layout) {
+  const int64_t pixels = layout.out_h * layout.out_w;
+  const int64_t vectors_per_row = pixels / V, vectors = layout.images * layout.rows_padded * vectors_per_row;
+  im2col_kernel<T, V><<<resident_grid<im2col_kernel<T, V>>(vectors, kColumnThreads), kColumnThreads>>>(
+      x, columns, layout, decode_for(layout), vectors_per_row, vectors);
+}
+
+template <typename T, int V> void unsubsample_with(const T* columns, T* x, const Im2colLayout& layout) {
+  const int64_t vectors_per_plane = layout.in_h * layout.in_w / V;
+  const int64_t vectors = layout.images * layout.channels * vectors_per_plane;
+  unsubsample_kernel<T, V><<<resident_grid<unsubsample_kernel<T, V>>(vectors, kColumnThreads), kColumnThreads>>>(
+      columns, x, layout, FastDivider(static_cast<uint32_t>(layout.in_w)),
+      FastDivider(static_cast<uint32_t>(layout.stride_h)), FastDivider(static_cast<uint32_t>(layout.stride_w)),
+      vectors_per_plane, vectors);
+}
+
+// Calls fn(std::integral_constant<int, V>) for the vector width V (8, 4, 2 or 1) the launch uses.
+template <typename Fn> void with_width(int width, Fn&& fn) {
+  switch (width) {
+    case 8: fn(std::integral_constant<int, 8>{}); return;
+    case 4: fn(std::integral_constant<int, 4>{}); return;
+    case 2: fn(std::integral_constant<int, 2>{}); return;
+    default: fn(std::integral_constant<int, 1>{}); return;
+  }
+}
+
+}  // namespace
+
+template <typename T> void launch_im2col(const T* x, T* columns, const Im2colLayout& layout) {
+  const int64_t pixels = layout.out_h * layout.out_w;
+  if (layout.images * layout.rows_padded == 0 || pixels == 0) return;
+  with_width(vector_width_for<T>(pixels, columns), [&](auto width) {
+    constexpr int V = decltype(width)::value;
+    if constexpr (V * sizeof(T) <= 16) im2col_with<T, V>(x, columns, layout);
+  });
+}
+
+template <typename TC, typename T> void launch_col2im(const TC* columns, T* x, const Im2colLayout& layout) {
+  const int64_t planes = layout.images * layout.channels, positions = layout.in_h * layout.in_w;
+  if (planes == 0 || positions == 0) return;
+  if constexpr (std::is_same_v<TC, T>) {
+    if (layout.kernel_h == 1 && layout.kernel_w == 1 && layout.pad_h == 0 && layout.pad_w == 0 &&
+        layout.rows_padded == layout.channels) {
+      with_width(vector_width_for<T>(positions, x), [&](auto width) {
+        constexpr int V = decltype(width)::value;
+        if constexpr (V * sizeof(T) <= 16) unsubsample_with<T, V>(columns, x, layout);
+      });
+      return;
+    }
+  }
+  col2im_kernel<TC, T><<<grid_for(positions, planes), kColumnThreads>>>(
+      columns, x, layout, decode_for(layout), FastDivider(static_cast<uint32_t>(layout.in_w)));
+}
+
+void launch_sum_partials(const float* partials, int64_t count, int64_t rows, int64_t cols, int64_t cols_padded,
+                         float* out, bool accumulate) {
+  if (rows * cols == 0) return;
+  sum_partials_kernel<<<blocks_for(rows * cols), kThreadsPerBlock>>>(partials, count, rows, cols, cols_padded, out,
+                                                                      accumulate);
+}
+
+#define OPSNN_INSTANTIATE_LOWERING(T)                                                  \
+  template void launch_im2col<T>(const T*, T*, const Im2colLayout&);                   \
+  template void launch_col2im<float, T>(const float*, T*, const Im2colLayout&);        \
+  template void launch_col2im<T, T>(const T*, T*, const Im2colLayout&);
+OPSNN_INSTANTIATE_LOWERING(opsnn::Half)
+OPSNN_INSTANTIATE_LOWERING(opsnn::BFloat16)
+template void launch_im2col<float>(const float*, float*, const Im2colLayout&);
+template void launch_col2im<float, float>(const float*, float*, const Im2colLayout&);
+#undef OPSNN_INSTANTIATE_LOWERING
+
+}  // namespace opsnn::cuda
