@@ -1,5 +1,5 @@
 // opsnn-bench optim --device cuda: the fused CUDA optimizer step (device_step.h) per optimizer and dtype
-// variant, next to the device copy bandwidth and the unfused Adam chain measured in the same run.
+// variant, next to the device copy bandwidth and the unfused Adam and AdamW chains measured in the same run.
 // Times are CUDA-event medians of single steps after warm-up; bandwidth counts the bytes a variant must
 // move (every array read or written once per pass that touches it). --json FILE writes the rows for
 // tools/bench_optim_torch.py, which prints them beside PyTorch's fused optimizers.
@@ -43,7 +43,7 @@ double copy_ms(int64_t n, int warmup, int repeats) {
                    warmup, repeats);
 }
 
-double unfused_ms(int64_t n, int warmup, int repeats) {
+double unfused_ms(int64_t n, UnfusedRule rule, int warmup, int repeats) {
   std::vector<Tensor> keep;
   UnfusedAdamBuffers b{};
   b.n = n;
@@ -57,7 +57,7 @@ double unfused_ms(int64_t n, int warmup, int repeats) {
   keep.push_back(Tensor::empty({1024}, DType::f64, kGpu));
   b.norm_partials = keep.back().data<double>();
   int64_t step = 0;
-  return median_ms([&] { unfused_adam_step(b, ++step, nullptr); }, warmup, repeats);
+  return median_ms([&] { unfused_step(b, rule, ++step, nullptr); }, warmup, repeats);
 }
 
 struct Variant {
@@ -167,16 +167,24 @@ int run(const std::vector<std::string>& args) {
     int64_t n = problem.total();
     double copy = copy_ms(n, warmup, repeats);
     double copy_gbps = 8.0 * static_cast<double>(n) / (copy * 1e-3) / 1e9;
-    double unfused = unfused_ms(n, warmup, repeats);
     std::printf("%-10s %-14s %10.3f %8.0f %9.0f %7.0f%%\n", problem.label.c_str(), "copy (d2d)", copy, 8.0, copy_gbps,
                 100.0);
-    double unfused_gbps = kUnfusedAdamBytesPerParameter * static_cast<double>(n) / (unfused * 1e-3) / 1e9;
-    std::printf("%-10s %-14s %10.3f %8.0f %9.0f %7.0f%%\n", problem.label.c_str(), "unfused adam", unfused,
-                kUnfusedAdamBytesPerParameter, unfused_gbps, 100.0 * unfused_gbps / copy_gbps);
     rows.push_back({{"problem", problem.label}, {"variant", "copy"}, {"ms", copy}, {"gbps", copy_gbps}});
-    rows.push_back({{"problem", problem.label}, {"variant", "unfused adam"}, {"ms", unfused}, {"gbps", unfused_gbps}});
+    double unfused_adam = 0.0, unfused_adamw = 0.0;
+    for (UnfusedRule rule : {UnfusedRule::adam, UnfusedRule::adamw}) {
+      const double ms = unfused_ms(n, rule, warmup, repeats);
+      const double bytes = unfused_bytes_per_parameter(rule);
+      const double gbps = bytes * static_cast<double>(n) / (ms * 1e-3) / 1e9;
+      const char* name = rule == UnfusedRule::adam ? "unfused adam" : "unfused adamw";
+      std::printf("%-10s %-14s %10.3f %8.0f %9.0f %7.0f%%\n", problem.label.c_str(), name, ms, bytes, gbps,
+                  100.0 * gbps / copy_gbps);
+      rows.push_back({{"problem", problem.label}, {"variant", name}, {"ms", ms}, {"gbps", gbps}});
+      (rule == UnfusedRule::adam ? unfused_adam : unfused_adamw) = ms;
+    }
     for (const Variant& variant : variants) {
       Row row = measure(problem, variant, copy_gbps, warmup, repeats);
+      // Each AdamW variant against the AdamW chain (same decoupled decay), the others against Adam's.
+      const double unfused = variant.optimizer == "adamw" ? unfused_adamw : unfused_adam;
       std::printf("%-10s %-14s %10.3f %8.0f %9.0f %7.0f%% %9.2fx\n", problem.label.c_str(), row.variant.c_str(), row.ms,
                   row.bytes_per_parameter, row.gbps, 100.0 * row.copy_fraction, unfused / row.ms);
       std::fflush(stdout);

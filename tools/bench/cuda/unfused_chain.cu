@@ -1,4 +1,4 @@
-// The unfused ("traditional") Adam chain on the GPU, one kernel per stage as a framework without fusion
+// The unfused ("traditional") Adam / AdamW chain on the GPU, one kernel per stage as a framework without fusion
 // runs it, for the fused step's baseline; and a deterministic fill. Plain grid-stride kernels.
 #include <cmath>
 
@@ -45,6 +45,9 @@ __global__ void bias_correction_kernel(const float* m, const float* v, float* m_
     v_hat[i] = v[i] * c2;
   }
 }
+__global__ void decay_kernel(float* p, float factor, int64_t n) {
+  GRID_STRIDE(i, n) p[i] *= factor;
+}
 __global__ void update_kernel(float* p, const float* m_hat, const float* v_hat, float lr, float eps, int64_t n) {
   GRID_STRIDE(i, n) p[i] -= lr * m_hat[i] / (sqrtf(v_hat[i]) + eps);
 }
@@ -60,8 +63,8 @@ __global__ void fill_kernel(float* data, int64_t n, uint64_t seed, float low, fl
 
 }  // namespace
 
-void unfused_adam_step(const UnfusedAdamBuffers& b, int64_t step, cudaStream_t stream) {
-  const float beta1 = 0.9f, beta2 = 0.999f, lr = 1e-3f, eps = 1e-8f, wd = 0.0f;
+void unfused_step(const UnfusedAdamBuffers& b, UnfusedRule rule, int64_t step, cudaStream_t stream) {
+  const float beta1 = 0.9f, beta2 = 0.999f, lr = 1e-3f, eps = 1e-8f, wd = 0.0f, decoupled_wd = 1e-2f;
   const int grid = blocks_for(b.n);
   norm_partials_kernel<<<kNormBlocks, kThreads, 0, stream>>>(b.grads, b.n, b.norm_partials);
   prepare_kernel<<<grid, kThreads, 0, stream>>>(b.grads, b.params, b.prepared, 1.0f, wd, b.n);
@@ -70,6 +73,7 @@ void unfused_adam_step(const UnfusedAdamBuffers& b, int64_t step, cudaStream_t s
   const float c1 = static_cast<float>(1.0 / (1.0 - std::pow(0.9, static_cast<double>(step))));
   const float c2 = static_cast<float>(1.0 / (1.0 - std::pow(0.999, static_cast<double>(step))));
   bias_correction_kernel<<<grid, kThreads, 0, stream>>>(b.exp_avg, b.exp_avg_sq, b.m_hat, b.v_hat, c1, c2, b.n);
+  if (rule == UnfusedRule::adamw) decay_kernel<<<grid, kThreads, 0, stream>>>(b.params, 1.0f - lr * decoupled_wd, b.n);
   update_kernel<<<grid, kThreads, 0, stream>>>(b.params, b.m_hat, b.v_hat, lr, eps, b.n);
 }
 
