@@ -4,7 +4,8 @@
 // channel; data far from zero (offset / spread up to 1000); f32, f16 and bf16 data; the running-stat
 // update, eval forward, null grad_gamma / grad_beta, and bit-identical results run to run. The fused
 // relu (batch_norm_relu) on the same cases against the reference with the relu applied, and against the
-// CPU twin.
+// CPU twin. Planes that are no multiple of the vector width (14x14, 7x7, odd ones; vectors straddling
+// two channels, a tail of single values) at every alignment, plain and fused.
 // Tagged [cuda]: skipped without a GPU.
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -264,6 +265,28 @@ TEST_CASE("CUDA batch norm training matches a double reference on split, odd and
     }
 }
 
+TEST_CASE("CUDA batch norm vectorizes planes that are no multiple of the vector width",
+          "[cuda][ops][batch_norm][vector]") {
+  if (gpu_missing()) return;
+  Generator generator(49);
+  // ResNet-50's 14x14 and 7x7 planes (a 16-bit partials pass loads 4 or 1 values, the map passes 8 with
+  // vectors straddling two channels' rows), with many splits; odd planes of 13 and 9 values with a tail
+  // the whole vectors leave (195 and 135 values); 7 values (shorter than a 16-bit vector, longer than an
+  // f32 one); planes of 10 and 12 values (2 and 4 values per partials load). Aligned, misaligned by one
+  // value (single values everywhere) and by four (16-bit data: 8-byte partials loads where inner allows,
+  // single-value map passes; f32 data: aligned again).
+  const std::vector<Shape> shapes = {{16, 8, 196}, {256, 4, 196}, {8, 32, 14, 14}, {16, 8, 49}, {1024, 3, 49},
+                                     {5, 3, 13},   {3, 5, 9},     {3, 7, 7},        {9, 5, 10}, {4, 3, 12}};
+  for (DType dtype : kDtypes)
+    for (const Shape& shape : shapes)
+      for (int64_t shift : {0, 1, 4})
+        for (bool relu : {false, true}) {
+          const Inputs in = make_inputs(shape, dtype, offset_for(dtype), 1.0, generator);
+          const std::string note = std::string(relu ? " relu" : "") + " shift " + std::to_string(shift);
+          check_against_reference(in, run_on_gpu(in, shift, relu), case_name(shape, dtype, note), relu);
+        }
+}
+
 TEST_CASE("CUDA batch norm keeps precision for a large mean and for a large spread", "[cuda][ops][batch_norm]") {
   if (gpu_missing()) return;
   Generator generator(42);
@@ -296,7 +319,8 @@ TEST_CASE("CUDA batch norm is bit-identical run to run", "[cuda][ops][batch_norm
   if (gpu_missing()) return;
   Generator generator(44);
   for (DType dtype : kDtypes)
-    for (const Shape& shape : std::vector<Shape>{{32, 3, 4104}, {64, 3, 3137}, {1, 1, 200003}}) {
+    for (const Shape& shape :
+         std::vector<Shape>{{32, 3, 4104}, {64, 3, 3137}, {1, 1, 200003}, {64, 6, 196}, {256, 6, 49}, {5, 3, 13}}) {
       const Inputs in = make_inputs(shape, dtype, offset_for(dtype), 1.0, generator);
       const Run first = run_on_gpu(in), second = run_on_gpu(in);
       const std::string name = case_name(shape, dtype);
@@ -375,7 +399,8 @@ TEST_CASE("CUDA batch_norm_relu equals batch norm followed by relu on the GPU, f
   Generator generator(48);
   ops::Backend& backend = ops::backend_for(kGpu);
   for (DType dtype : kDtypes)
-    for (const Shape& shape : std::vector<Shape>{{32, 3, 4104}, {16, 5, 1023}, {300, 7}, {8, 4, 2, 3}})
+    for (const Shape& shape :
+         std::vector<Shape>{{32, 3, 4104}, {16, 5, 1023}, {300, 7}, {8, 4, 2, 3}, {16, 6, 196}, {8, 5, 13}})
       for (int64_t shift : {0, 1}) {
         const std::string name = case_name(shape, dtype, shift == 0 ? "" : " misaligned");
         const Inputs in = make_inputs(shape, dtype, 0.0, 1.0, generator);
@@ -422,7 +447,8 @@ TEST_CASE("CUDA batch_norm_relu matches its CPU twin", "[cuda][ops][batch_norm]"
   Generator generator(49);
   ops::Backend& cpu = ops::backend_for(kCPU);
   for (DType dtype : kDtypes)
-    for (const Shape& shape : std::vector<Shape>{{7, 5, 4}, {100, 3, 8}, {300, 7}, {8, 4, 2, 3}, {16, 3, 1023}})
+    for (const Shape& shape :
+         std::vector<Shape>{{7, 5, 4}, {100, 3, 8}, {300, 7}, {8, 4, 2, 3}, {16, 3, 1023}, {4, 6, 49}, {3, 5, 13}})
       for (int64_t shift : {0, 1}) {
         const std::string name = case_name(shape, dtype, shift == 0 ? " relu vs CPU" : " relu misaligned vs CPU");
         const Inputs in = make_inputs(shape, dtype, 0.0, 1.0, generator);

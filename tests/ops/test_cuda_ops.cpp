@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "opsnn/core/rng.h"
+#include "opsnn/ops/backend.h"
 #include "opsnn/ops/ops.h"
 #include "ops/op_test_helpers.h"
 
@@ -284,6 +285,76 @@ TEST_CASE("CUDA pooling matches the CPU, including ties and padding", "[cuda][op
   const ops::Pool2dGeometry g = geometry(3, 2, 1, true);
   check_twins("max_pool2d with ties", [g](const std::vector<Tensor>& in) { return ops::max_pool2d(in[0], g); }, {tie},
               kElementwiseTolerance, generator);
+}
+
+TEST_CASE("CUDA max pool matches its CPU twin's outputs, indices and gradients exactly", "[cuda][ops][pool]") {
+  if (gpu_missing()) return;
+  Generator generator(18);
+  ops::Backend& cpu = ops::backend_for(kCPU);
+  ops::Backend& gpu = ops::backend_for(kGpu);
+  auto geometry = [](int64_t kernel_h, int64_t kernel_w, int64_t stride_h, int64_t stride_w, int64_t pad_h,
+                     int64_t pad_w) {
+    ops::Pool2dGeometry g;
+    g.kernel_h = kernel_h, g.kernel_w = kernel_w, g.stride_h = stride_h, g.stride_w = stride_w;
+    g.pad_h = pad_h, g.pad_w = pad_w;
+    return g;
+  };
+  // ResNet's 3x3/2 pad 1 on odd and even planes (112x112 needs an opted-in 50 KB gather tile, 130x130 two
+  // tiles); 2x2/2; 3x3/1 (a cell is the argmax of up to nine windows); a non-square window (the runtime
+  // loop); a window wider than the stride with no padding.
+  const std::vector<std::pair<Shape, ops::Pool2dGeometry>> cases = {
+      {{2, 3, 13, 11}, geometry(3, 3, 2, 2, 1, 1)},   {{2, 4, 112, 112}, geometry(3, 3, 2, 2, 1, 1)},
+      {{1, 2, 130, 130}, geometry(3, 3, 2, 2, 1, 1)}, {{3, 2, 15, 9}, geometry(2, 2, 2, 2, 0, 0)},
+      {{2, 2, 10, 9}, geometry(3, 3, 1, 1, 1, 1)},    {{2, 3, 11, 12}, geometry(2, 3, 2, 1, 1, 1)},
+      {{1, 3, 9, 7}, geometry(3, 3, 2, 2, 0, 0)}};
+  for (DType dtype : {DType::f32, DType::f16, DType::bf16})
+    for (const auto& [shape, g] : cases) {
+      const std::string name = shape_name(shape) + " " + std::string(dtype_name(dtype)) + " kernel " +
+                               std::to_string(g.kernel_h) + "x" + std::to_string(g.kernel_w) + " stride " +
+                               std::to_string(g.stride_h) + " pad " + std::to_string(g.pad_h);
+      INFO(name);
+      // Small integers (ties everywhere, exact in every dtype), a few NaNs and -infs; integer upstream
+      // gradients, whose sums are exact in every dtype, so any summation order gives the CPU's result.
+      std::vector<float> values(static_cast<size_t>(shape_numel(shape)));
+      for (float& value : values) {
+        const uint64_t draw = generator.next_below(200);
+        value = draw == 0 ? NAN : (draw == 1 ? -INFINITY : static_cast<float>(draw % 4));
+      }
+      const Tensor input = Tensor::from_vector<float>(values, shape).to(dtype);
+      const Shape out_shape{shape[0], shape[1], (shape[2] + 2 * g.pad_h - g.kernel_h) / g.stride_h + 1,
+                            (shape[3] + 2 * g.pad_w - g.kernel_w) / g.stride_w + 1};
+      Tensor cpu_out = Tensor::empty(out_shape, dtype), cpu_indices = Tensor::empty(out_shape, DType::i64);
+      Tensor gpu_out = Tensor::empty(out_shape, dtype, kGpu), gpu_indices = Tensor::empty(out_shape, DType::i64, kGpu);
+      cpu.max_pool2d_forward(input, cpu_out, cpu_indices, g);
+      gpu.max_pool2d_forward(input.to(kGpu), gpu_out, gpu_indices, g);
+      REQUIRE(gpu_indices.to(kCPU).to_vector<int64_t>() == cpu_indices.to_vector<int64_t>());
+      const std::vector<double> expected = cpu_out.to_vector<double>(), actual = gpu_out.to(kCPU).to_vector<double>();
+      for (size_t i = 0; i < expected.size(); ++i) {
+        if (std::isnan(expected[i]) && std::isnan(actual[i])) continue;
+        INFO("output " << i << ": " << actual[i] << " vs the CPU's " << expected[i]);
+        REQUIRE(actual[i] == expected[i]);
+      }
+      std::vector<float> upstream(static_cast<size_t>(shape_numel(out_shape)));
+      for (float& value : upstream) value = static_cast<float>(static_cast<int64_t>(generator.next_below(5)) - 2);
+      const Tensor grad_out = Tensor::from_vector<float>(upstream, out_shape).to(dtype);
+      Tensor cpu_grad = Tensor::empty(shape, dtype);
+      Tensor gpu_grad = Tensor::full(shape, 7.0, dtype, kGpu);  // every cell must be written
+      cpu.max_pool2d_backward(grad_out, cpu_indices, cpu_grad);
+      gpu.max_pool2d_backward(grad_out.to(kGpu), gpu_indices, gpu_grad);
+      REQUIRE(gpu_grad.to(kCPU).to_vector<double>() == cpu_grad.to_vector<double>());
+    }
+  // Windows of -inf only report their first cell inside the input, padding or not.
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    const Tensor input = Tensor::full({1, 2, 5, 6}, -INFINITY, dtype);
+    const ops::Pool2dGeometry g = geometry(3, 3, 2, 2, 1, 1);
+    const Shape out_shape{1, 2, 3, 3};
+    Tensor cpu_out = Tensor::empty(out_shape, dtype), cpu_indices = Tensor::empty(out_shape, DType::i64);
+    Tensor gpu_out = Tensor::empty(out_shape, dtype, kGpu), gpu_indices = Tensor::empty(out_shape, DType::i64, kGpu);
+    cpu.max_pool2d_forward(input, cpu_out, cpu_indices, g);
+    gpu.max_pool2d_forward(input.to(kGpu), gpu_out, gpu_indices, g);
+    REQUIRE(gpu_indices.to(kCPU).to_vector<int64_t>() == cpu_indices.to_vector<int64_t>());
+    REQUIRE(gpu_out.to(kCPU).to_vector<double>() == cpu_out.to_vector<double>());
+  }
 }
 
 TEST_CASE("CUDA log_softmax, nll_loss and cross_entropy match the CPU", "[cuda][ops]") {

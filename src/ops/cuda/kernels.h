@@ -81,10 +81,10 @@ struct PoolLayout {
   bool count_include_pad;
 };
 template <typename T> void launch_max_pool_forward(const T* x, T* out, int64_t* indices, const PoolLayout& layout);
-// Adds each output gradient at its plane's argmax into the f32 grad_input (which the caller zeroed;
-// atomics need f32, so low-precision callers accumulate in an f32 buffer and convert).
+// Writes all of grad_input: each cell is the sum (in f32, rounded once to T) of the output gradients
+// whose argmax it is, zero for the others.
 template <typename T>
-void launch_max_pool_backward(const T* grad_out, const int64_t* indices, float* grad_input, int64_t planes,
+void launch_max_pool_backward(const T* grad_out, const int64_t* indices, T* grad_input, int64_t planes,
                               int64_t in_plane, int64_t out_plane);
 template <typename T> void launch_avg_pool_forward(const T* x, T* out, const PoolLayout& layout);
 template <typename T> void launch_avg_pool_backward(const T* grad_out, T* grad_input, const PoolLayout& layout);

@@ -7,13 +7,17 @@
 // Each op runs three kernels, so that a few channels still fill the GPU and every pass streams the data
 // once, coalesced (training forward reads x twice and writes once; backward reads g and x twice):
 //   1. partials: a (channel, split) grid; each block walks one contiguous slab of its channel's
-//      batch * inner values (rows of `inner`, 16-byte loads where the rows allow) and writes one
-//      partial result to the workspace;
+//      batch * inner values (rows of `inner`, loaded in the widest vector of up to 16 bytes that divides
+//      inner and suits the pointers' alignment: 4 bf16 values for a 14x14 plane) and writes one partial
+//      result to the workspace;
 //   2. finalize: one warp per channel merges that channel's partials and writes the per-channel
 //      results (statistics and running stats, or grad_gamma and grad_beta) and the coefficients of
 //      the elementwise pass;
-//   3. map: a grid-stride elementwise pass over the whole tensor; each thread tracks its channel as it
-//      strides (no division per element).
+//   3. map: a grid-stride elementwise pass over the whole flat tensor in 16-byte vectors whatever inner
+//      (given 16-byte aligned pointers and inner >= the vector width): each thread tracks the channel
+//      and row column of its vector as it strides (no division per element); a vector that crosses a row
+//      end takes the next channel's coefficients for its values past the end, and the tensor's last
+//      values that fill no vector are done one by one.
 // Every sum has a fixed order for a given device (the split count follows its SM count), so equal
 // inputs give bit-identical results run to run.
 //
@@ -27,6 +31,7 @@
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
+#include <type_traits>
 
 #include "core/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
@@ -45,22 +50,46 @@ constexpr int64_t kMinElementsPerBlock = 16384;
 constexpr int64_t kMapBlocksPerSm = 8;  // a grid-stride pass needs no more than one resident wave
 constexpr unsigned kFullMask = 0xffffffffu;
 
-// Elements of T in one 16-byte vector.
+// Elements of T in one 16-byte vector: the widest vector any kernel loads.
 template <typename T> constexpr int kVectorWidth = static_cast<int>(16 / sizeof(T));
 // Units (vectors of V values, or single values) each thread loads per loop iteration: enough loads in
 // flight to cover memory latency, few enough registers for the 8-wide 16-bit vectors.
-template <int V> constexpr int kUnroll = V > 4 ? 2 : 4;
+template <int V> constexpr int kUnroll = V > 4 ? 2 : (V > 2 ? 4 : 8);
 
-// ---- loads and stores of one unit: a 16-byte vector (V > 1, aligned) or a single value (V == 1) ----
+// ---- loads and stores of one unit: a vector of V values (V > 1: 4, 8 or 16 bytes, aligned to its size)
+// or a single value (V == 1) ----
+
+// The 32-bit words of unit `unit` of a vector type of kWords words.
+template <int kWords> __device__ __forceinline__ void load_words(const void* data, int64_t unit, uint32_t* words) {
+  if constexpr (kWords == 4) {
+    const uint4 raw = static_cast<const uint4*>(data)[unit];
+    words[0] = raw.x, words[1] = raw.y, words[2] = raw.z, words[3] = raw.w;
+  } else if constexpr (kWords == 2) {
+    const uint2 raw = static_cast<const uint2*>(data)[unit];
+    words[0] = raw.x, words[1] = raw.y;
+  } else {
+    words[0] = static_cast<const uint32_t*>(data)[unit];
+  }
+}
+
+template <int kWords> __device__ __forceinline__ void store_words(void* data, int64_t unit, const uint32_t* words) {
+  if constexpr (kWords == 4)
+    static_cast<uint4*>(data)[unit] = make_uint4(words[0], words[1], words[2], words[3]);
+  else if constexpr (kWords == 2)
+    static_cast<uint2*>(data)[unit] = make_uint2(words[0], words[1]);
+  else
+    static_cast<uint32_t*>(data)[unit] = words[0];
+}
 
 template <typename T, int V> __device__ __forceinline__ void load_unit(const T* data, int64_t unit, float* values) {
   if constexpr (V == 1) {
     values[0] = static_cast<float>(data[unit]);
   } else {
-    const uint4 raw = reinterpret_cast<const uint4*>(data)[unit];
-    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+    constexpr int kWords = V * static_cast<int>(sizeof(T)) / 4;
+    uint32_t words[kWords];
+    load_words<kWords>(data, unit, words);
 #pragma unroll
-    for (int w = 0; w < 4; ++w) {
+    for (int w = 0; w < kWords; ++w) {
       if constexpr (sizeof(T) == 4) {
         values[w] = __uint_as_float(words[w]);
       } else {  // two 16-bit values per word, the lower address in the low half
@@ -75,9 +104,10 @@ template <typename T, int V> __device__ __forceinline__ void store_unit(T* data,
   if constexpr (V == 1) {
     data[unit] = T(values[0]);
   } else {
-    uint32_t words[4];
+    constexpr int kWords = V * static_cast<int>(sizeof(T)) / 4;
+    uint32_t words[kWords];
 #pragma unroll
-    for (int w = 0; w < 4; ++w) {
+    for (int w = 0; w < kWords; ++w) {
       if constexpr (sizeof(T) == 4) {
         words[w] = __float_as_uint(values[w]);
       } else {
@@ -85,7 +115,7 @@ template <typename T, int V> __device__ __forceinline__ void store_unit(T* data,
             static_cast<uint32_t>(T(values[2 * w]).bits) | (static_cast<uint32_t>(T(values[2 * w + 1]).bits) << 16);
       }
     }
-    reinterpret_cast<uint4*>(data)[unit] = make_uint4(words[0], words[1], words[2], words[3]);
+    store_words<kWords>(data, unit, words);
   }
 }
 
@@ -106,8 +136,8 @@ template <int N> __device__ __forceinline__ double grouped_sum(const float* term
 
 // ---- walking the tensor without dividing per element ----
 
-// The tensor in units of V elements: batch * channels rows of row_units units; channel c's rows are
-// rows n * channels + c.
+// The partials kernels' view of the tensor, in units of V values (V divides inner): batch * channels
+// rows of row_units units; channel c's rows are rows n * channels + c.
 struct UnitGeometry {
   int64_t batch, channels, row_units;
 };
@@ -136,28 +166,67 @@ __device__ __forceinline__ void advance(ChannelWalk& walk, const ChannelStep& st
   }
 }
 
-// One thread's place in the flat tensor: the unit's column in its row and its channel.
+// The map passes walk the flat tensor, batch * channels rows of `inner` values (channel c's rows are
+// rows n * channels + c), in vectors of V values. A thread's place: the column of its vector's first
+// value in that value's row, and the row's channel.
 struct TensorWalk {
   int64_t column, channel;
 };
-// Moving a TensorWalk `units` units on: the column moves by `columns` and the channel by `channels`.
+// Moving a TensorWalk a fixed number of values on: the column moves by `columns` and the channel by
+// `channels` (both reduced: columns < inner, channels < the channel count).
 struct TensorStep {
-  int64_t units, columns, channels;
+  int64_t columns, channels;
 };
 
-__device__ __forceinline__ TensorWalk start_tensor_walk(int64_t unit, const UnitGeometry& g) {
-  const int64_t row = unit / g.row_units;
-  return {unit - row * g.row_units, row % g.channels};
+// Geometry of a grid-stride pass over `values` values: `vectors` whole vectors, then the tail (fewer
+// than V values) that one thread does one value at a time; `stride` (the grid's threads) vectors apart.
+struct MapGeometry {
+  int64_t inner, channels, vectors, values, stride;
+  TensorStep step;  // stride * V values on
+};
+
+__device__ __forceinline__ TensorWalk start_tensor_walk(int64_t value, const MapGeometry& g) {
+  const int64_t row = value / g.inner;
+  return {value - row * g.inner, row % g.channels};
 }
 
-__device__ __forceinline__ void advance(TensorWalk& walk, const TensorStep& step, const UnitGeometry& g) {
-  walk.column += step.columns;
-  walk.channel += step.channels;
-  if (walk.column >= g.row_units) {
-    walk.column -= g.row_units;
+__device__ __forceinline__ void advance(TensorWalk& walk, const MapGeometry& g) {
+  walk.column += g.step.columns;
+  walk.channel += g.step.channels;
+  if (walk.column >= g.inner) {
+    walk.column -= g.inner;
     ++walk.channel;
   }
   if (walk.channel >= g.channels) walk.channel -= g.channels;
+}
+
+// The coefficients of one vector's values. With inner >= V a vector spans at most two rows: its first
+// `split` values lie in the walk's channel (`first`), the rest past the row's end in the next row,
+// whose channel is the next one (`second`; channel 0 of the next batch item after the last).
+struct VectorCoefficients {
+  float4 first, second;
+  int split;
+};
+
+template <int V>
+__device__ __forceinline__ VectorCoefficients coefficients_at(const float4* coefficients, const TensorWalk& walk,
+                                                              const MapGeometry& g) {
+  VectorCoefficients k{coefficients[walk.channel], {}, V};
+  k.second = k.first;
+  if (g.inner - walk.column < V) {
+    k.split = static_cast<int>(g.inner - walk.column);
+    k.second = coefficients[walk.channel + 1 == g.channels ? 0 : walk.channel + 1];
+  }
+  return k;
+}
+
+__device__ __forceinline__ float4 pick(const VectorCoefficients& k, int value) {
+  return value < k.split ? k.first : k.second;
+}
+
+// The channel of one value, by division (the tail's few values only).
+__device__ __forceinline__ int64_t channel_of(int64_t value, const MapGeometry& g) {
+  return (value / g.inner) % g.channels;
 }
 
 // ---- partial results ----
@@ -292,43 +361,44 @@ __global__ void eval_coefficients_kernel(const float* gamma, const float* beta, 
   }
 }
 
-// Geometry of a grid-stride elementwise pass over total_units units, `step.units` (the grid's threads) apart.
-struct MapGeometry {
-  UnitGeometry units;
-  int64_t total_units;
-  TensorStep step;
-};
+__device__ __forceinline__ float normalize_value(float x, const float4& k) { return (x - k.x) * k.y + k.z; }
 
-// out = (x - center) * scale + shift with each channel's coefficients; with kRelu, relu of that (in f32,
-// before the rounding to T: the same value as relu of the rounded result, up to the sign of a zero).
+// out = (x - center) * scale + shift with each value's channel's coefficients; with kRelu, relu of that
+// (in f32, before the rounding to T: the same value as relu of the rounded result, up to the sign of a
+// zero). NaN propagates through the relu, as relu's does.
 template <typename T, int V, bool kRelu>
 __global__ void __launch_bounds__(kMapThreads)
-    normalize_kernel(const T* x, T* out, const float4* coefficients, MapGeometry geometry) {
-  const int64_t stride = geometry.step.units;
+    normalize_kernel(const T* x, T* out, const float4* coefficients, MapGeometry g) {
   const int64_t start = global_thread_index();
-  TensorWalk walk = start_tensor_walk(start, geometry.units);
-  for (int64_t unit = start; unit < geometry.total_units; unit += kUnroll<V> * stride) {
+  TensorWalk walk = start_tensor_walk(start * V, g);
+  for (int64_t vector = start; vector < g.vectors; vector += kUnroll<V> * g.stride) {
     float values[kUnroll<V> * V];
-    float4 k[kUnroll<V>];
+    VectorCoefficients k[kUnroll<V>];
 #pragma unroll
     for (int u = 0; u < kUnroll<V>; ++u) {
-      if (unit + u * stride < geometry.total_units) {
-        load_unit<T, V>(x, unit + u * stride, values + u * V);
-        k[u] = coefficients[walk.channel];
+      if (vector + u * g.stride < g.vectors) {
+        load_unit<T, V>(x, vector + u * g.stride, values + u * V);
+        k[u] = coefficients_at<V>(coefficients, walk, g);
       }
-      advance(walk, geometry.step, geometry.units);
+      advance(walk, g);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll<V>; ++u) {
-      if (unit + u * stride >= geometry.total_units) continue;
+      if (vector + u * g.stride >= g.vectors) continue;
       float* v = values + u * V;
 #pragma unroll
       for (int e = 0; e < V; ++e) {
-        v[e] = (v[e] - k[u].x) * k[u].y + k[u].z;
-        if constexpr (kRelu) v[e] = v[e] < 0.0f ? 0.0f : v[e];  // NaN propagates, as relu's
+        v[e] = normalize_value(v[e], pick(k[u], e));
+        if constexpr (kRelu) v[e] = v[e] < 0.0f ? 0.0f : v[e];
       }
-      store_unit<T, V>(out, unit + u * stride, v);
+      store_unit<T, V>(out, vector + u * g.stride, v);
     }
+  }
+  if (start != 0) return;
+  for (int64_t i = g.vectors * V; i < g.values; ++i) {
+    float v = normalize_value(static_cast<float>(x[i]), coefficients[channel_of(i, g)]);
+    if constexpr (kRelu) v = v < 0.0f ? 0.0f : v;
+    out[i] = T(v);
   }
 }
 
@@ -417,36 +487,45 @@ __global__ void finalize_backward_kernel(const double2* partials, int64_t splits
   }
 }
 
-// grad_input = k * (g - mean_grad) - slope * (x - mean) with each channel's coefficients (g masked by
-// relu_output with kMasked).
+__device__ __forceinline__ float grad_input_value(float grad, float x, const float4& k) {
+  return k.x * (grad - k.y) - k.z * (x - k.w);
+}
+
+// grad_input = k * (g - mean_grad) - slope * (x - mean) with each value's channel's coefficients (g
+// masked by relu_output with kMasked).
 template <typename T, int V, bool kMasked>
 __global__ void __launch_bounds__(kMapThreads)
     grad_input_kernel(const T* grad_out, const T* relu_output, const T* x, T* grad_input, const float4* coefficients,
-                      MapGeometry geometry) {
-  const int64_t stride = geometry.step.units;
+                      MapGeometry g) {
   const int64_t start = global_thread_index();
-  TensorWalk walk = start_tensor_walk(start, geometry.units);
-  for (int64_t unit = start; unit < geometry.total_units; unit += kUnroll<V> * stride) {
+  TensorWalk walk = start_tensor_walk(start * V, g);
+  for (int64_t vector = start; vector < g.vectors; vector += kUnroll<V> * g.stride) {
     float grads[kUnroll<V> * V], values[kUnroll<V> * V];
-    float4 k[kUnroll<V>];
+    VectorCoefficients k[kUnroll<V>];
 #pragma unroll
     for (int u = 0; u < kUnroll<V>; ++u) {
-      if (unit + u * stride < geometry.total_units) {
-        load_gradient_unit<T, V, kMasked>(grad_out, relu_output, unit + u * stride, grads + u * V);
-        load_unit<T, V>(x, unit + u * stride, values + u * V);
-        k[u] = coefficients[walk.channel];
+      if (vector + u * g.stride < g.vectors) {
+        load_gradient_unit<T, V, kMasked>(grad_out, relu_output, vector + u * g.stride, grads + u * V);
+        load_unit<T, V>(x, vector + u * g.stride, values + u * V);
+        k[u] = coefficients_at<V>(coefficients, walk, g);
       }
-      advance(walk, geometry.step, geometry.units);
+      advance(walk, g);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll<V>; ++u) {
-      if (unit + u * stride >= geometry.total_units) continue;
+      if (vector + u * g.stride >= g.vectors) continue;
       float* gu = grads + u * V;
       const float* xu = values + u * V;
 #pragma unroll
-      for (int e = 0; e < V; ++e) gu[e] = k[u].x * (gu[e] - k[u].y) - k[u].z * (xu[e] - k[u].w);
-      store_unit<T, V>(grad_input, unit + u * stride, gu);
+      for (int e = 0; e < V; ++e) gu[e] = grad_input_value(gu[e], xu[e], pick(k[u], e));
+      store_unit<T, V>(grad_input, vector + u * g.stride, gu);
     }
+  }
+  if (start != 0) return;
+  for (int64_t i = g.vectors * V; i < g.values; ++i) {
+    float grad = 0.0f;
+    load_gradient_unit<T, 1, kMasked>(grad_out, relu_output, i, &grad);
+    grad_input[i] = T(grad_input_value(grad, static_cast<float>(x[i]), coefficients[channel_of(i, g)]));
   }
 }
 
@@ -490,7 +569,35 @@ Workspace carve(void* workspace, const ChannelLayout& layout) {
   return {reinterpret_cast<float4*>(bytes), bytes + layout.channels * sizeof(float4)};
 }
 
-bool aligned(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
+bool aligned(std::initializer_list<const void*> pointers, int64_t bytes) {
+  return std::all_of(pointers.begin(), pointers.end(),
+                     [bytes](const void* p) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; });
+}
+
+// Values per load of the partials kernels: the widest vector (16 bytes at most) that divides inner, so
+// every row starts on a vector boundary, and to whose size every pointer is aligned (a null one is).
+template <typename T> int reduce_width(const ChannelLayout& layout, std::initializer_list<const void*> pointers) {
+  for (int width = kVectorWidth<T>; width > 1; width /= 2)
+    if (layout.inner % width == 0 && aligned(pointers, width * static_cast<int64_t>(sizeof(T)))) return width;
+  return 1;
+}
+
+// Values per load of the map passes: 16-byte vectors over the flat tensor whenever the pointers are
+// 16-byte aligned and a vector spans at most two rows (inner >= V); whatever inner and the tensor's size
+// (a vector may straddle two channels' rows; the last values that fill no vector form a tail).
+template <typename T> int map_width(const ChannelLayout& layout, std::initializer_list<const void*> pointers) {
+  return layout.inner >= kVectorWidth<T> && aligned(pointers, 16) ? kVectorWidth<T> : 1;
+}
+
+// Calls launch(std::integral_constant<int, V>) for V == width, one of kWidest, kWidest / 2, ..., 1.
+template <int kWidest, typename Launch> void with_width(int width, Launch&& launch) {
+  if constexpr (kWidest == 1)
+    launch(std::integral_constant<int, 1>{});
+  else if (width == kWidest)
+    launch(std::integral_constant<int, kWidest>{});
+  else
+    with_width<kWidest / 2>(width, launch);
+}
 
 UnitGeometry unit_geometry(const ChannelLayout& layout, int vector_width) {
   return {layout.batch, layout.channels, layout.inner / vector_width};
@@ -513,45 +620,49 @@ unsigned finalize_blocks(int64_t channels) {
 }
 
 template <int V> MapGeometry map_geometry(const ChannelLayout& layout, unsigned& blocks) {
-  const UnitGeometry g = unit_geometry(layout, V);
-  const int64_t total = layout.batch * layout.channels * g.row_units;
-  blocks = static_cast<unsigned>(
-      std::clamp<int64_t>(ceil_div(total, kMapThreads * kUnroll<V>), 1, multiprocessor_count() * kMapBlocksPerSm));
-  const int64_t stride = static_cast<int64_t>(blocks) * kMapThreads;
-  return {g, total, {stride, stride % g.row_units, (stride / g.row_units) % g.channels}};
+  const int64_t values = layout.batch * layout.channels * layout.inner, vectors = values / V;
+  blocks = static_cast<unsigned>(std::clamp<int64_t>(ceil_div(vectors, kMapThreads * kUnroll<V>), 1,
+                                                     multiprocessor_count() * kMapBlocksPerSm));
+  const int64_t stride = static_cast<int64_t>(blocks) * kMapThreads, step = stride * V;
+  return {layout.inner, layout.channels, vectors, values, stride,
+          {step % layout.inner, (step / layout.inner) % layout.channels}};
 }
 
-template <typename T, int V>
+template <typename T>
 void launch_normalize(const T* x, T* out, const float4* coefficients, const ChannelLayout& layout, bool relu) {
-  unsigned blocks = 0;
-  const MapGeometry geometry = map_geometry<V>(layout, blocks);
-  if (relu)
-    normalize_kernel<T, V, true><<<blocks, kMapThreads>>>(x, out, coefficients, geometry);
-  else
-    normalize_kernel<T, V, false><<<blocks, kMapThreads>>>(x, out, coefficients, geometry);
+  with_width<kVectorWidth<T>>(map_width<T>(layout, {x, out}), [&](auto width) {
+    constexpr int V = decltype(width)::value;
+    unsigned blocks = 0;
+    const MapGeometry geometry = map_geometry<V>(layout, blocks);
+    if (relu)
+      normalize_kernel<T, V, true><<<blocks, kMapThreads>>>(x, out, coefficients, geometry);
+    else
+      normalize_kernel<T, V, false><<<blocks, kMapThreads>>>(x, out, coefficients, geometry);
+  });
 }
 
-// The backward's partial sums, finalize and grad_input passes for one vector width and masking.
-template <typename T, int V, bool kMasked>
+// The backward's partial sums, finalize and grad_input passes for one masking.
+template <typename T, bool kMasked>
 void launch_backward_passes(const T* grad_out, const T* relu_output, const T* x, const float* gamma,
                             const float* save_mean, const float* save_invstd, T* grad_input, float* grad_gamma,
                             float* grad_beta, const ChannelLayout& layout, int64_t splits, const Workspace& space) {
   double2* partials = static_cast<double2*>(space.partials);
-  gradient_sums_kernel<T, V, kMasked><<<split_grid(layout, splits), kReduceThreads>>>(
-      grad_out, relu_output, x, save_mean, split_geometry(layout, V, splits), partials);
+  // A null relu_output passes the alignment tests.
+  with_width<kVectorWidth<T>>(reduce_width<T>(layout, {grad_out, relu_output, x}), [&](auto width) {
+    constexpr int V = decltype(width)::value;
+    gradient_sums_kernel<T, V, kMasked><<<split_grid(layout, splits), kReduceThreads>>>(
+        grad_out, relu_output, x, save_mean, split_geometry(layout, V, splits), partials);
+  });
   finalize_backward_kernel<<<finalize_blocks(layout.channels), kFinalizeThreads>>>(
       partials, splits, layout.channels, static_cast<double>(layout.batch * layout.inner), gamma, save_mean,
       save_invstd, grad_gamma, grad_beta, space.coefficients);
-  unsigned blocks = 0;
-  const MapGeometry geometry = map_geometry<V>(layout, blocks);
-  grad_input_kernel<T, V, kMasked>
-      <<<blocks, kMapThreads>>>(grad_out, relu_output, x, grad_input, space.coefficients, geometry);
-}
-
-// Vector loads need every row to start on a 16-byte boundary.
-template <typename T> bool vectorizable(const ChannelLayout& layout, std::initializer_list<const void*> pointers) {
-  if (layout.inner % kVectorWidth<T> != 0) return false;
-  return std::all_of(pointers.begin(), pointers.end(), [](const void* p) { return aligned(p); });
+  with_width<kVectorWidth<T>>(map_width<T>(layout, {grad_out, relu_output, x, grad_input}), [&](auto width) {
+    constexpr int V = decltype(width)::value;
+    unsigned blocks = 0;
+    const MapGeometry geometry = map_geometry<V>(layout, blocks);
+    grad_input_kernel<T, V, kMasked>
+        <<<blocks, kMapThreads>>>(grad_out, relu_output, x, grad_input, space.coefficients, geometry);
+  });
 }
 
 }  // namespace
@@ -572,21 +683,15 @@ void launch_batch_norm_forward_train(const T* x, const float* gamma, const float
   const int64_t splits = split_count(layout);
   const Workspace space = carve(workspace, layout);
   Moments* partials = static_cast<Moments*>(space.partials);
-  const bool vector = vectorizable<T>(layout, {x, out});
-  if (vector) {
-    moments_kernel<T, kVectorWidth<T>><<<split_grid(layout, splits), kReduceThreads>>>(
-        x, split_geometry(layout, kVectorWidth<T>, splits), partials);
-  } else {
-    moments_kernel<T, 1>
-        <<<split_grid(layout, splits), kReduceThreads>>>(x, split_geometry(layout, 1, splits), partials);
-  }
+  with_width<kVectorWidth<T>>(reduce_width<T>(layout, {x}), [&](auto width) {
+    constexpr int V = decltype(width)::value;
+    moments_kernel<T, V>
+        <<<split_grid(layout, splits), kReduceThreads>>>(x, split_geometry(layout, V, splits), partials);
+  });
   finalize_forward_kernel<<<finalize_blocks(layout.channels), kFinalizeThreads>>>(
       partials, splits, layout.channels, gamma, beta, running_mean, running_var, momentum, eps, save_mean, save_invstd,
       space.coefficients);
-  if (vector)
-    launch_normalize<T, kVectorWidth<T>>(x, out, space.coefficients, layout, relu);
-  else
-    launch_normalize<T, 1>(x, out, space.coefficients, layout, relu);
+  launch_normalize(x, out, space.coefficients, layout, relu);
 }
 
 template <typename T>
@@ -597,10 +702,7 @@ void launch_batch_norm_forward_eval(const T* x, const float* gamma, const float*
   const Workspace space = carve(workspace, layout);
   eval_coefficients_kernel<<<blocks_for(layout.channels), kThreadsPerBlock>>>(gamma, beta, running_mean, running_var,
                                                                               eps, layout.channels, space.coefficients);
-  if (vectorizable<T>(layout, {x, out}))
-    launch_normalize<T, kVectorWidth<T>>(x, out, space.coefficients, layout, relu);
-  else
-    launch_normalize<T, 1>(x, out, space.coefficients, layout, relu);
+  launch_normalize(x, out, space.coefficients, layout, relu);
 }
 
 template <typename T>
@@ -610,23 +712,12 @@ void launch_batch_norm_backward(const T* grad_out, const T* relu_output, const T
   if (layout.channels == 0 || layout.batch * layout.inner == 0) return;
   const int64_t splits = split_count(layout);
   const Workspace space = carve(workspace, layout);
-  // A null relu_output passes the alignment test.
-  const bool vector = vectorizable<T>(layout, {grad_out, relu_output, x, grad_input});
-  const bool masked = relu_output != nullptr;
-  constexpr int kWidth = kVectorWidth<T>;
-  if (vector && masked) {
-    launch_backward_passes<T, kWidth, true>(grad_out, relu_output, x, gamma, save_mean, save_invstd, grad_input,
-                                            grad_gamma, grad_beta, layout, splits, space);
-  } else if (vector) {
-    launch_backward_passes<T, kWidth, false>(grad_out, relu_output, x, gamma, save_mean, save_invstd, grad_input,
-                                             grad_gamma, grad_beta, layout, splits, space);
-  } else if (masked) {
-    launch_backward_passes<T, 1, true>(grad_out, relu_output, x, gamma, save_mean, save_invstd, grad_input, grad_gamma,
-                                       grad_beta, layout, splits, space);
-  } else {
-    launch_backward_passes<T, 1, false>(grad_out, relu_output, x, gamma, save_mean, save_invstd, grad_input, grad_gamma,
-                                        grad_beta, layout, splits, space);
-  }
+  if (relu_output != nullptr)
+    launch_backward_passes<T, true>(grad_out, relu_output, x, gamma, save_mean, save_invstd, grad_input, grad_gamma,
+                                    grad_beta, layout, splits, space);
+  else
+    launch_backward_passes<T, false>(grad_out, relu_output, x, gamma, save_mean, save_invstd, grad_input, grad_gamma,
+                                     grad_beta, layout, splits, space);
 }
 
 #define OPSNN_INSTANTIATE_BATCH_NORM(T)                                                                               \

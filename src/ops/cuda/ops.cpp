@@ -387,19 +387,13 @@ void CudaBackend::max_pool2d_backward(const Tensor& grad_out, const Tensor& indi
   check_index_tensor(indices, grad_input.device(), kernel);
   check_same_shape(grad_out, indices, "CUDA max_pool2d_backward");
   cuda::DeviceGuard guard(grad_input.device().index);
-  // Overlapping windows add into one cell with atomics, which need f32: low-precision gradients
-  // accumulate in an f32 buffer that is then rounded once into grad_input.
-  Tensor accumulator = grad_input.dtype() == DType::f32 ? grad_input
-                                                        : Tensor::empty(grad_input.shape(), DType::f32, grad_input.device());
-  OPSNN_CUDA_CHECK(cudaMemsetAsync(accumulator.data_ptr(), 0, accumulator.nbytes(), nullptr));
   const int64_t planes = grad_input.size(0) * grad_input.size(1);
   dispatch_floating(grad_out.dtype(), kernel, [&](auto tag) {
     using T = decltype(tag);
-    cuda::launch_max_pool_backward(grad_out.data<T>(), indices.data<int64_t>(), accumulator.data<float>(), planes,
+    cuda::launch_max_pool_backward(grad_out.data<T>(), indices.data<int64_t>(), grad_input.data<T>(), planes,
                                    grad_input.size(2) * grad_input.size(3), grad_out.size(2) * grad_out.size(3));
   });
   check_launch();
-  if (!accumulator.same(grad_input)) grad_input.copy_(accumulator);
 }
 
 void CudaBackend::avg_pool2d_forward(const Tensor& input, Tensor& out, const Pool2dGeometry& geometry) {

@@ -1,11 +1,19 @@
 // CUDA pooling kernels over NCHW planes: max pooling with flat h*W+w argmax indices (first maximum on
 // ties, NaN propagates) and average pooling with PyTorch's count_include_pad divisor, forward and
-// backward, over f32, f16 or bf16 data (sums in f32). Window arithmetic is the CPU twin's
-// (src/ops/cpu/pool.cpp) line for line.
+// backward, over f32, f16 or bf16 data (sums in f32). Windows are the CPU twin's
+// (src/ops/cpu/pool.cpp): the max forward visits the same cells in the same order, and the average
+// kernels share its window arithmetic line for line. The max backward gathers each plane's gradients
+// in shared memory and writes grad_input once, in T, so it needs neither a zeroed f32 buffer nor a
+// conversion pass.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/fast_divide.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/launch_support.cuh"
+#include "opsnn/core/error.h"
 
 namespace opsnn::cuda {
 namespace {
@@ -28,23 +36,52 @@ __device__ __forceinline__ Window window_at(int64_t oh, int64_t ow, const PoolLa
   return {h_begin, h_end, w_begin, w_end, s.count_include_pad ? padded_area : area};
 }
 
-template <typename T>
-__global__ void max_forward_kernel(const T* x, T* out, int64_t* indices, PoolLayout s, int64_t total) {
-  const int64_t out_plane = s.out_h * s.out_w;
-  for (int64_t o = global_thread_index(); o < total; o += global_thread_count()) {
-    const int64_t plane = o / out_plane, within = o - plane * out_plane;
-    const int64_t oh = within / s.out_w, ow = within - oh * s.out_w;
-    const Window window = window_at(oh, ow, s);
-    const T* in = x + plane * s.in_h * s.in_w;
-    // Padding counts as -inf; the first maximum wins ties and the first NaN wins over everything.
+constexpr int kMaxPoolThreads = 256;  // per block of the max-pool kernels
+// The max backward's shared f32 tile of input cells: 64 KiB (16384 cells, a 128x128 plane) fits a
+// block on every GPU since Volta once opted in; a Hopper SM holds three such blocks, or four of a
+// 112x112 plane's 49 KiB.
+constexpr int64_t kMaxTileBytes = 64 * 1024;
+constexpr int64_t kDefaultSharedBytes = 48 * 1024;  // what a block gets without opting in
+
+// Outputs of one launch (whole planes, fewer than 2^31 outputs) decode with 32-bit multiply-shifts:
+// output o is in plane o / out_plane, row (o % out_plane) / out_w.
+struct OutputDecoder {
+  FastDivider plane, row;
+};
+
+// One thread per output (grid-stride), the window visited row by row as the CPU twin does. kWindow > 0
+// fixes a square kWindow x kWindow window at compile time (unrolled loops); 0 reads it from the layout.
+// Cells outside the input (padding) are skipped: they count as -inf and never win.
+template <typename T, int kWindow>
+__global__ void __launch_bounds__(kMaxPoolThreads)
+    max_forward_kernel(const T* x, T* out, int64_t* indices, PoolLayout s, OutputDecoder decode, uint32_t total) {
+  const uint32_t out_plane = decode.plane.divisor, out_w = decode.row.divisor;
+  const int in_h = static_cast<int>(s.in_h), in_w = static_cast<int>(s.in_w);
+  const int kernel_h = kWindow > 0 ? kWindow : static_cast<int>(s.kernel_h);
+  const int kernel_w = kWindow > 0 ? kWindow : static_cast<int>(s.kernel_w);
+  const uint32_t stride = gridDim.x * blockDim.x;  // o + stride < 2^32: o and stride are below 2^31
+  for (uint32_t o = blockIdx.x * blockDim.x + threadIdx.x; o < total; o += stride) {
+    const uint32_t plane = decode.plane.divide(o), within = o - plane * out_plane;
+    const uint32_t oh = decode.row.divide(within), ow = within - oh * out_w;
+    const int h_origin = static_cast<int>(oh) * static_cast<int>(s.stride_h) - static_cast<int>(s.pad_h);
+    const int w_origin = static_cast<int>(ow) * static_cast<int>(s.stride_w) - static_cast<int>(s.pad_w);
+    const T* in = x + static_cast<int64_t>(plane) * in_h * in_w;
+    // The first maximum wins ties and the first NaN wins over everything; a window of padding only
+    // (or of -inf only) reports its first cell inside the input, as the CPU twin does.
     float best = -INFINITY;
-    int64_t best_index = window.h_begin * s.in_w + window.w_begin;
-    for (int64_t ih = window.h_begin; ih < window.h_end; ++ih) {
-      for (int64_t iw = window.w_begin; iw < window.w_end; ++iw) {
-        const float value = static_cast<float>(in[ih * s.in_w + iw]);
+    int best_index = max(h_origin, 0) * in_w + max(w_origin, 0);
+#pragma unroll
+    for (int dh = 0; dh < kernel_h; ++dh) {
+      const int ih = h_origin + dh;
+      if (ih < 0 || ih >= in_h) continue;
+#pragma unroll
+      for (int dw = 0; dw < kernel_w; ++dw) {
+        const int iw = w_origin + dw;
+        if (iw < 0 || iw >= in_w) continue;
+        const float value = static_cast<float>(in[ih * in_w + iw]);
         if (value > best || (isnan(value) && !isnan(best))) {
           best = value;
-          best_index = ih * s.in_w + iw;
+          best_index = ih * in_w + iw;
         }
       }
     }
@@ -53,11 +90,33 @@ __global__ void max_forward_kernel(const T* x, T* out, int64_t* indices, PoolLay
   }
 }
 
+// One block per (plane, tile of tile_cells input cells), grid-stride over them: the block adds the
+// gradients of the plane's outputs whose argmax lies in its tile into a zeroed f32 tile in shared
+// memory, then writes the whole tile, zeros included, rounded once to T. Nothing is read from or
+// zeroed in global memory beforehand, and only the tile's adds are atomic (shared, cheap); a cell that
+// is the argmax of three or more windows may differ in its last bit between runs, as with the global
+// atomics of a scatter.
 template <typename T>
-__global__ void max_backward_kernel(const T* grad_out, const int64_t* indices, float* grad_input,
-                                    int64_t in_plane, int64_t out_plane, int64_t total) {
-  for (int64_t o = global_thread_index(); o < total; o += global_thread_count())
-    atomicAdd(grad_input + (o / out_plane) * in_plane + indices[o], static_cast<float>(grad_out[o]));
+__global__ void __launch_bounds__(kMaxPoolThreads)
+    max_backward_kernel(const T* grad_out, const int64_t* indices, T* grad_input, int64_t planes, int64_t in_plane,
+                        int64_t out_plane, int64_t tile_cells, int64_t tiles) {
+  extern __shared__ float tile[];
+  for (int64_t task = blockIdx.x; task < planes * tiles; task += gridDim.x) {
+    const int64_t plane = task / tiles, first = (task - plane * tiles) * tile_cells;
+    const int cells = static_cast<int>(min(tile_cells, in_plane - first));
+    for (int i = threadIdx.x; i < cells; i += blockDim.x) tile[i] = 0.0f;
+    __syncthreads();
+    const int64_t* plane_indices = indices + plane * out_plane;
+    const T* plane_grads = grad_out + plane * out_plane;
+    for (int64_t o = threadIdx.x; o < out_plane; o += blockDim.x) {
+      const int64_t cell = plane_indices[o] - first;
+      if (cell >= 0 && cell < cells) atomicAdd(tile + cell, static_cast<float>(plane_grads[o]));
+    }
+    __syncthreads();
+    T* plane_input = grad_input + plane * in_plane + first;
+    for (int i = threadIdx.x; i < cells; i += blockDim.x) plane_input[i] = T(tile[i]);
+    __syncthreads();  // the tile is zeroed again for the next task
+  }
 }
 
 template <typename T> __global__ void avg_forward_kernel(const T* x, T* out, PoolLayout s, int64_t total) {
@@ -99,18 +158,44 @@ __global__ void avg_backward_kernel(const T* grad_out, T* grad_input, PoolLayout
 }  // namespace
 
 template <typename T> void launch_max_pool_forward(const T* x, T* out, int64_t* indices, const PoolLayout& layout) {
-  const int64_t total = layout.planes * layout.out_h * layout.out_w;
-  if (total == 0) return;
-  max_forward_kernel<<<blocks_for(total), kThreadsPerBlock>>>(x, out, indices, layout, total);
+  const int64_t in_plane = layout.in_h * layout.in_w, out_plane = layout.out_h * layout.out_w;
+  if (layout.planes * out_plane == 0) return;
+  constexpr int64_t kMaxDividend = FastDivider::kMaxDividend;
+  OPSNN_CHECK(out_plane <= kMaxDividend && in_plane <= kMaxDividend,
+              "CUDA max_pool2d_forward: planes of 2^31 or more cells are not supported");
+  const OutputDecoder decode{FastDivider(static_cast<uint32_t>(out_plane)),
+                             FastDivider(static_cast<uint32_t>(layout.out_w))};
+  const bool square = layout.kernel_h == layout.kernel_w;
+  // Launches over as many whole planes as keep the outputs' indices below 2^31.
+  const int64_t planes_per_launch = kMaxDividend / out_plane;
+  for (int64_t first = 0; first < layout.planes; first += planes_per_launch) {
+    const int64_t planes = std::min(planes_per_launch, layout.planes - first);
+    const auto total = static_cast<uint32_t>(planes * out_plane);
+    const T* in = x + first * in_plane;
+    T* plane_out = out + first * out_plane;
+    int64_t* plane_indices = indices + first * out_plane;
+    const unsigned blocks = blocks_for(total, kMaxPoolThreads);
+    if (square && layout.kernel_h == 3)
+      max_forward_kernel<T, 3><<<blocks, kMaxPoolThreads>>>(in, plane_out, plane_indices, layout, decode, total);
+    else if (square && layout.kernel_h == 2)
+      max_forward_kernel<T, 2><<<blocks, kMaxPoolThreads>>>(in, plane_out, plane_indices, layout, decode, total);
+    else
+      max_forward_kernel<T, 0><<<blocks, kMaxPoolThreads>>>(in, plane_out, plane_indices, layout, decode, total);
+  }
 }
 
 template <typename T>
-void launch_max_pool_backward(const T* grad_out, const int64_t* indices, float* grad_input, int64_t planes,
+void launch_max_pool_backward(const T* grad_out, const int64_t* indices, T* grad_input, int64_t planes,
                               int64_t in_plane, int64_t out_plane) {
-  const int64_t total = planes * out_plane;
-  if (total == 0) return;
-  max_backward_kernel<<<blocks_for(total), kThreadsPerBlock>>>(grad_out, indices, grad_input, in_plane, out_plane,
-                                                               total);
+  if (planes * in_plane == 0) return;
+  const int64_t tile_cells = std::min<int64_t>(in_plane, kMaxTileBytes / static_cast<int64_t>(sizeof(float)));
+  const int64_t tiles = (in_plane + tile_cells - 1) / tile_cells;
+  const auto shared_bytes = static_cast<int>(tile_cells * static_cast<int64_t>(sizeof(float)));
+  if (shared_bytes > kDefaultSharedBytes)
+    OPSNN_CUDA_CHECK(
+        cudaFuncSetAttribute(max_backward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes));
+  max_backward_kernel<T><<<blocks_for(planes * tiles, kMaxPoolThreads), kMaxPoolThreads, shared_bytes>>>(
+      grad_out, indices, grad_input, planes, in_plane, out_plane, tile_cells, tiles);
 }
 
 template <typename T> void launch_avg_pool_forward(const T* x, T* out, const PoolLayout& layout) {
@@ -127,7 +212,7 @@ template <typename T> void launch_avg_pool_backward(const T* grad_out, T* grad_i
 
 #define OPSNN_INSTANTIATE_POOL(T)                                                                               \
   template void launch_max_pool_forward<T>(const T*, T*, int64_t*, const PoolLayout&);                          \
-  template void launch_max_pool_backward<T>(const T*, const int64_t*, float*, int64_t, int64_t, int64_t);       \
+  template void launch_max_pool_backward<T>(const T*, const int64_t*, T*, int64_t, int64_t, int64_t);           \
   template void launch_avg_pool_forward<T>(const T*, T*, const PoolLayout&);                                    \
   template void launch_avg_pool_backward<T>(const T*, T*, const PoolLayout&);
 OPSNN_FOR_EACH_FLOATING_TYPE(OPSNN_INSTANTIATE_POOL)
