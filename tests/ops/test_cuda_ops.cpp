@@ -323,9 +323,10 @@ TEST_CASE("CUDA max pool matches its CPU twin's outputs, indices and gradients e
       const Tensor input = Tensor::from_vector<float>(values, shape).to(dtype);
       const Shape out_shape{shape[0], shape[1], (shape[2] + 2 * g.pad_h - g.kernel_h) / g.stride_h + 1,
                             (shape[3] + 2 * g.pad_w - g.kernel_w) / g.stride_w + 1};
-      Tensor cpu_out = Tensor::empty(out_shape, dtype), cpu_indices = Tensor::empty(out_shape, DType::i64);
+      // The CPU twin runs f32 (it has no f16/bf16 kernels); the values are exact in every dtype.
+      Tensor cpu_out = Tensor::empty(out_shape, DType::f32), cpu_indices = Tensor::empty(out_shape, DType::i64);
       Tensor gpu_out = Tensor::empty(out_shape, dtype, kGpu), gpu_indices = Tensor::empty(out_shape, DType::i64, kGpu);
-      cpu.max_pool2d_forward(input, cpu_out, cpu_indices, g);
+      cpu.max_pool2d_forward(input.to(DType::f32), cpu_out, cpu_indices, g);
       gpu.max_pool2d_forward(input.to(kGpu), gpu_out, gpu_indices, g);
       REQUIRE(gpu_indices.to(kCPU).to_vector<int64_t>() == cpu_indices.to_vector<int64_t>());
       const std::vector<double> expected = cpu_out.to_vector<double>(), actual = gpu_out.to(kCPU).to_vector<double>();
@@ -337,9 +338,9 @@ TEST_CASE("CUDA max pool matches its CPU twin's outputs, indices and gradients e
       std::vector<float> upstream(static_cast<size_t>(shape_numel(out_shape)));
       for (float& value : upstream) value = static_cast<float>(static_cast<int64_t>(generator.next_below(5)) - 2);
       const Tensor grad_out = Tensor::from_vector<float>(upstream, out_shape).to(dtype);
-      Tensor cpu_grad = Tensor::empty(shape, dtype);
+      Tensor cpu_grad = Tensor::empty(shape, DType::f32);
       Tensor gpu_grad = Tensor::full(shape, 7.0, dtype, kGpu);  // every cell must be written
-      cpu.max_pool2d_backward(grad_out, cpu_indices, cpu_grad);
+      cpu.max_pool2d_backward(grad_out.to(DType::f32), cpu_indices, cpu_grad);
       gpu.max_pool2d_backward(grad_out.to(kGpu), gpu_indices, gpu_grad);
       REQUIRE(gpu_grad.to(kCPU).to_vector<double>() == cpu_grad.to_vector<double>());
     }

@@ -3,6 +3,7 @@
 // value sums the column entries that read it, in a fixed order, so no atomics and bit-identical reruns;
 // a vectorized scatter for the subsampling layout), and the fixed-order sum of per-image weight-gradient
 // partials. The copies are memory-bound: grid-stride loops over 16-byte vectors where the row lengths allow.
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -34,61 +35,70 @@ Decode decode_for(const Im2colLayout& l) {
 }
 
 // columns[n][row][p] for row = (c, r, s) and p = (oh, ow): x[n][c][oh*stride - pad + r][ow*stride - pad + s],
-// zero outside the input and on the padding rows (row >= channels*kh*kw). Each step writes V consecutive
-// p of one row (a 16-byte store when V > 1; the launcher picks V dividing the row length).
+// zero outside the input and on the padding rows (row >= channels*kh*kw). A thread step writes V
+// consecutive ow of one output row oh (a 16-byte store when V > 1; the launcher picks V dividing out_w);
+// the launch covers fewer than 2^31 vectors, so every index decodes with 32-bit multiply-shifts.
+struct Im2colDecode {
+  FastDivider vectors_per_row, vectors_per_out_row, rows_padded, kernel_area, kernel_w;
+  uint32_t rows;  // channels * kernel_h * kernel_w, the real rows
+};
+
 template <typename T, int V>
 __global__ void __launch_bounds__(kColumnThreads)
-    im2col_kernel(const T* x, T* columns, Im2colLayout l, Decode d, int64_t vectors_per_row, int64_t vectors) {
-  const int64_t plane = l.in_h * l.in_w;
-  const uint32_t kernel_area = static_cast<uint32_t>(l.kernel_h * l.kernel_w);
-  for (int64_t v = global_thread_index(); v < vectors; v += global_thread_count()) {
-    const int64_t image_row = v / vectors_per_row;
-    const uint32_t p0 = static_cast<uint32_t>(v - image_row * vectors_per_row) * V;
-    const int64_t n = image_row / l.rows_padded;
-    const uint32_t row = static_cast<uint32_t>(image_row - n * l.rows_padded);
+    im2col_kernel(const T* x, T* columns, Im2colLayout l, Im2colDecode d, uint32_t vectors) {
+  const int64_t plane = l.in_h * l.in_w, pixels = l.out_h * l.out_w;
+  for (uint32_t v = blockIdx.x * kColumnThreads + threadIdx.x; v < vectors; v += gridDim.x * kColumnThreads) {
+    const uint32_t image_row = d.vectors_per_row.divide(v), q = v - image_row * d.vectors_per_row.divisor;
+    const uint32_t oh = d.vectors_per_out_row.divide(q), ow0 = (q - oh * d.vectors_per_out_row.divisor) * V;
+    const uint32_t n = d.rows_padded.divide(image_row), row = image_row - n * d.rows_padded.divisor;
     Vector<T, V> out;
+#pragma unroll
+    for (int j = 0; j < V; ++j) out.values[j] = T(0.0f);
     if (row < d.rows) {
-      const uint32_t c = d.kernel_area.divide(row), within = row - c * kernel_area;
-      const uint32_t r = d.kernel_w.divide(within), s = within - r * static_cast<uint32_t>(l.kernel_w);
-      const T* source = x + (n * l.channels + c) * plane;
+      const uint32_t c = d.kernel_area.divide(row), within = row - c * d.kernel_area.divisor;
+      const uint32_t r = d.kernel_w.divide(within), s = within - r * d.kernel_w.divisor;
+      const int64_t ih = static_cast<int64_t>(oh) * l.stride_h - l.pad_h + r;
+      if (ih >= 0 && ih < l.in_h) {
+        const T* source = x + (static_cast<int64_t>(n) * l.channels + c) * plane + ih * l.in_w;
+        const int64_t iw0 = static_cast<int64_t>(ow0) * l.stride_w - l.pad_w + s;
 #pragma unroll
-      for (int j = 0; j < V; ++j) {
-        const uint32_t p = p0 + j, oh = d.out_w.divide(p), ow = p - oh * static_cast<uint32_t>(l.out_w);
-        const int64_t ih = static_cast<int64_t>(oh) * l.stride_h - l.pad_h + r;
-        const int64_t iw = static_cast<int64_t>(ow) * l.stride_w - l.pad_w + s;
-        out.values[j] = ih >= 0 && ih < l.in_h && iw >= 0 && iw < l.in_w ? source[ih * l.in_w + iw] : T(0.0f);
+        for (int j = 0; j < V; ++j) {
+          const int64_t iw = iw0 + j * l.stride_w;
+          if (iw >= 0 && iw < l.in_w) out.values[j] = source[iw];
+        }
       }
-    } else {
-#pragma unroll
-      for (int j = 0; j < V; ++j) out.values[j] = T(0.0f);
     }
-    store_vector<V>(columns + image_row * d.pixels + p0, out);
+    store_vector<V>(columns + static_cast<int64_t>(image_row) * pixels + static_cast<int64_t>(oh) * l.out_w + ow0, out);
   }
 }
 
 // col2im of the subsampling layout (1x1 kernel, no padding): x[n][c][ih][iw] = columns[n][c][ih/sh][iw/sw]
-// where both divide evenly and land inside the output, zero elsewhere; V consecutive positions of one
-// plane per step.
+// where both divide evenly and land inside the output, zero elsewhere. A thread step writes V
+// consecutive iw of one input row (fewer than 2^31 vectors per launch, 32-bit decoding).
+struct UnsubsampleDecode {
+  FastDivider vectors_per_row, in_h, stride_h, stride_w;
+};
+
 template <typename T, int V>
 __global__ void __launch_bounds__(kColumnThreads)
-    unsubsample_kernel(const T* columns, T* x, Im2colLayout l, FastDivider in_w, FastDivider stride_h,
-                       FastDivider stride_w, int64_t vectors_per_plane, int64_t vectors) {
-  const int64_t out_plane = l.out_h * l.out_w;
-  for (int64_t v = global_thread_index(); v < vectors; v += global_thread_count()) {
-    const int64_t plane = v / vectors_per_plane;
-    const uint32_t position0 = static_cast<uint32_t>(v - plane * vectors_per_plane) * V;
-    const T* source = columns + plane * out_plane;
+    unsubsample_kernel(const T* columns, T* x, Im2colLayout l, UnsubsampleDecode d, uint32_t vectors) {
+  for (uint32_t v = blockIdx.x * kColumnThreads + threadIdx.x; v < vectors; v += gridDim.x * kColumnThreads) {
+    const uint32_t input_row = d.vectors_per_row.divide(v);
+    const uint32_t iw0 = (v - input_row * d.vectors_per_row.divisor) * V;
+    const uint32_t plane = d.in_h.divide(input_row), ih = input_row - plane * d.in_h.divisor;
+    const uint32_t oh = d.stride_h.divide(ih);
     Vector<T, V> out;
 #pragma unroll
-    for (int j = 0; j < V; ++j) {
-      const uint32_t position = position0 + j, ih = in_w.divide(position);
-      const uint32_t iw = position - ih * static_cast<uint32_t>(l.in_w);
-      const uint32_t oh = stride_h.divide(ih), ow = stride_w.divide(iw);
-      const bool sampled = oh * static_cast<uint32_t>(l.stride_h) == ih && ow * static_cast<uint32_t>(l.stride_w) == iw &&
-                           oh < static_cast<uint32_t>(l.out_h) && ow < static_cast<uint32_t>(l.out_w);
-      out.values[j] = sampled ? source[oh * l.out_w + ow] : T(0.0f);
+    for (int j = 0; j < V; ++j) out.values[j] = T(0.0f);
+    if (oh * d.stride_h.divisor == ih && oh < static_cast<uint32_t>(l.out_h)) {
+      const T* source = columns + (static_cast<int64_t>(plane) * l.out_h + oh) * l.out_w;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const uint32_t iw = iw0 + j, ow = d.stride_w.divide(iw);
+        if (ow * d.stride_w.divisor == iw && ow < static_cast<uint32_t>(l.out_w)) out.values[j] = source[ow];
+      }
     }
-    store_vector<V>(x + plane * l.in_h * l.in_w + position0, out);
+    store_vector<V>(x + static_cast<int64_t>(input_row) * l.in_w + iw0, out);
   }
 }
 
@@ -150,20 +160,49 @@ template <typename T> int vector_width_for(int64_t length, const T* stored) {
   return 1;
 }
 
-template <typename T, int V> void im2col_with(const T* x, T* columns, const Im2colLayout& layout) {
-  const int64_t pixels = layout.out_h * layout.out_w;
-  const int64_t vectors_per_row = pixels / V, vectors = layout.images * layout.rows_padded * vectors_per_row;
-  im2col_kernel<T, V><<<resident_grid<im2col_kernel<T, V>>(vectors, kColumnThreads), kColumnThreads>>>(
-      x, columns, layout, decode_for(layout), vectors_per_row, vectors);
+constexpr int64_t kMaxVectorsPerLaunch = FastDivider::kMaxDividend;
+
+unsigned blocks_for_vectors(int64_t vectors) {
+  return static_cast<unsigned>(std::min<int64_t>((vectors + kColumnThreads - 1) / kColumnThreads, 65535LL * 16));
 }
 
+// Launches over as many whole images as keep each launch below 2^31 vectors.
+template <typename T, int V> void im2col_with(const T* x, T* columns, const Im2colLayout& layout) {
+  const int64_t vectors_per_row = layout.out_h * (layout.out_w / V);
+  const int64_t vectors_per_image = layout.rows_padded * vectors_per_row;
+  const int64_t images_per_launch = std::max<int64_t>(1, kMaxVectorsPerLaunch / vectors_per_image);
+  Im2colDecode decode;
+  decode.vectors_per_row = FastDivider(static_cast<uint32_t>(vectors_per_row));
+  decode.vectors_per_out_row = FastDivider(static_cast<uint32_t>(layout.out_w / V));
+  decode.rows_padded = FastDivider(static_cast<uint32_t>(layout.rows_padded));
+  decode.kernel_area = FastDivider(static_cast<uint32_t>(layout.kernel_h * layout.kernel_w));
+  decode.kernel_w = FastDivider(static_cast<uint32_t>(layout.kernel_w));
+  decode.rows = static_cast<uint32_t>(layout.channels * layout.kernel_h * layout.kernel_w);
+  for (int64_t first = 0; first < layout.images; first += images_per_launch) {
+    const int64_t images = std::min(images_per_launch, layout.images - first);
+    const auto vectors = static_cast<uint32_t>(images * vectors_per_image);
+    im2col_kernel<T, V><<<blocks_for_vectors(vectors), kColumnThreads>>>(
+        x + first * layout.channels * layout.in_h * layout.in_w,
+        columns + first * layout.rows_padded * layout.out_h * layout.out_w, layout, decode, vectors);
+  }
+}
+
+// Launches over as many whole planes as keep each launch below 2^31 vectors.
 template <typename T, int V> void unsubsample_with(const T* columns, T* x, const Im2colLayout& layout) {
-  const int64_t vectors_per_plane = layout.in_h * layout.in_w / V;
-  const int64_t vectors = layout.images * layout.channels * vectors_per_plane;
-  unsubsample_kernel<T, V><<<resident_grid<unsubsample_kernel<T, V>>(vectors, kColumnThreads), kColumnThreads>>>(
-      columns, x, layout, FastDivider(static_cast<uint32_t>(layout.in_w)),
-      FastDivider(static_cast<uint32_t>(layout.stride_h)), FastDivider(static_cast<uint32_t>(layout.stride_w)),
-      vectors_per_plane, vectors);
+  const int64_t vectors_per_plane = layout.in_h * (layout.in_w / V);
+  const int64_t planes = layout.images * layout.channels;
+  const int64_t planes_per_launch = std::max<int64_t>(1, kMaxVectorsPerLaunch / vectors_per_plane);
+  UnsubsampleDecode decode;
+  decode.vectors_per_row = FastDivider(static_cast<uint32_t>(layout.in_w / V));
+  decode.in_h = FastDivider(static_cast<uint32_t>(layout.in_h));
+  decode.stride_h = FastDivider(static_cast<uint32_t>(layout.stride_h));
+  decode.stride_w = FastDivider(static_cast<uint32_t>(layout.stride_w));
+  for (int64_t first = 0; first < planes; first += planes_per_launch) {
+    const int64_t count = std::min(planes_per_launch, planes - first);
+    const auto vectors = static_cast<uint32_t>(count * vectors_per_plane);
+    unsubsample_kernel<T, V><<<blocks_for_vectors(vectors), kColumnThreads>>>(
+        columns + first * layout.out_h * layout.out_w, x + first * layout.in_h * layout.in_w, layout, decode, vectors);
+  }
 }
 
 // Calls fn(std::integral_constant<int, V>) for the vector width V (8, 4, 2 or 1) the launch uses.
@@ -181,7 +220,7 @@ template <typename Fn> void with_width(int width, Fn&& fn) {
 template <typename T> void launch_im2col(const T* x, T* columns, const Im2colLayout& layout) {
   const int64_t pixels = layout.out_h * layout.out_w;
   if (layout.images * layout.rows_padded == 0 || pixels == 0) return;
-  with_width(vector_width_for<T>(pixels, columns), [&](auto width) {
+  with_width(vector_width_for<T>(layout.out_w, columns), [&](auto width) {
     constexpr int V = decltype(width)::value;
     if constexpr (V * sizeof(T) <= 16) im2col_with<T, V>(x, columns, layout);
   });
@@ -193,7 +232,7 @@ template <typename TC, typename T> void launch_col2im(const TC* columns, T* x, c
   if constexpr (std::is_same_v<TC, T>) {
     if (layout.kernel_h == 1 && layout.kernel_w == 1 && layout.pad_h == 0 && layout.pad_w == 0 &&
         layout.rows_padded == layout.channels) {
-      with_width(vector_width_for<T>(positions, x), [&](auto width) {
+      with_width(vector_width_for<T>(layout.in_w, x), [&](auto width) {
         constexpr int V = decltype(width)::value;
         if constexpr (V * sizeof(T) <= 16) unsubsample_with<T, V>(columns, x, layout);
       });

@@ -194,7 +194,9 @@ void launch_max_pool_backward(const T* grad_out, const int64_t* indices, T* grad
   if (shared_bytes > kDefaultSharedBytes)
     OPSNN_CUDA_CHECK(
         cudaFuncSetAttribute(max_backward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes));
-  max_backward_kernel<T><<<blocks_for(planes * tiles, kMaxPoolThreads), kMaxPoolThreads, shared_bytes>>>(
+  // One block per (plane, tile) task, up to a cap; each block then loops over tasks.
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>(planes * tiles, 65535LL * 8));
+  max_backward_kernel<T><<<blocks, kMaxPoolThreads, shared_bytes>>>(
       grad_out, indices, grad_input, planes, in_plane, out_plane, tile_cells, tiles);
 }
 
