@@ -549,27 +549,24 @@ void gemm_backward_weight(cublasHandle_t handle, const Tensor& grad_out, const T
 
 // ---- choosing ----
 
-// The choice to cache: the lowering when the policy forces it or it was faster, cuDNN's otherwise;
-// both times recorded. `cudnn` has cudnn_ms < 0 when it was not searched (policy always).
-ConvAlgorithmChoice cudnn_or_lowered(ConvAlgorithmChoice cudnn, ConvAlgorithmChoice lowered) {
+// The search every direction runs once per shape: cudnnFind on the convolution as given (`find_given`,
+// skipped when the policy forces the lowering), then, where `lowering` applies and the policy allows,
+// the lowering's time (`time_lowered` returns a choice with lowered_ms set, and for the subsampled
+// lowering the stride-1 problem's algorithm). The lowering wins when forced or faster; both times are
+// kept in the choice.
+template <typename FindGiven, typename TimeLowered>
+ConvAlgorithmChoice search(ConvLowering lowering, FindGiven&& find_given, TimeLowered&& time_lowered) {
+  const ConvLoweringPolicy policy = conv_lowering_policy();
+  ConvAlgorithmChoice cudnn;
+  if (lowering == ConvLowering::cudnn || policy != ConvLoweringPolicy::always) cudnn = find_given();
+  else cudnn.cudnn_ms = -1.0f;  // not searched
+  if (lowering == ConvLowering::cudnn || policy == ConvLoweringPolicy::never) return cudnn;
+  ConvAlgorithmChoice lowered = time_lowered();
+  lowered.lowering = lowering;
   lowered.cudnn_ms = cudnn.cudnn_ms;
-  if (conv_lowering_policy() == ConvLoweringPolicy::always || lowered.lowered_ms < cudnn.cudnn_ms) return lowered;
+  if (policy == ConvLoweringPolicy::always || lowered.lowered_ms < cudnn.cudnn_ms) return lowered;
   cudnn.lowered_ms = lowered.lowered_ms;
   return cudnn;
-}
-
-// Whether the convolution as given is searched with cudnnFind: always unless a lowering is forced.
-bool search_cudnn(ConvLowering lowering) {
-  return lowering == ConvLowering::cudnn || conv_lowering_policy() != ConvLoweringPolicy::always;
-}
-bool try_lowering(ConvLowering lowering) {
-  return lowering != ConvLowering::cudnn && conv_lowering_policy() != ConvLoweringPolicy::never;
-}
-
-ConvAlgorithmChoice not_searched() {
-  ConvAlgorithmChoice choice;
-  choice.cudnn_ms = -1.0f;
-  return choice;
 }
 
 }  // namespace
@@ -634,25 +631,28 @@ void CudaBackend::conv2d_forward(const Tensor& input, const Tensor& weight, cons
   const Shape sampled_shape = subsampled_shape(input.shape(), out.shape());
   const ConvAlgorithmChoice chosen = cached_algorithm(
       make_key(ConvDirection::forward, device.index, input.shape(), weight.shape(), geometry, dtype), [&] {
-        const ConvAlgorithmChoice cudnn =
-            search_cudnn(lowering)
-                ? find_forward(handles.cudnn, ConvDescriptors(input.shape(), weight.shape(), out.shape(), geometry, dtype),
-                               input.data_ptr(), weight.data_ptr(), out.data_ptr(), device)
-                : not_searched();
-        if (!try_lowering(lowering)) return cudnn;
-        ConvAlgorithmChoice lowered;
-        if (lowering == ConvLowering::subsampled) {
-          Tensor sampled = Tensor::empty(sampled_shape, dtype, device);
-          const float copy_ms = measured_ms([&] { subsample(input, sampled, geometry); });
-          lowered = find_forward(handles.cudnn, ConvDescriptors(sampled_shape, weight.shape(), out.shape(), kUnitStride, dtype),
-                                 sampled.data_ptr(), weight.data_ptr(), out.data_ptr(), device);
-          lowered.lowered_ms = lowered.cudnn_ms + copy_ms;
-        } else {
-          const GemmPlan plan = gemm_plan(input.shape(), weight.shape(), out.shape(), geometry);
-          lowered.lowered_ms = measured_ms([&] { gemm_forward(handles.cublas, input, weight, out, plan); });
-        }
-        lowered.lowering = lowering;
-        return cudnn_or_lowered(cudnn, lowered);
+        return search(
+            lowering,
+            [&] {
+              return find_forward(handles.cudnn,
+                                  ConvDescriptors(input.shape(), weight.shape(), out.shape(), geometry, dtype),
+                                  input.data_ptr(), weight.data_ptr(), out.data_ptr(), device);
+            },
+            [&] {
+              ConvAlgorithmChoice lowered;
+              if (lowering == ConvLowering::subsampled) {
+                Tensor sampled = Tensor::empty(sampled_shape, dtype, device);
+                const float copy_ms = measured_ms([&] { subsample(input, sampled, geometry); });
+                lowered = find_forward(handles.cudnn,
+                                       ConvDescriptors(sampled_shape, weight.shape(), out.shape(), kUnitStride, dtype),
+                                       sampled.data_ptr(), weight.data_ptr(), out.data_ptr(), device);
+                lowered.lowered_ms = lowered.cudnn_ms + copy_ms;
+              } else {
+                const GemmPlan plan = gemm_plan(input.shape(), weight.shape(), out.shape(), geometry);
+                lowered.lowered_ms = measured_ms([&] { gemm_forward(handles.cublas, input, weight, out, plan); });
+              }
+              return lowered;
+            });
       });
   const CudnnRun run{handles.cudnn, chosen, device};
   switch (chosen.lowering) {
@@ -708,27 +708,28 @@ void CudaBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& we
   const Shape sampled_shape = subsampled_shape(grad_input.shape(), grad_out.shape());
   const ConvAlgorithmChoice chosen = cached_algorithm(
       make_key(ConvDirection::backward_input, device.index, grad_input.shape(), weight.shape(), geometry, dtype), [&] {
-        const ConvAlgorithmChoice cudnn =
-            search_cudnn(lowering)
-                ? find_backward_input(handles.cudnn,
-                                      ConvDescriptors(grad_input.shape(), weight.shape(), grad_out.shape(), geometry, dtype),
-                                      weight.data_ptr(), grad_out.data_ptr(), grad_input.data_ptr(), device)
-                : not_searched();
-        if (!try_lowering(lowering)) return cudnn;
-        ConvAlgorithmChoice lowered;
-        if (lowering == ConvLowering::subsampled) {
-          Tensor sampled = Tensor::empty(sampled_shape, dtype, device);
-          lowered = find_backward_input(
-              handles.cudnn, ConvDescriptors(sampled_shape, weight.shape(), grad_out.shape(), kUnitStride, dtype),
-              weight.data_ptr(), grad_out.data_ptr(), sampled.data_ptr(), device);
-          lowered.lowered_ms = lowered.cudnn_ms + measured_ms([&] { unsubsample(sampled, grad_input, geometry); });
-        } else {
-          const GemmPlan plan = gemm_plan(grad_input.shape(), weight.shape(), grad_out.shape(), geometry);
-          lowered.lowered_ms =
-              measured_ms([&] { gemm_backward_input(handles.cublas, grad_out, weight, grad_input, plan); });
-        }
-        lowered.lowering = lowering;
-        return cudnn_or_lowered(cudnn, lowered);
+        return search(
+            lowering,
+            [&] {
+              return find_backward_input(
+                  handles.cudnn, ConvDescriptors(grad_input.shape(), weight.shape(), grad_out.shape(), geometry, dtype),
+                  weight.data_ptr(), grad_out.data_ptr(), grad_input.data_ptr(), device);
+            },
+            [&] {
+              ConvAlgorithmChoice lowered;
+              if (lowering == ConvLowering::subsampled) {
+                Tensor sampled = Tensor::empty(sampled_shape, dtype, device);
+                lowered = find_backward_input(
+                    handles.cudnn, ConvDescriptors(sampled_shape, weight.shape(), grad_out.shape(), kUnitStride, dtype),
+                    weight.data_ptr(), grad_out.data_ptr(), sampled.data_ptr(), device);
+                lowered.lowered_ms = lowered.cudnn_ms + measured_ms([&] { unsubsample(sampled, grad_input, geometry); });
+              } else {
+                const GemmPlan plan = gemm_plan(grad_input.shape(), weight.shape(), grad_out.shape(), geometry);
+                lowered.lowered_ms =
+                    measured_ms([&] { gemm_backward_input(handles.cublas, grad_out, weight, grad_input, plan); });
+              }
+              return lowered;
+            });
       });
   const CudnnRun run{handles.cudnn, chosen, device};
   switch (chosen.lowering) {
@@ -762,28 +763,30 @@ void CudaBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& i
   const ConvAlgorithmChoice chosen = cached_algorithm(
       make_key(ConvDirection::backward_weight, device.index, input.shape(), grad_weight.shape(), geometry, dtype),
       [&] {
-        const ConvAlgorithmChoice cudnn =
-            search_cudnn(lowering)
-                ? find_backward_weight(handles.cudnn,
-                                       ConvDescriptors(input.shape(), grad_weight.shape(), grad_out.shape(), geometry, dtype),
-                                       input.data_ptr(), grad_out.data_ptr(), grad_weight.data_ptr(), device)
-                : not_searched();
-        if (!try_lowering(lowering)) return cudnn;
-        ConvAlgorithmChoice lowered;
-        if (lowering == ConvLowering::subsampled) {
-          Tensor sampled = Tensor::empty(sampled_shape, dtype, device);
-          const float copy_ms = measured_ms([&] { subsample(input, sampled, geometry); });
-          lowered = find_backward_weight(
-              handles.cudnn, ConvDescriptors(sampled_shape, grad_weight.shape(), grad_out.shape(), kUnitStride, dtype),
-              sampled.data_ptr(), grad_out.data_ptr(), grad_weight.data_ptr(), device);
-          lowered.lowered_ms = lowered.cudnn_ms + copy_ms;
-        } else {
-          const GemmPlan plan = gemm_plan(input.shape(), grad_weight.shape(), grad_out.shape(), geometry);
-          lowered.lowered_ms =
-              measured_ms([&] { gemm_backward_weight(handles.cublas, grad_out, input, grad_weight, plan); });
-        }
-        lowered.lowering = lowering;
-        return cudnn_or_lowered(cudnn, lowered);
+        return search(
+            lowering,
+            [&] {
+              return find_backward_weight(
+                  handles.cudnn, ConvDescriptors(input.shape(), grad_weight.shape(), grad_out.shape(), geometry, dtype),
+                  input.data_ptr(), grad_out.data_ptr(), grad_weight.data_ptr(), device);
+            },
+            [&] {
+              ConvAlgorithmChoice lowered;
+              if (lowering == ConvLowering::subsampled) {
+                Tensor sampled = Tensor::empty(sampled_shape, dtype, device);
+                const float copy_ms = measured_ms([&] { subsample(input, sampled, geometry); });
+                lowered = find_backward_weight(
+                    handles.cudnn,
+                    ConvDescriptors(sampled_shape, grad_weight.shape(), grad_out.shape(), kUnitStride, dtype),
+                    sampled.data_ptr(), grad_out.data_ptr(), grad_weight.data_ptr(), device);
+                lowered.lowered_ms = lowered.cudnn_ms + copy_ms;
+              } else {
+                const GemmPlan plan = gemm_plan(input.shape(), grad_weight.shape(), grad_out.shape(), geometry);
+                lowered.lowered_ms =
+                    measured_ms([&] { gemm_backward_weight(handles.cublas, grad_out, input, grad_weight, plan); });
+              }
+              return lowered;
+            });
       });
   const CudnnRun run{handles.cudnn, chosen, device};
   switch (chosen.lowering) {

@@ -90,6 +90,14 @@ void require_close_to(const Tensor& actual, const Tensor& expected, double toler
   REQUIRE(error <= tolerance);
 }
 
+// Forward, input gradient and weight gradient within `tolerance` of `expected`.
+void require_results_close(const ConvResults& actual, const ConvResults& expected, double tolerance,
+                           const std::string& name) {
+  require_close_to(actual.out, expected.out, tolerance, name + " forward");
+  require_close_to(actual.grad_input, expected.grad_input, tolerance, name + " grad input");
+  require_close_to(actual.grad_weight, expected.grad_weight, tolerance, name + " grad weight");
+}
+
 struct Precision {
   const char* name;
   DType dtype;
@@ -118,9 +126,7 @@ void check_policies(const ConvCase& c, const Precision& p, ops::ConvLowering low
     ops::set_conv_lowering_policy(policy);
     const std::string name = label + " " + p.name + " lowering " + policy_name;
     const ConvResults actual = run_conv(c, p.dtype, kGpu);
-    require_close_to(actual.out, expected.out, p.tolerance, name + " forward");
-    require_close_to(actual.grad_input, expected.grad_input, p.tolerance, name + " grad input");
-    require_close_to(actual.grad_weight, expected.grad_weight, p.tolerance, name + " grad weight");
+    require_results_close(actual, expected, p.tolerance, name);
     for (ops::ConvDirection direction : kDirections) {
       const auto choice =
           ops::cached_conv_algorithm(direction, kGpu, c.input.shape(), c.weight.shape(), c.geometry, p.dtype);
@@ -190,15 +196,11 @@ TEST_CASE("CUDA im2col-GEMM lowering gives the same results when the batch runs 
     ops::set_conv_column_budget(1);  // one image per chunk
     const ConvResults chunked = run_conv(c, precision.dtype, kGpu);
     const std::string name = std::string("chunked gemm lowering ") + precision.name;
-    require_close_to(chunked.out, expected.out, precision.tolerance, name + " forward");
-    require_close_to(chunked.grad_input, expected.grad_input, precision.tolerance, name + " grad input");
-    require_close_to(chunked.grad_weight, expected.grad_weight, precision.tolerance, name + " grad weight");
+    require_results_close(chunked, expected, precision.tolerance, name);
     ops::set_conv_column_budget(size_t{512} << 20);
     const ConvResults whole = run_conv(c, precision.dtype, kGpu);
     // cuBLAS may pick other kernels for another batch count, so the two agree to rounding.
-    require_close_to(whole.out, chunked.out, precision.tolerance, name + " forward vs unchunked");
-    require_close_to(whole.grad_input, chunked.grad_input, precision.tolerance, name + " grad input vs unchunked");
-    require_close_to(whole.grad_weight, chunked.grad_weight, precision.tolerance, name + " grad weight vs unchunked");
+    require_results_close(whole, chunked, precision.tolerance, name + " vs unchunked");
   }
 }
 
@@ -247,9 +249,7 @@ TEST_CASE("CUDA conv2d tries no lowering where none applies", "[cuda][ops]") {
     const ConvResults expected = run_conv(c, DType::f32, kCPU);
     const ConvResults actual = run_conv(c, p.precision.dtype, kGpu);
     const std::string name = std::string(p.name) + " lowering always";
-    require_close_to(actual.out, expected.out, p.precision.tolerance, name + " forward");
-    require_close_to(actual.grad_input, expected.grad_input, p.precision.tolerance, name + " grad input");
-    require_close_to(actual.grad_weight, expected.grad_weight, p.precision.tolerance, name + " grad weight");
+    require_results_close(actual, expected, p.precision.tolerance, name);
     for (ops::ConvDirection direction : kDirections) {
       const auto choice =
           ops::cached_conv_algorithm(direction, kGpu, c.input.shape(), c.weight.shape(), c.geometry, p.precision.dtype);
