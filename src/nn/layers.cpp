@@ -27,10 +27,12 @@ void default_uniform_init(const Tensor& weight, const Tensor& bias, Generator& g
 
 std::string bool_text(bool value) { return value ? "true" : "false"; }
 
-// t cast (with autograd) to the module's compute dtype when that is low precision; f32 modules leave
-// every dtype as it is. Undefined tensors (no bias) pass through.
+// t cast (with autograd) to the module's compute dtype when that is low precision, read from the
+// parameter copy the module was given for t when there is one; f32 modules leave every dtype as it is.
+// Undefined tensors (no bias) pass through.
 Tensor in_compute_dtype(const Module& module, const Tensor& t) {
   if (module.compute_dtype() == DType::f32 || !t.defined()) return t;
+  if (Tensor copy = module.parameter_copy(t); copy.defined()) return ops::cast_from_copy(t, copy);
   return ops::cast(t, module.compute_dtype());
 }
 

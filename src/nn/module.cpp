@@ -129,6 +129,18 @@ void Module::train(bool on) {
   for (auto& entry : children_) entry.second->train(on);
 }
 
+void Module::set_parameter_copies(std::shared_ptr<const ParameterCopies> copies) {
+  parameter_copies_ = copies;
+  for (auto& entry : children_) entry.second->set_parameter_copies(copies);
+}
+
+Tensor Module::parameter_copy(const Tensor& parameter) const {
+  if (!parameter_copies_ || !parameter.defined()) return Tensor();
+  auto found = parameter_copies_->find(parameter.impl());
+  if (found == parameter_copies_->end() || found->second.dtype() != compute_dtype_) return Tensor();
+  return found->second;
+}
+
 void Module::set_compute_dtype(DType dtype) {
   OPSNN_CHECK_AS(TypeError, dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16, type_name_,
                  ": compute dtype must be f32, f16 or bf16, got ", dtype_name(dtype));

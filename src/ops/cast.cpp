@@ -31,4 +31,14 @@ Tensor cast(const Tensor& x, DType dtype) {
   return autograd::record(out, std::make_shared<CastNode>(x.dtype()), {x});
 }
 
+Tensor cast_from_copy(const Tensor& x, const Tensor& copy) {
+  OPSNN_CHECK_AS(TypeError, is_floating(x.dtype()) && is_floating(copy.dtype()),
+                 "cast_from_copy: converts between floating dtypes, got ", x.str(), " and its copy ", copy.str());
+  check_same_shape(x, copy, "cast_from_copy");
+  check_same_device(x, copy, "cast_from_copy");
+  Tensor out = copy.detach();  // a handle of its own: the copy itself never carries this graph
+  if (x.dtype() == copy.dtype() || !autograd::any_requires_grad({x})) return out;
+  return autograd::record(out, std::make_shared<CastNode>(x.dtype()), {x});
+}
+
 }  // namespace opsnn::ops

@@ -116,7 +116,36 @@ DeviceArena Optimizer::device_arena() const {
   arena.state_dtype = view.state_dtype;
   arena.chunks = view.chunks;
   arena.chunk_count = view.chunk_count;
+  if (param_copy_.defined()) {
+    arena.param_copy = param_copy_.data_ptr();
+    arena.param_copy_dtype = param_copy_.dtype();
+  }
   return arena;
+}
+
+void Optimizer::enable_param_copy(DType dtype) {
+  OPSNN_CHECK_AS(UsageError, stepper_ != nullptr, "enable_param_copy: the ", name_, " optimizer's parameters are on ",
+                 arena_->device().str(), "; the low-precision parameter copy is written by the GPU step");
+  OPSNN_CHECK_AS(TypeError, dtype == DType::f16 || dtype == DType::bf16,
+                 "enable_param_copy: the low-precision parameter copy is f16 or bf16, not ", dtype_name(dtype));
+  sync_state();  // the new stepper starts from the current step state
+  param_copy_ = Tensor::empty({arena_->padded_elements()}, dtype, arena_->device());
+  refresh_param_copy();
+  stepper_ = device_stepper_factory(arena_->device().type)(arena_->device(), device_step_constants(), device_arena(),
+                                                           device_segments());
+  stepper_->write_state(state_);
+}
+
+void Optimizer::refresh_param_copy() {
+  if (param_copy_.defined()) param_copy_.copy_(arena_->params());
+}
+
+Tensor Optimizer::param_copy(const Tensor& parameter) const {
+  if (!param_copy_.defined()) return Tensor();
+  for (const ArenaSegment& segment : arena_->segments())
+    if (!segment.sparse && segment.parameter.same(parameter))
+      return Tensor::view_of(param_copy_.storage(), segment.offset, segment.shape, param_copy_.dtype());
+  return Tensor();
 }
 
 bool Optimizer::has_sparse_segments() const {

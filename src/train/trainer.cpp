@@ -188,6 +188,17 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
   s.optimizer = optim::make_optimizer(c.optimizer.name, s.model->named_parameters(),
                                       make_optimizer_options(c, s.steps_per_epoch, s.total_steps));
   s.sparse_updater = install_row_sparse_updater(*s.optimizer);
+  // Mixed precision on the GPU: the optimizer keeps the bf16/fp16 copy of the weights (written in its
+  // update pass) and Conv2d/Linear compute with it instead of casting the fp32 masters every forward.
+  const bool keeps_param_copy =
+      s.model->compute_dtype() != DType::f32 && !s.device.is_cpu() && s.optimizer->uses_device_step();
+  if (keeps_param_copy) {
+    s.optimizer->enable_param_copy(s.model->compute_dtype());
+    auto copies = std::make_shared<nn::Module::ParameterCopies>();
+    for (const auto& [name, parameter] : s.model->named_parameters())
+      if (Tensor copy = s.optimizer->param_copy(parameter); copy.defined()) copies->emplace(parameter.impl(), copy);
+    s.model->set_parameter_copies(std::move(copies));
+  }
   if (topk_enabled(c)) s.sparsifier = std::make_unique<GradientSparsifier>(c, *s.optimizer);
 
   s.logger->info("opsnn run '{}' in {}: {} on {} ({} train / {} test samples), {} parameters, {} on {}",
@@ -199,6 +210,9 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
   if (s.loader->asynchronous())
     s.logger->info("training batches in pinned memory ({} reused buffers), each uploaded on a copy stream while the "
                    "batch before it computes", s.loader->host().pinned_buffer_count());
+  if (keeps_param_copy)
+    s.logger->info("mixed precision: the optimizer keeps the {} weights Conv2d/Linear compute with, written in its "
+                   "update pass beside the fp32 masters", dtype_name(s.model->compute_dtype()));
   if (s.sparsifier)
     s.logger->info("top-k sparsification: density {} (from {} over {} steps), momentum correction {}",
                    c.optimizer.settings.sparsification.density, c.optimizer.settings.sparsification.initial_density,
@@ -251,6 +265,7 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
                      resume_from->string());
     s.logger->info("resumed from {} at step {} (epoch {}, batch {})", resume_from->string(), s.step, s.epoch + 1,
                    checkpoint.data_loader.batch_in_epoch);
+    s.optimizer->refresh_param_copy();  // the masters were just loaded
   }
   s.progress = ProgressBar(c.logging.progress, s.options.show_progress);
   s.run_start_step = s.step;

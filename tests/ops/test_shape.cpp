@@ -65,3 +65,26 @@ TEST_CASE("reshape and flatten reject impossible shapes", "[ops]") {
   message = require_throws<ShapeError>([&] { ops::flatten(x, 0, 2); });
   CHECK_THAT(message, Catch::Contains("[2, 3]"));
 }
+
+TEST_CASE("cast_from_copy returns the copy's values and sends cast's gradient to the source", "[ops]") {
+  Generator generator(31);
+  Tensor master = Tensor::uniform({3, 4}, -2.0, 2.0, generator, DType::f32).set_requires_grad(true);
+  const Tensor copy = master.to(DType::f64);  // what cast(master, f64) gives, held by the caller
+  const Tensor out = ops::cast_from_copy(master, copy);
+  REQUIRE(out.dtype() == DType::f64);
+  CHECK(out.to_vector<double>() == copy.to_vector<double>());
+  CHECK(out.data_ptr() == copy.data_ptr());  // no conversion ran: the copy's own data
+  CHECK_FALSE(out.same(copy));               // a handle of its own carries the graph
+  CHECK(copy.grad_fn() == nullptr);
+  out.backward(Tensor::full({3, 4}, 2.5, DType::f64));
+  REQUIRE(master.grad().dtype() == DType::f32);
+  for (float value : master.grad().to_vector<float>()) CHECK(value == 2.5f);
+
+  // Without autograd it is the copy's data with no history; bad pairs are refused.
+  CHECK(ops::cast_from_copy(master.detach(), copy).grad_fn() == nullptr);
+  std::string message = require_throws<ShapeError>([&] { ops::cast_from_copy(master, copy.view({4, 3})); });
+  CHECK(message.find("cast_from_copy") != std::string::npos);
+  message = require_throws<TypeError>(
+      [&] { ops::cast_from_copy(master, Tensor::zeros({3, 4}, DType::i64)); });
+  CHECK(message.find("cast_from_copy") != std::string::npos);
+}

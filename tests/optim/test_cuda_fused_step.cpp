@@ -383,3 +383,57 @@ TEST_CASE("cuda fused step: misuse is a clear error", "[cuda][optim]") {
   optimizer->step_async();
   REQUIRE(optimizer->sync_state().step == 1);
 }
+
+TEST_CASE("cuda fused step: the optimizer's low-precision parameter copy follows every step and refresh",
+          "[cuda][optim]") {
+  if (!have_gpu()) return;
+  for (const std::string name : {"adamw", "sgd", "lamb"})
+    for (DType dtype : {DType::bf16, DType::f16}) {
+      INFO(name << " with a " << dtype_name(dtype) << " copy");
+      NamedParameters cpu = testing::random_parameters(kShapes, 12);
+      NamedParameters gpu = copy_to(cpu, kGpu);
+      OptimizerOptions options(1e-2);
+      if (name == "sgd") options.momentum(0.9);
+      auto optimizer = make_optimizer(name, gpu, options);
+      REQUIRE(optimizer->uses_device_step());
+      CHECK_FALSE(optimizer->param_copy(gpu[0].second).defined());
+      // Two steps before enabling it: the copy starts from the masters as they are, and the new
+      // stepper continues from the current step state.
+      for (int step = 0; step < 2; ++step) {
+        testing::write_grads(gpu, testing::make_grads(cpu, step, 5, GradPattern::normal, 1.0));
+        optimizer->step();
+      }
+      const int64_t steps_before = optimizer->step_state().step;
+      optimizer->enable_param_copy(dtype);
+      REQUIRE(optimizer->step_state().step == steps_before);
+      auto require_copy_current = [&](const std::string& when) {
+        for (const auto& [parameter_name, parameter] : gpu) {
+          const Tensor copy = optimizer->param_copy(parameter);
+          REQUIRE(copy.defined());
+          REQUIRE(copy.dtype() == dtype);
+          REQUIRE(copy.shape() == parameter.shape());
+          INFO(when << ": " << parameter_name);
+          // Bit for bit the cast of the master (the fused pass rounds as Tensor::to does).
+          REQUIRE(copy.to(DType::f32).to_vector<float>() == parameter.to(dtype).to(DType::f32).to_vector<float>());
+        }
+      };
+      require_copy_current("after enable_param_copy");
+      for (int step = 2; step < 7; ++step) {
+        testing::write_grads(gpu, testing::make_grads(cpu, step, 5, GradPattern::normal, 1.0));
+        optimizer->step();
+        require_copy_current("after step " + std::to_string(step));
+      }
+      REQUIRE(optimizer->step_state().step == steps_before + 5);
+      gpu[1].second.fill_(0.375);  // a change outside the step (as a checkpoint load makes)
+      optimizer->refresh_param_copy();
+      require_copy_current("after refresh_param_copy");
+      const Tensor stranger = Tensor::zeros({5, 7}, DType::f32, kGpu);
+      CHECK_FALSE(optimizer->param_copy(stranger).defined());
+      try {
+        optimizer->enable_param_copy(DType::f32);
+        FAIL("an f32 copy should be refused");
+      } catch (const TypeError& error) {
+        CHECK(std::string(error.what()).find("f16 or bf16") != std::string::npos);
+      }
+    }
+}

@@ -161,3 +161,18 @@ TEST_CASE("the step is bit-identical for any thread count (deterministic reducti
   REQUIRE(one == two);
   REQUIRE(one == three);
 }
+
+TEST_CASE("the low-precision parameter copy needs a device step; CPU optimizers refuse it", "[optim]") {
+  NamedParameters parameters = random_parameters({{4, 3}, {5}}, 3);
+  auto optimizer = make_optimizer("adamw", parameters);
+  CHECK_FALSE(optimizer->uses_device_step());
+  CHECK_FALSE(optimizer->param_copy(parameters[0].second).defined());  // none enabled
+  try {
+    optimizer->enable_param_copy(DType::bf16);
+    FAIL("enable_param_copy on a CPU arena should throw");
+  } catch (const UsageError& error) {
+    CHECK(std::string(error.what()).find("enable_param_copy") != std::string::npos);
+    CHECK(std::string(error.what()).find("cpu") != std::string::npos);
+  }
+  optimizer->refresh_param_copy();  // no copy: nothing to do
+}

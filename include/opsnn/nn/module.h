@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -89,9 +90,18 @@ class Module {
   // The dtype activations are computed in (recursive; default f32). With f16 or bf16 (mixed precision)
   // Conv2d and Linear cast their input and their f32 parameters to it (autograd casts: the gradients
   // reach the parameters as f32), so activations flow in low precision while parameters, gradients,
-  // BatchNorm's statistics and affine parameters stay f32. Parameters themselves are never converted.
+  // BatchNorm's statistics and affine parameters stay f32. Parameters themselves are never converted;
+  // with set_parameter_copies the casts of parameters read the given copies instead.
   void set_compute_dtype(DType dtype);
   DType compute_dtype() const { return compute_dtype_; }
+  // Low-precision copies of parameters to use instead of casting them (recursive): keyed by the
+  // parameter's TensorImpl, each copy that parameter rounded to the compute dtype, kept current by its
+  // owner (optim::Optimizer::enable_param_copy / param_copy). Conv2d and Linear then read the copy
+  // through ops::cast_from_copy (same values and gradients as the cast, no conversion). Null: cast.
+  using ParameterCopies = std::unordered_map<const TensorImpl*, Tensor>;
+  void set_parameter_copies(std::shared_ptr<const ParameterCopies> copies);
+  // The copy of `parameter` in the compute dtype, or an undefined tensor.
+  Tensor parameter_copy(const Tensor& parameter) const;
   // Zeroes the gradients in place by default, unlike PyTorch: an optimizer's gradients may be views of
   // its arena, which must stay where they are. set_to_none drops them instead. Sparse rows are cleared.
   void zero_grad(bool set_to_none = false);
@@ -113,6 +123,7 @@ class Module {
   std::string type_name_;
   bool training_ = true;
   DType compute_dtype_ = DType::f32;
+  std::shared_ptr<const ParameterCopies> parameter_copies_;
   NamedTensors parameters_;
   NamedTensors buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;

@@ -17,6 +17,10 @@ Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias);   
 // ---- dtype conversion between floating dtypes; the gradient is converted back. Returns x when it
 // already has dtype.
 Tensor cast(const Tensor& x, DType dtype);
+// cast(x, copy.dtype()) when the caller already holds its value: `copy` is x rounded to another floating
+// dtype (a parameter copy the optimizer keeps, optim::Optimizer::enable_param_copy). Nothing is converted
+// in the forward (the result shares copy's data); the gradient reaches x as cast's does.
+Tensor cast_from_copy(const Tensor& x, const Tensor& copy);
 
 // ---- elementwise with broadcasting (NumPy rules) ----
 Tensor add(const Tensor& a, const Tensor& b);

@@ -109,6 +109,22 @@ class Optimizer {
   double next_lr() const;  // scheduled base lr of the next applied step (before group multipliers)
 
   const ParamArena& arena() const { return *arena_; }
+
+  // Mixed precision's low-precision parameter copy (f16 or bf16): one more arena buffer holding every
+  // dense parameter rounded to `dtype`, rewritten by each applied step in its update pass (the same
+  // rounding as a cast), so a model can compute with it instead of casting its fp32 masters every
+  // forward. refresh_param_copy() rewrites it from the masters after they change outside a step (a
+  // checkpoint load, a manual edit). UsageError without a device step (CPU arenas, optimizers registered
+  // outside the built-in four), TypeError for another dtype; enabling it again with another dtype
+  // replaces the copy.
+  void enable_param_copy(DType dtype);
+  // Whether steps run on the device (a GPU arena and a built-in rule): what enable_param_copy needs.
+  bool uses_device_step() const { return stepper_ != nullptr; }
+  void refresh_param_copy();
+  // The copy of `parameter` (one of this optimizer's parameters, shaped like it), or an undefined tensor
+  // when there is no copy or the parameter is row-sparse (its updater runs on the host, outside the pass).
+  Tensor param_copy(const Tensor& parameter) const;
+
   void set_sparse_updater(std::shared_ptr<SparseUpdater> updater) { sparse_updater_ = std::move(updater); }
 
   // Tensors by parameter name ("<param>.exp_avg", ...; copies) and the step-state scalars
@@ -176,6 +192,7 @@ class Optimizer {
   std::vector<double> segment_sum_squares_;
   mutable std::vector<double> segment_grad_norms_;
   std::unique_ptr<DeviceStepper> stepper_;  // set when the arena's device registered one (CUDA)
+  Tensor param_copy_;                       // [padded_elements] f16/bf16 when enable_param_copy ran
   bool state_stale_ = false;                // steps were enqueued since state_ was read back
   mutable bool segment_norms_stale_ = false;
   std::vector<SegmentStepScalars> segment_scalars_;
