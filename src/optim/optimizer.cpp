@@ -140,12 +140,21 @@ void Optimizer::refresh_param_copy() {
   if (param_copy_.defined()) param_copy_.copy_(arena_->params());
 }
 
-Tensor Optimizer::param_copy(const Tensor& parameter) const {
-  if (!param_copy_.defined()) return Tensor();
+std::unordered_map<const TensorImpl*, Tensor> Optimizer::param_copies() const {
+  std::unordered_map<const TensorImpl*, Tensor> copies;
+  if (!param_copy_.defined()) return copies;
   for (const ArenaSegment& segment : arena_->segments())
-    if (!segment.sparse && segment.parameter.same(parameter))
-      return Tensor::view_of(param_copy_.storage(), segment.offset, segment.shape, param_copy_.dtype());
-  return Tensor();
+    if (!segment.sparse)
+      copies.emplace(segment.parameter.impl(),
+                     Tensor::view_of(param_copy_.storage(), segment.offset, segment.shape, param_copy_.dtype()));
+  return copies;
+}
+
+Tensor Optimizer::param_copy(const Tensor& parameter) const {
+  if (!parameter.defined()) return Tensor();
+  const std::unordered_map<const TensorImpl*, Tensor> copies = param_copies();
+  auto found = copies.find(parameter.impl());
+  return found == copies.end() ? Tensor() : found->second;
 }
 
 bool Optimizer::has_sparse_segments() const {

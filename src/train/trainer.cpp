@@ -194,10 +194,7 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
       s.model->compute_dtype() != DType::f32 && !s.device.is_cpu() && s.optimizer->uses_device_step();
   if (keeps_param_copy) {
     s.optimizer->enable_param_copy(s.model->compute_dtype());
-    auto copies = std::make_shared<nn::Module::ParameterCopies>();
-    for (const auto& [name, parameter] : s.model->named_parameters())
-      if (Tensor copy = s.optimizer->param_copy(parameter); copy.defined()) copies->emplace(parameter.impl(), copy);
-    s.model->set_parameter_copies(std::move(copies));
+    s.model->set_parameter_copies(std::make_shared<const nn::Module::ParameterCopies>(s.optimizer->param_copies()));
   }
   if (topk_enabled(c)) s.sparsifier = std::make_unique<GradientSparsifier>(c, *s.optimizer);
 

@@ -382,10 +382,7 @@ TEST_CASE("cuda: mixed precision with the optimizer's parameter copy trains bit 
       auto optimizer = optim::make_optimizer("adamw", model->named_parameters(), optim::OptimizerOptions(1e-3));
       if (with_copies) {
         optimizer->enable_param_copy(dtype);
-        auto copies = std::make_shared<nn::Module::ParameterCopies>();
-        for (const auto& [name, parameter] : model->named_parameters())
-          copies->emplace(parameter.impl(), optimizer->param_copy(parameter));
-        model->set_parameter_copies(copies);
+        model->set_parameter_copies(std::make_shared<const nn::Module::ParameterCopies>(optimizer->param_copies()));
         for (const auto& [name, parameter] : model->named_parameters()) REQUIRE(model->parameter_copy(parameter).defined());
       }
       Generator data(9);

@@ -17,6 +17,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <unordered_map>
 #include <vector>
 
 #include "opsnn/core/tensor.h"
@@ -124,6 +125,9 @@ class Optimizer {
   // The copy of `parameter` (one of this optimizer's parameters, shaped like it), or an undefined tensor
   // when there is no copy or the parameter is row-sparse (its updater runs on the host, outside the pass).
   Tensor param_copy(const Tensor& parameter) const;
+  // Every parameter's copy keyed by its TensorImpl (what nn::Module::set_parameter_copies takes); empty
+  // when there is no copy.
+  std::unordered_map<const TensorImpl*, Tensor> param_copies() const;
 
   void set_sparse_updater(std::shared_ptr<SparseUpdater> updater) { sparse_updater_ = std::move(updater); }
 

@@ -72,6 +72,10 @@ int run(const std::vector<std::string>& args) {
       "sgd", model->named_parameters(),
       optim::OptimizerOptions(0.1).momentum(0.9).loss_scaling(optim::LossScalingOptions().enabled(scaling)).monitor(
           optim::MonitorOptions().on_nonfinite(scaling ? optim::NonFiniteAction::skip : optim::NonFiniteAction::warn)));
+  if (precision == "bf16" || precision == "fp16") {  // as the trainer: the optimizer keeps the low-precision weights
+    optimizer->enable_param_copy(model->compute_dtype());
+    model->set_parameter_copies(std::make_shared<const nn::Module::ParameterCopies>(optimizer->param_copies()));
+  }
   Tensor images = Tensor::normal({batch, 3, image_size, image_size}, 0.0, 1.0, generator).to(gpu);
   std::vector<int64_t> label_values(static_cast<size_t>(batch));
   for (int64_t& label : label_values) label = static_cast<int64_t>(generator.next_below(1000));
