@@ -349,9 +349,9 @@ TEST_CASE("CUDA max pool matches its CPU twin's outputs, indices and gradients e
     const Tensor input = Tensor::full({1, 2, 5, 6}, -INFINITY, dtype);
     const ops::Pool2dGeometry g = geometry(3, 3, 2, 2, 1, 1);
     const Shape out_shape{1, 2, 3, 3};
-    Tensor cpu_out = Tensor::empty(out_shape, dtype), cpu_indices = Tensor::empty(out_shape, DType::i64);
+    Tensor cpu_out = Tensor::empty(out_shape, DType::f32), cpu_indices = Tensor::empty(out_shape, DType::i64);
     Tensor gpu_out = Tensor::empty(out_shape, dtype, kGpu), gpu_indices = Tensor::empty(out_shape, DType::i64, kGpu);
-    cpu.max_pool2d_forward(input, cpu_out, cpu_indices, g);
+    cpu.max_pool2d_forward(input.to(DType::f32), cpu_out, cpu_indices, g);  // the CPU twin is f32
     gpu.max_pool2d_forward(input.to(kGpu), gpu_out, gpu_indices, g);
     REQUIRE(gpu_indices.to(kCPU).to_vector<int64_t>() == cpu_indices.to_vector<int64_t>());
     REQUIRE(gpu_out.to(kCPU).to_vector<double>() == cpu_out.to_vector<double>());
