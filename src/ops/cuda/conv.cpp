@@ -583,7 +583,8 @@ ConvLowering applicable_lowering(const Shape& input, const Shape& weight, const 
   const int64_t out_w = (input[3] + 2 * g.pad_w - weight[3]) / g.stride_w + 1;
   const int64_t rows = input[1] * weight[2] * weight[3];
   // The kernels decode 31-bit positions within an image's planes and column matrix.
-  if (out_h < 1 || out_w < 1 || input[2] * input[3] > kMax31 || (rows + 8) * out_h * out_w > kMax31)
+  // An empty batch stays with cuDNN as before (the lowerings assume at least one image).
+  if (input[0] < 1 || out_h < 1 || out_w < 1 || input[2] * input[3] > kMax31 || (rows + 8) * out_h * out_w > kMax31)
     return ConvLowering::cudnn;
   if (weight[2] == 1 && weight[3] == 1 && g.pad_h == 0 && g.pad_w == 0 && (g.stride_h > 1 || g.stride_w > 1))
     return ConvLowering::subsampled;
