@@ -1,0 +1,43 @@
+#!/bin/bash
+# Runs prebuilt binaries on the GPU machine instead of building there (each device call then saves the
+# ~80 s build; device time is the scarce part of a session).
+#
+#   here:   bash tools/device/prebuilt.sh pack     (after ../shared/device/pack.sh has staged .device/)
+#           builds opsnn-tests, opsnn-bench and opsnn-train into build-dev/ for any x86-64 CPU
+#           (-DOPSNN_NATIVE=OFF) and Hopper GPUs, strips and gzips them into .device/bin (about 21 MB)
+#   there:  bash tools/device/prebuilt.sh unpack && source .device/env.sh   (carry [".device"])
+#           unpacks the staged Debian packages into /tmp/deps (runtime libraries, Fashion-MNIST), and
+#           the binaries into build-dev/ as the build left them: the tests find the tools through
+#           OPSNN_BINARY_DIR, which is this checkout's build-dev on both machines.
+set -euo pipefail
+binaries=(tests/opsnn-tests opsnn-bench opsnn-train)
+case "${1:-}" in
+  pack)
+    [[ -d .device/debs ]] || { echo "prebuilt.sh: run ../shared/device/pack.sh first (no .device/debs)" >&2; exit 2; }
+    cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DOPSNN_WITH_CUDA=ON -DOPSNN_NATIVE=OFF \
+      -DCMAKE_CUDA_ARCHITECTURES=90 > /dev/null
+    cmake --build build-dev --target opsnn-tests opsnn-bench opsnn-train
+    mkdir -p .device/bin
+    for b in "${binaries[@]}"; do
+      strip -o ".device/bin/$(basename "$b")" "build-dev/$b"
+      gzip -6 -f ".device/bin/$(basename "$b")"
+    done
+    du -ch .device/bin/*.gz | tail -1
+    ;;
+  unpack)
+    [[ -d .device/bin ]] || { echo "prebuilt.sh: no .device/bin (run 'prebuilt.sh pack' here and carry .device)" >&2; exit 2; }
+    deps=/tmp/deps
+    mkdir -p "$deps" /usr/share/datasets build-dev/tests
+    for f in .device/debs/*.deb; do dpkg -x "$f" "$deps"; done
+    [[ -e /usr/share/datasets/fashion-mnist ]] || ln -s "$deps/usr/share/datasets/fashion-mnist" /usr/share/datasets/fashion-mnist
+    for b in "${binaries[@]}"; do
+      gunzip -c ".device/bin/$(basename "$b").gz" > "build-dev/$b"
+      chmod +x "build-dev/$b"
+    done
+    echo "export LD_LIBRARY_PATH=$deps/usr/lib/x86_64-linux-gnu\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" > .device/env.sh
+    ;;
+  *)
+    echo "usage: bash tools/device/prebuilt.sh pack|unpack (see the comment at the top)" >&2
+    exit 2
+    ;;
+esac
