@@ -53,10 +53,7 @@ Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, Optimizer
   // The built-in rules run on a device-resident stepper where the arena's device has one; an optimizer
   // registered under another name keeps the host pipeline (and its own apply_update).
   bool builtin = name_ == "sgd" || name_ == "adam" || name_ == "adamw" || name_ == "lamb";
-  if (DeviceStepperFactory factory = device_stepper_factory(arena_->device().type); factory && builtin) {
-    stepper_ = factory(arena_->device(), device_step_constants(), device_arena(), device_segments());
-    stepper_->write_state(state_);
-  }
+  if (device_stepper_factory(arena_->device().type) != nullptr && builtin) build_stepper();
 }
 
 StepConstants Optimizer::device_step_constants() const {
@@ -131,6 +128,10 @@ void Optimizer::enable_param_copy(DType dtype) {
   sync_state();  // the new stepper starts from the current step state
   param_copy_ = Tensor::empty({arena_->padded_elements()}, dtype, arena_->device());
   refresh_param_copy();
+  build_stepper();  // over the arena with the copy
+}
+
+void Optimizer::build_stepper() {
   stepper_ = device_stepper_factory(arena_->device().type)(arena_->device(), device_step_constants(), device_arena(),
                                                            device_segments());
   stepper_->write_state(state_);
@@ -140,21 +141,23 @@ void Optimizer::refresh_param_copy() {
   if (param_copy_.defined()) param_copy_.copy_(arena_->params());
 }
 
+Tensor Optimizer::param_copy_view(const ArenaSegment& segment) const {
+  return Tensor::view_of(param_copy_.storage(), segment.offset, segment.shape, param_copy_.dtype());
+}
+
 std::unordered_map<const TensorImpl*, Tensor> Optimizer::param_copies() const {
   std::unordered_map<const TensorImpl*, Tensor> copies;
   if (!param_copy_.defined()) return copies;
   for (const ArenaSegment& segment : arena_->segments())
-    if (!segment.sparse)
-      copies.emplace(segment.parameter.impl(),
-                     Tensor::view_of(param_copy_.storage(), segment.offset, segment.shape, param_copy_.dtype()));
+    if (!segment.sparse) copies.emplace(segment.parameter.impl(), param_copy_view(segment));
   return copies;
 }
 
 Tensor Optimizer::param_copy(const Tensor& parameter) const {
-  if (!parameter.defined()) return Tensor();
-  const std::unordered_map<const TensorImpl*, Tensor> copies = param_copies();
-  auto found = copies.find(parameter.impl());
-  return found == copies.end() ? Tensor() : found->second;
+  if (!param_copy_.defined() || !parameter.defined()) return Tensor();
+  for (const ArenaSegment& segment : arena_->segments())
+    if (!segment.sparse && segment.parameter.same(parameter)) return param_copy_view(segment);
+  return Tensor();
 }
 
 bool Optimizer::has_sparse_segments() const {

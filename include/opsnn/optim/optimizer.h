@@ -180,6 +180,10 @@ class Optimizer {
   void update_sparse_segments(const AdamScalars& adam, const SgdScalars& sgd, float clip_factor);
   const StepState& device_step();
   bool has_sparse_segments() const;
+  // (Re)creates the device stepper over device_arena() and hands it the current step state.
+  void build_stepper();
+  // The shaped view of segment's values in param_copy_.
+  Tensor param_copy_view(const ArenaSegment& segment) const;
 
   std::string name_;
   OptimizerOptions options_;
