@@ -18,21 +18,6 @@ namespace {
 constexpr int kColumnThreads = 256;
 constexpr unsigned kMaxGridY = 65535;
 
-// The dividers and sizes the index decoding of one layout needs (all below 2^31, checked on the host).
-struct Decode {
-  FastDivider out_w, kernel_w, kernel_area;
-  uint32_t pixels, rows;  // out_h * out_w; channels * kernel_h * kernel_w (the real rows, not the padded)
-};
-
-Decode decode_for(const Im2colLayout& l) {
-  Decode d;
-  d.out_w = FastDivider(static_cast<uint32_t>(l.out_w));
-  d.kernel_w = FastDivider(static_cast<uint32_t>(l.kernel_w));
-  d.kernel_area = FastDivider(static_cast<uint32_t>(l.kernel_h * l.kernel_w));
-  d.pixels = static_cast<uint32_t>(l.out_h * l.out_w);
-  d.rows = static_cast<uint32_t>(l.channels * l.kernel_h * l.kernel_w);
-  return d;
-}
 
 // columns[n][row][p] for row = (c, r, s) and p = (oh, ow): x[n][c][oh*stride - pad + r][ow*stride - pad + s],
 // zero outside the input and on the padding rows (row >= channels*kh*kw). A thread step writes V
@@ -106,15 +91,15 @@ __global__ void __launch_bounds__(kColumnThreads)
 // reads (ih, iw): oh*stride - pad + r == ih. Terms in f32 in (r, s) order, rounded once to T.
 // blockIdx.y walks the (n, c) planes, blockIdx.x * threads + threadIdx.x the plane's positions.
 template <typename TC, typename T>
-__global__ void __launch_bounds__(kColumnThreads) col2im_kernel(const TC* columns, T* x, Im2colLayout l, Decode d,
+__global__ void __launch_bounds__(kColumnThreads) col2im_kernel(const TC* columns, T* x, Im2colLayout l,
                                                                   FastDivider in_w) {
-  const int64_t planes = l.images * l.channels;
+  const int64_t planes = l.images * l.channels, pixels = l.out_h * l.out_w;
   const uint32_t position = blockIdx.x * kColumnThreads + threadIdx.x;
   if (position >= static_cast<uint32_t>(l.in_h * l.in_w)) return;
   const int64_t ih = in_w.divide(position), iw = position - ih * l.in_w;
   for (int64_t plane = blockIdx.y; plane < planes; plane += gridDim.y) {
     const int64_t n = plane / l.channels, c = plane - n * l.channels;
-    const TC* image_columns = columns + (n * l.rows_padded + c * l.kernel_h * l.kernel_w) * d.pixels;
+    const TC* image_columns = columns + (n * l.rows_padded + c * l.kernel_h * l.kernel_w) * pixels;
     float sum = 0.0f;
     for (int64_t r = 0; r < l.kernel_h; ++r) {
       const int64_t h_offset = ih + l.pad_h - r;  // oh * stride_h when this r reads ih
@@ -126,7 +111,7 @@ __global__ void __launch_bounds__(kColumnThreads) col2im_kernel(const TC* column
         if (w_offset < 0 || w_offset % l.stride_w != 0) continue;
         const int64_t ow = w_offset / l.stride_w;
         if (ow >= l.out_w) continue;
-        sum += static_cast<float>(image_columns[(r * l.kernel_w + s) * d.pixels + oh * l.out_w + ow]);
+        sum += static_cast<float>(image_columns[(r * l.kernel_w + s) * pixels + oh * l.out_w + ow]);
       }
     }
     x[plane * l.in_h * l.in_w + position] = T(sum);
@@ -240,7 +225,7 @@ template <typename TC, typename T> void launch_col2im(const TC* columns, T* x, c
     }
   }
   col2im_kernel<TC, T><<<grid_for(positions, planes), kColumnThreads>>>(
-      columns, x, layout, decode_for(layout), FastDivider(static_cast<uint32_t>(layout.in_w)));
+      columns, x, layout, FastDivider(static_cast<uint32_t>(layout.in_w)));
 }
 
 void launch_sum_partials(const float* partials, int64_t count, int64_t rows, int64_t cols, int64_t cols_padded,
