@@ -35,6 +35,7 @@ namespace {
 constexpr size_t kMaxSearchWorkspaceBytes = size_t{512} << 20;
 
 std::atomic<ConvLoweringPolicy> lowering_policy_setting{ConvLoweringPolicy::measured};
+std::atomic<bool> deterministic_setting{true};
 
 cudnnDataType_t cudnn_type(DType dtype) {
   switch (dtype) {
@@ -157,12 +158,13 @@ template <typename Work> float measured_ms(Work&& work) {
 
 using ConvKey = std::array<int64_t, 15>;
 
-// The last entry tells dtypes, math and lowering policies apart: an algorithm found for one may not run
-// another, and a forced policy must not reuse a measured decision.
+// The last entry tells dtypes, math, lowering policies and the determinism setting apart: an algorithm
+// found for one may not run another, and a forced policy must not reuse a measured decision.
 ConvKey make_key(ConvDirection direction, int device, const Shape& input, const Shape& weight,
                  const Conv2dGeometry& g, DType dtype) {
-  const int64_t variant = (static_cast<int64_t>(dtype) * 8 + static_cast<int64_t>(allowed_math(dtype))) * 4 +
-                          static_cast<int64_t>(conv_lowering_policy());
+  const int64_t variant =
+      ((static_cast<int64_t>(dtype) * 8 + static_cast<int64_t>(allowed_math(dtype))) * 4 +
+       static_cast<int64_t>(conv_lowering_policy())) * 2 + (conv_deterministic() ? 1 : 0);
   return {static_cast<int64_t>(direction), device, input[0], input[1], input[2], input[3], weight[0], weight[1],
           weight[2], weight[3], g.stride_h, g.stride_w, g.pad_h, g.pad_w, variant};
 }
@@ -198,10 +200,13 @@ template <typename Search> ConvAlgorithmChoice cached_algorithm(const ConvKey& k
   return chosen;
 }
 
-// The first (fastest) successful entry of cuDNN's measured list.
+// The first (fastest) successful entry of cuDNN's measured list; with deterministic convolutions (the
+// default), the first that cuDNN also marks deterministic (no atomics: the same bits on every run).
 template <typename Perf> ConvAlgorithmChoice first_success(const Perf* results, int count, const char* what) {
+  const bool deterministic = conv_deterministic();
   for (int i = 0; i < count; ++i)
-    if (results[i].status == CUDNN_STATUS_SUCCESS) {
+    if (results[i].status == CUDNN_STATUS_SUCCESS &&
+        (!deterministic || results[i].determinism == CUDNN_DETERMINISTIC)) {
       ConvAlgorithmChoice found;
       found.algorithm = static_cast<int>(results[i].algo);
       found.math = static_cast<int>(results[i].mathType);
@@ -209,7 +214,9 @@ template <typename Perf> ConvAlgorithmChoice first_success(const Perf* results, 
       found.cudnn_ms = results[i].time;
       return found;
     }
-  throw Error(detail::concat("cuDNN found no working ", what, " algorithm for this convolution"));
+  throw Error(detail::concat("cuDNN found no working ", deterministic ? "deterministic " : "", what,
+                             " algorithm for this convolution",
+                             deterministic ? " (ops::set_conv_deterministic(false) allows the others)" : ""));
 }
 
 std::shared_ptr<Storage> workspace(size_t bytes, Device device) {
@@ -572,6 +579,8 @@ ConvAlgorithmChoice search(ConvLowering lowering, FindGiven&& find_given, TimeLo
 }  // namespace
 
 void set_conv_lowering_policy(ConvLoweringPolicy policy) { lowering_policy_setting.store(policy); }
+void set_conv_deterministic(bool deterministic) { deterministic_setting.store(deterministic); }
+bool conv_deterministic() { return deterministic_setting.load(); }
 void set_conv_column_budget(size_t bytes) { column_budget_setting.store(bytes); }
 size_t conv_column_budget() { return column_budget_setting.load(); }
 ConvLoweringPolicy conv_lowering_policy() { return lowering_policy_setting.load(); }

@@ -34,6 +34,12 @@ enum class ConvLoweringPolicy : uint8_t { measured, always, never };
 void set_conv_lowering_policy(ConvLoweringPolicy policy);
 ConvLoweringPolicy conv_lowering_policy();
 
+// deterministic (default): cuDNN algorithms are chosen among those cuDNN marks deterministic (no atomic
+// accumulation), so a run repeats bit for bit; the lowerings always are. false: the fastest of all.
+// Part of the algorithm cache key.
+void set_conv_deterministic(bool deterministic);
+bool conv_deterministic();
+
 // Scratch bound of the gemm lowering (column buffers plus weight-gradient partials): the batch runs in
 // chunks of as many images as fit (at least one). Default 512 MiB; tests lower it to cover chunking.
 void set_conv_column_budget(size_t bytes);

@@ -34,6 +34,7 @@ struct SettingsReset {
     ops::set_fp32_math(ops::Fp32Math::strict);
     ops::set_conv_lowering_policy(ops::ConvLoweringPolicy::measured);
     ops::set_conv_column_budget(budget);
+    ops::set_conv_deterministic(true);
   }
 };
 
@@ -259,4 +260,39 @@ TEST_CASE("CUDA conv2d tries no lowering where none applies", "[cuda][ops]") {
       CHECK(choice->lowered_ms < 0.0f);  // never tried
     }
   }
+}
+
+TEST_CASE("CUDA conv2d chooses deterministic cuDNN algorithms by default and repeats bit for bit", "[cuda][ops]") {
+  if (gpu_missing()) return;
+  SettingsReset reset;
+  REQUIRE(ops::conv_deterministic());
+  ops::set_conv_lowering_policy(ops::ConvLoweringPolicy::never);  // cuDNN's own choice in every direction
+  Generator generator(7);
+  // Large reductions for the weight gradient (N*H*W = 25088 per filter tap), where cuDNN's fastest
+  // algorithms may accumulate with atomics.
+  const ConvCase c = conv_case({32, 64, 28, 28}, {64, 64, 3, 3}, geometry_of(1, 1, 1), DType::bf16, generator);
+  auto bits = [](const Tensor& t) { return t.to_vector<float>(); };
+  for (const Precision& p : {kPrecisions[0], kPrecisions[2], kPrecisions[3]}) {
+    INFO(p.name);
+    ops::set_fp32_math(p.math);
+    const ConvResults first = run_conv(c, p.dtype, kGpu);
+    for (int repeat = 0; repeat < 3; ++repeat) {
+      const ConvResults again = run_conv(c, p.dtype, kGpu);
+      CHECK(bits(again.out) == bits(first.out));
+      CHECK(bits(again.grad_input) == bits(first.grad_input));
+      CHECK(bits(again.grad_weight) == bits(first.grad_weight));
+    }
+  }
+  // The setting is part of the algorithm cache key: switching it searches again, and any algorithm still
+  // computes the same convolution.
+  ops::set_fp32_math(ops::Fp32Math::strict);
+  ops::set_conv_deterministic(false);
+  for (ops::ConvDirection direction : kDirections)
+    CHECK_FALSE(ops::cached_conv_algorithm(direction, kGpu, c.input.shape(), c.weight.shape(), c.geometry, DType::f32)
+                    .has_value());
+  const ConvResults expected = run_conv(c, DType::f32, kCPU);
+  require_results_close(run_conv(c, DType::f32, kGpu), expected, kPrecisions[0].tolerance, "f32, any algorithm");
+  for (ops::ConvDirection direction : kDirections)
+    CHECK(ops::cached_conv_algorithm(direction, kGpu, c.input.shape(), c.weight.shape(), c.geometry, DType::f32)
+              .has_value());
 }
