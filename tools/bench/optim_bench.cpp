@@ -254,7 +254,7 @@ int run(const std::vector<std::string>& args) {
   for (const std::string& arg : args)
     if (arg == "--help" || arg == "-h") {
       std::printf("usage: opsnn-bench optim [--device cpu|cuda] [--sizes 1e6,1e7,1e8,resnet50,1e9x50] "
-                  "[--repeats 10] [--threads N] [--json FILE (cuda)]\n");
+                  "[--repeats 10] [--threads N] [--json FILE (cuda)] [--variants adamw,lamb,... (cuda)]\n");
       return 0;
     }
   std::string device = option(args, "--device", "cpu");

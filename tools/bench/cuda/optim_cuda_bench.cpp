@@ -131,18 +131,11 @@ Row measure(const Problem& problem, const Variant& v, double copy_gbps, int warm
 }
 
 int run(const std::vector<std::string>& args) {
-  int device_count = 0;
-  if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
-    std::fprintf(stderr, "opsnn-bench optim --device cuda: no CUDA device\n");
-    return 1;
-  }
   std::vector<Problem> problems;
   for (const std::string& size : split(option(args, "--sizes", "resnet50,1e9x50"))) problems.push_back(make_problem(size));
   int repeats = parse_positive(args, "--repeats", 20);
   std::string json_path = option(args, "--json", "");
   const int warmup = 3;
-  cudaDeviceProp properties{};
-  BENCH_CUDA_CHECK(cudaGetDeviceProperties(&properties, 0));
 
   auto warn = optim::MonitorOptions().on_nonfinite(optim::NonFiniteAction::warn);
   std::vector<Variant> variants = {
@@ -156,6 +149,27 @@ int run(const std::vector<std::string>& args) {
       {"adamw bf16 st", "adamw", OptimizerOptions(1e-3).state_dtype(DType::bf16).monitor(warn)},
       {"adamw mixed", "adamw", OptimizerOptions(1e-3).state_dtype(DType::bf16).monitor(warn), DType::bf16, true},
   };
+  const std::string only = option(args, "--variants", "");
+  if (!only.empty()) {
+    std::vector<Variant> chosen;
+    for (const std::string& name : split(only)) {
+      auto found = std::find_if(variants.begin(), variants.end(), [&](const Variant& v) { return v.label == name; });
+      if (found == variants.end()) {
+        std::string known;
+        for (const Variant& v : variants) known += (known.empty() ? "" : ", ") + v.label;
+        throw ConfigError("--variants: unknown variant '" + name + "' (known: " + known + ")");
+      }
+      chosen.push_back(*found);
+    }
+    variants = chosen;
+  }
+  int device_count = 0;
+  if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
+    std::fprintf(stderr, "opsnn-bench optim --device cuda: no CUDA device\n");
+    return 1;
+  }
+  cudaDeviceProp properties{};
+  BENCH_CUDA_CHECK(cudaGetDeviceProperties(&properties, 0));
   std::printf("opsnn-bench optim --device cuda: %s, median of %d steps after warm-up (CUDA events)\n",
               properties.name, repeats);
   std::printf("adamw mixed = fp32 master + bf16 parameter copy + bf16 states + bf16 gradients; "

@@ -21,6 +21,7 @@
 #include "opsnn/ops/backend.h"
 #include "opsnn/ops/ops.h"
 #include "opsnn/optim/optimizer.h"
+#include "ops/cuda/conv_algorithms.h"
 
 
 namespace opsnn::bench {
@@ -30,16 +31,12 @@ int run(const std::vector<std::string>& args) {
   for (const std::string& arg : args)
     if (arg == "--help" || arg == "-h") {
       std::printf("usage: opsnn-bench resnet50 [--batch 256] [--steps 20] [--warmup 5] [--precision fp32|tf32|bf16|fp16] "
-                  "[--depth 50] [--image-size 224] [--json FILE] [--profile]\n"
+                  "[--depth 50] [--image-size 224] [--conv-deterministic on|off] [--json FILE] [--profile]\n"
+                  "  --conv-deterministic off: cuDNN may pick algorithms that accumulate with atomics\n"
                   "  --profile: one more step after the timed ones between cudaProfilerStart/Stop, for\n"
                   "             ncu --profile-from-start off / nsys --capture-range=cudaProfilerApi\n");
       return 0;
     }
-  int device_count = 0;
-  if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
-    std::fprintf(stderr, "opsnn-bench resnet50: no CUDA device\n");
-    return 1;
-  }
   const int batch = parse_positive(args, "--batch", 256);
   const int steps = parse_positive(args, "--steps", 20);
   const int warmup = parse_positive(args, "--warmup", 5);
@@ -48,8 +45,16 @@ int run(const std::vector<std::string>& args) {
   const std::string precision = option(args, "--precision", "fp32");
   const std::string json_path = option(args, "--json", "");
   const bool profile = std::find(args.begin(), args.end(), "--profile") != args.end();
+  const std::string deterministic = option(args, "--conv-deterministic", "on");
+  OPSNN_CHECK_AS(ConfigError, deterministic == "on" || deterministic == "off",
+                 "--conv-deterministic: expected on or off, got '", deterministic, "'");
   OPSNN_CHECK_AS(ConfigError, precision == "fp32" || precision == "tf32" || precision == "bf16" || precision == "fp16",
                  "--precision: expected fp32, tf32, bf16 or fp16, got '", precision, "'");
+  int device_count = 0;
+  if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
+    std::fprintf(stderr, "opsnn-bench resnet50: no CUDA device\n");
+    return 1;
+  }
   const Device gpu(DeviceType::cuda, 0);
 
   Generator generator(0);
@@ -65,6 +70,7 @@ int run(const std::vector<std::string>& args) {
   // As train.precision: tf32 lets cuDNN/cuBLAS use TF32 tensor cores for fp32 data; bf16/fp16 run the
   // activations and convolution inputs in that dtype (fp32 master weights, BatchNorm statistics, loss).
   ops::set_fp32_math(precision == "tf32" ? ops::Fp32Math::tf32 : ops::Fp32Math::strict);
+  ops::set_conv_deterministic(deterministic == "on");
   if (precision == "bf16") model->set_compute_dtype(DType::bf16);
   if (precision == "fp16") model->set_compute_dtype(DType::f16);
   const bool scaling = precision == "fp16";
@@ -119,8 +125,9 @@ int run(const std::vector<std::string>& args) {
   cudaDeviceProp properties{};
   BENCH_CUDA_CHECK(cudaGetDeviceProperties(&properties, 0));
   const double images_per_second = static_cast<double>(batch) * steps / (ms * 1e-3);
-  std::printf("opsnn-bench resnet%d: %s, batch %d, %dx%d, %s, %d steps after %d warm-up\n", depth, properties.name,
-              batch, image_size, image_size, precision.c_str(), steps, warmup);
+  std::printf("opsnn-bench resnet%d: %s, batch %d, %dx%d, %s, %d steps after %d warm-up, %s conv algorithms\n", depth,
+              properties.name, batch, image_size, image_size, precision.c_str(), steps, warmup,
+              deterministic == "on" ? "deterministic" : "any");
   std::printf("  %.1f images/s, %.1f ms/step, peak GPU memory %.2f GiB (pool high-water mark), last loss %.3f\n",
               images_per_second, ms / steps, static_cast<double>(peak) / (1u << 30), last_loss);
   if (!json_path.empty()) {
