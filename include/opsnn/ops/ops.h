@@ -43,6 +43,9 @@ Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = fa
 // ---- shape ----
 Tensor reshape(const Tensor& x, const Shape& shape);  // one dimension may be -1
 Tensor flatten(const Tensor& x, int64_t start_dim = 1, int64_t end_dim = -1);
+// x with its dimensions reordered: dimension i of the result is dimension order[i] of x (order a
+// permutation of 0 .. dim - 1), copied to a contiguous tensor. The gradient is permuted back.
+Tensor permute(const Tensor& x, const std::vector<int64_t>& order);
 
 // ---- convolution, normalization, pooling (NCHW) ----
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Conv2dGeometry& geometry = {});
