@@ -15,6 +15,9 @@ enum class BinaryOp : uint8_t { add, sub, mul, div };
 struct Conv2dGeometry {
   int64_t stride_h = 1, stride_w = 1;
   int64_t pad_h = 0, pad_w = 0;
+  // Activations (input, output and their gradients) are [N, H, W, C] instead of [N, C, H, W]; the
+  // weight stays [K, C, kH, kW].
+  bool channels_last = false;
 };
 
 struct Pool2dGeometry {
@@ -49,7 +52,7 @@ class Backend {
   // out has x's shape with every dimension in `reduce_dims` set to 1 (keepdim); sums over them.
   virtual void sum(const Tensor& x, const std::vector<int64_t>& reduce_dims, Tensor& out) = 0;
 
-  // ---- convolution (NCHW input, OIHW weight) ----
+  // ---- convolution (NCHW input, or NHWC with geometry.channels_last; OIHW weight always) ----
   virtual void conv2d_forward(const Tensor& input, const Tensor& weight, const Tensor& bias, Tensor& out,
                               const Conv2dGeometry& geometry) = 0;  // bias may be undefined
   virtual void conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, Tensor& grad_input,

@@ -47,7 +47,9 @@ Tensor flatten(const Tensor& x, int64_t start_dim = 1, int64_t end_dim = -1);
 // permutation of 0 .. dim - 1), copied to a contiguous tensor. The gradient is permuted back.
 Tensor permute(const Tensor& x, const std::vector<int64_t>& order);
 
-// ---- convolution, normalization, pooling (NCHW) ----
+// ---- convolution, normalization, pooling (NCHW; convolution also channels-last) ----
+// input [N, C, H, W] -> [N, K, H', W'], or with geometry.channels_last [N, H, W, C] -> [N, H', W', K];
+// the weight is [K, C, kH, kW] in both layouts.
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Conv2dGeometry& geometry = {});
 // training: batch statistics, updates running_mean/running_var in place; eval: running statistics.
 // Mixed precision: an f16/bf16 input may come with f32 gamma, beta and running statistics; statistics
