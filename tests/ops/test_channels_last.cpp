@@ -1,6 +1,7 @@
-// Tests of the channels-last (NHWC) form of conv2d on the CPU (src/ops/conv.cpp, src/ops/cpu/conv.cpp): it
-// equals the NCHW form on permuted operands, values and every gradient; finite-difference gradients in
-// f64; shape errors name the channels-last layout.
+// Tests of the channels-last (NHWC) forms of conv2d, batch_norm and batch_norm_relu on the CPU
+// (src/ops/conv.cpp, src/ops/norm.cpp, src/ops/cpu/conv.cpp): each equals its NCHW form on permuted
+// operands, values and every gradient (and the running statistics); finite-difference gradients in f64;
+// shape errors name the channels-last layout.
 #include <catch2/catch.hpp>
 
 #include <string>
@@ -98,4 +99,83 @@ TEST_CASE("channels-last conv2d errors speak of the NHWC layout", "[ops][conv]")
   // The same tensor is a valid NCHW input.
   CHECK(ops::conv2d(Tensor::zeros({2, 3, 5, 5}), weight, Tensor(), geometry_of(1, 1, false)).shape() ==
         Shape{2, 4, 5, 5});
+}
+
+namespace {
+
+// One training or eval batch norm (relu'd with `relu`) forward and backward on copies of the operands,
+// channels-last on an NHWC copy of the NCHW input; outputs and the input gradient returned in NCHW.
+struct NormRun {
+  Tensor out, grad_input, grad_gamma, grad_beta, running_mean, running_var;
+};
+
+NormRun run_norm(const Tensor& input, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                 const Tensor& running_var, const Tensor& upstream, bool training, bool relu, bool channels_last) {
+  Tensor x = leaf_copy(channels_last ? input.permute(kToNhwc).contiguous() : input);
+  Tensor weight = leaf_copy(gamma), bias = leaf_copy(beta);
+  NormRun run;
+  run.running_mean = running_mean.clone();
+  run.running_var = running_var.clone();
+  const auto op = relu ? ops::batch_norm_relu : ops::batch_norm;
+  Tensor out = op(x, weight, bias, run.running_mean, run.running_var, training, 0.1, 1e-5, channels_last);
+  out.backward(channels_last ? upstream.permute(kToNhwc).contiguous() : upstream);
+  run.out = channels_last ? out.permute(kToNchw).contiguous() : out;
+  run.grad_input = channels_last ? x.grad().permute(kToNchw).contiguous() : x.grad();
+  run.grad_gamma = weight.grad();
+  run.grad_beta = bias.grad();
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE("channels-last batch_norm and batch_norm_relu equal the NCHW ones on permuted inputs", "[ops][batch_norm]") {
+  Generator generator(63);
+  for (const Shape& shape : std::vector<Shape>{{2, 5, 3, 4}, {3, 13, 2, 2}, {1, 8, 5, 3}, {4, 3, 1, 1}})
+    for (bool training : {true, false})
+      for (bool relu : {false, true}) {
+        const std::string name = shape_str(shape) + (training ? " train" : " eval") + (relu ? " relu" : "");
+        const int64_t channels = shape[1];
+        const Tensor input = Tensor::normal(shape, 0.5, 2.0, generator);
+        const Tensor gamma = Tensor::uniform({channels}, 0.5, 1.5, generator);
+        const Tensor beta = Tensor::uniform({channels}, -0.5, 0.5, generator);
+        const Tensor running_mean = Tensor::uniform({channels}, -0.5, 0.5, generator);
+        const Tensor running_var = Tensor::uniform({channels}, 0.5, 2.0, generator);
+        const Tensor upstream = Tensor::uniform(shape, -1.0, 1.0, generator);
+        const NormRun nchw = run_norm(input, gamma, beta, running_mean, running_var, upstream, training, relu, false);
+        const NormRun nhwc = run_norm(input, gamma, beta, running_mean, running_var, upstream, training, relu, true);
+        require_same_values(nhwc.out, nchw.out, name + " output");
+        require_same_values(nhwc.grad_input, nchw.grad_input, name + " grad input");
+        require_same_values(nhwc.grad_gamma, nchw.grad_gamma, name + " grad gamma");
+        require_same_values(nhwc.grad_beta, nchw.grad_beta, name + " grad beta");
+        require_same_values(nhwc.running_mean, nchw.running_mean, name + " running mean");
+        require_same_values(nhwc.running_var, nchw.running_var, name + " running var");
+      }
+}
+
+TEST_CASE("channels-last batch_norm gradients match finite differences", "[ops][batch_norm]") {
+  Generator generator(64);
+  for (bool relu : {false, true}) {
+    Tensor running_mean = Tensor::zeros({3}, DType::f64), running_var = Tensor::ones({3}, DType::f64);
+    const auto op = relu ? ops::batch_norm_relu : ops::batch_norm;
+    require_gradcheck(
+        [&](const std::vector<Tensor>& in) {
+          return op(in[0], in[1], in[2], running_mean, running_var, true, 0.1, 1e-5, true);
+        },
+        {random_leaf({2, 3, 2, 3}, generator), random_leaf({3}, generator, 0.5, 1.5), random_leaf({3}, generator)});
+  }
+}
+
+TEST_CASE("channels-last batch_norm checks its channel axis", "[ops][batch_norm]") {
+  Tensor running_mean = Tensor::zeros({3}), running_var = Tensor::ones({3});
+  // [2, 3, 4, 5] has 5 channels channels-last: the 3-channel statistics do not match.
+  const std::string message = require_throws<ShapeError>([&] {
+    ops::batch_norm(Tensor::zeros({2, 3, 4, 5}), Tensor::ones({3}), Tensor::zeros({3}), running_mean, running_var,
+                    true, 0.1, 1e-5, true);
+  });
+  CHECK_THAT(message, Catch::Contains("[3]") && Catch::Contains("5"));
+  CHECK_THAT(require_throws<ShapeError>([&] {
+               ops::batch_norm(Tensor::zeros({0, 3}), Tensor(), Tensor(), running_mean, running_var, true, 0.1, 1e-5,
+                               true);
+             }),
+             Catch::Contains("channels_last"));
 }

@@ -60,7 +60,8 @@ class Backend {
   virtual void conv2d_backward_weight(const Tensor& grad_out, const Tensor& input, Tensor& grad_weight,
                                       const Conv2dGeometry& geometry) = 0;
 
-  // ---- batch normalization over N, H, W per channel (input [N, C, ...]) ----
+  // ---- batch normalization over N, H, W per channel (input [N, C, ...]; the channels-last op passes its
+  // [N, H, W, C] input as [N * H * W, C]) ----
   // Training: normalizes with batch statistics, saves mean and 1/sqrt(var + eps), and updates running
   // stats: running = (1 - momentum) * running + momentum * batch (unbiased variance), as PyTorch.
   // With `relu` both forwards write relu(batch norm) instead, fused into the normalizing pass.
