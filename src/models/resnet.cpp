@@ -152,6 +152,10 @@ class ResNet : public nn::Module {
 
 }  // namespace
 
+bool channels_last_by_default(Device device, DType compute_dtype) {
+  return device.is_cuda() && (compute_dtype == DType::bf16 || compute_dtype == DType::f16);
+}
+
 std::shared_ptr<nn::Module> make_resnet(int depth, const ModelOptions& options, Generator& generator) {
   switch (depth) {
     case 18: return ResNet::build<BasicBlock>({2, 2, 2, 2}, options, generator);
