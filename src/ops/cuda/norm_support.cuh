@@ -157,6 +157,7 @@ inline int64_t multiprocessor_count() {
   return count;
 }
 
+// True when every pointer is a multiple of `bytes` (a null one is).
 inline bool aligned(std::initializer_list<const void*> pointers, int64_t bytes) {
   return std::all_of(pointers.begin(), pointers.end(),
                      [bytes](const void* p) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; });
