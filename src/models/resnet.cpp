@@ -4,6 +4,9 @@
 // (3x3/1 conv, no pool) for small images. ResNet-50 with the imagenet stem and 1000 classes has exactly
 // 25,557,032 parameters. Every relu is fused into what precedes it: batch norm (BatchNorm2d::forward_relu) or
 // the residual add (ops::add_relu); modules and parameter names are those of the unfused network.
+// With channels_last the residual stages run on NHWC activations (their convolutions and batch norms
+// channels-last, the weights unchanged): the stem's output is permuted to NHWC before layer1 and layer4's
+// output back to NCHW before the global average pool, so the outputs are those of the NCHW network.
 #include "opsnn/core/error.h"
 #include "opsnn/models/models.h"
 #include "opsnn/nn/init.h"
@@ -14,32 +17,41 @@
 namespace opsnn::models {
 namespace {
 
-std::shared_ptr<nn::Conv2d> conv(int64_t in, int64_t out, int64_t kernel, int64_t stride, Generator& generator) {
+std::shared_ptr<nn::Conv2d> conv(int64_t in, int64_t out, int64_t kernel, int64_t stride, bool channels_last,
+                                 Generator& generator) {
   auto layer = std::make_shared<nn::Conv2d>(
-      nn::Conv2dOptions(in, out, kernel).stride(stride).padding(kernel / 2).bias(false), generator);
+      nn::Conv2dOptions(in, out, kernel).stride(stride).padding(kernel / 2).bias(false).channels_last(channels_last),
+      generator);
   nn::init::kaiming_normal_(layer->weight(), generator, 0.0, nn::init::FanMode::fan_out, nn::init::Nonlinearity::relu);
   return layer;
 }
 
 // The projection shortcut: 1x1 conv with the block's stride + BatchNorm, named "downsample.0/1".
-std::shared_ptr<nn::Sequential> projection(int64_t in, int64_t out, int64_t stride, Generator& generator) {
+std::shared_ptr<nn::BatchNorm2d> batch_norm(int64_t channels, bool channels_last) {
+  return std::make_shared<nn::BatchNorm2d>(nn::BatchNorm2dOptions(channels).channels_last(channels_last));
+}
+
+std::shared_ptr<nn::Sequential> projection(int64_t in, int64_t out, int64_t stride, bool channels_last,
+                                           Generator& generator) {
   auto shortcut = std::make_shared<nn::Sequential>();
-  shortcut->push_back(conv(in, out, 1, stride, generator));
-  shortcut->push_back(std::make_shared<nn::BatchNorm2d>(out));
+  shortcut->push_back(conv(in, out, 1, stride, channels_last, generator));
+  shortcut->push_back(batch_norm(out, channels_last));
   return shortcut;
 }
 
 class BasicBlock : public nn::Module {
  public:
   static constexpr int64_t kExpansion = 1;
-  BasicBlock(int64_t in, int64_t planes, int64_t stride, bool zero_init_residual, Generator& generator)
+  BasicBlock(int64_t in, int64_t planes, int64_t stride, bool zero_init_residual, bool channels_last,
+             Generator& generator)
       : Module("BasicBlock") {
-    conv1_ = register_module("conv1", conv(in, planes, 3, stride, generator));
-    bn1_ = register_module("bn1", std::make_shared<nn::BatchNorm2d>(planes));
-    conv2_ = register_module("conv2", conv(planes, planes, 3, 1, generator));
-    bn2_ = register_module("bn2", std::make_shared<nn::BatchNorm2d>(planes));
+    conv1_ = register_module("conv1", conv(in, planes, 3, stride, channels_last, generator));
+    bn1_ = register_module("bn1", batch_norm(planes, channels_last));
+    conv2_ = register_module("conv2", conv(planes, planes, 3, 1, channels_last, generator));
+    bn2_ = register_module("bn2", batch_norm(planes, channels_last));
     if (zero_init_residual) nn::init::zeros_(bn2_->weight());
-    if (stride != 1 || in != planes) downsample_ = register_module("downsample", projection(in, planes, stride, generator));
+    if (stride != 1 || in != planes)
+      downsample_ = register_module("downsample", projection(in, planes, stride, channels_last, generator));
   }
   Tensor forward(const Tensor& input) override {
     Tensor out = bn1_->forward_relu(conv1_->forward(input));
@@ -57,17 +69,19 @@ class BasicBlock : public nn::Module {
 class Bottleneck : public nn::Module {
  public:
   static constexpr int64_t kExpansion = 4;
-  Bottleneck(int64_t in, int64_t planes, int64_t stride, bool zero_init_residual, Generator& generator)
+  Bottleneck(int64_t in, int64_t planes, int64_t stride, bool zero_init_residual, bool channels_last,
+             Generator& generator)
       : Module("Bottleneck") {
-    conv1_ = register_module("conv1", conv(in, planes, 1, 1, generator));
-    bn1_ = register_module("bn1", std::make_shared<nn::BatchNorm2d>(planes));
-    conv2_ = register_module("conv2", conv(planes, planes, 3, stride, generator));
-    bn2_ = register_module("bn2", std::make_shared<nn::BatchNorm2d>(planes));
-    conv3_ = register_module("conv3", conv(planes, planes * kExpansion, 1, 1, generator));
-    bn3_ = register_module("bn3", std::make_shared<nn::BatchNorm2d>(planes * kExpansion));
+    conv1_ = register_module("conv1", conv(in, planes, 1, 1, channels_last, generator));
+    bn1_ = register_module("bn1", batch_norm(planes, channels_last));
+    conv2_ = register_module("conv2", conv(planes, planes, 3, stride, channels_last, generator));
+    bn2_ = register_module("bn2", batch_norm(planes, channels_last));
+    conv3_ = register_module("conv3", conv(planes, planes * kExpansion, 1, 1, channels_last, generator));
+    bn3_ = register_module("bn3", batch_norm(planes * kExpansion, channels_last));
     if (zero_init_residual) nn::init::zeros_(bn3_->weight());
     if (stride != 1 || in != planes * kExpansion)
-      downsample_ = register_module("downsample", projection(in, planes * kExpansion, stride, generator));
+      downsample_ =
+          register_module("downsample", projection(in, planes * kExpansion, stride, channels_last, generator));
   }
   Tensor forward(const Tensor& input) override {
     Tensor out = bn1_->forward_relu(conv1_->forward(input));
@@ -95,7 +109,7 @@ class ResNet : public nn::Module {
     OPSNN_CHECK_AS(ConfigError, options.width >= 0, "model.width must not be negative, got ", options.width);
     int64_t base = options.width > 0 ? options.width : 64;
     net->stem_ = net->register_module("conv1", conv(options.in_channels, base, imagenet_stem ? 7 : 3,
-                                                    imagenet_stem ? 2 : 1, generator));
+                                                    imagenet_stem ? 2 : 1, false, generator));
     net->bn1_ = net->register_module("bn1", std::make_shared<nn::BatchNorm2d>(base));
     if (imagenet_stem)
       net->pool_ = net->register_module(
@@ -106,12 +120,14 @@ class ResNet : public nn::Module {
       auto layer = std::make_shared<nn::Sequential>();
       for (int64_t b = 0; b < blocks_per_stage[stage]; ++b) {
         int64_t stride = (stage > 0 && b == 0) ? 2 : 1;
-        layer->push_back(std::make_shared<Block>(in, planes[stage], stride, options.zero_init_residual, generator));
+        layer->push_back(std::make_shared<Block>(in, planes[stage], stride, options.zero_init_residual,
+                                                 options.channels_last, generator));
         in = planes[stage] * Block::kExpansion;
       }
       net->stages_.push_back(net->register_module("layer" + std::to_string(stage + 1), layer));
     }
     net->fc_ = net->register_module("fc", std::make_shared<nn::Linear>(in, options.num_classes, generator));
+    net->channels_last_ = options.channels_last;
     return net;
   }
 
@@ -119,7 +135,9 @@ class ResNet : public nn::Module {
   Tensor forward(const Tensor& input) override {
     Tensor x = bn1_->forward_relu(stem_->forward(input));
     if (pool_) x = pool_->forward(x);
+    if (channels_last_) x = ops::permute(x, {0, 2, 3, 1});
     for (const auto& stage : stages_) x = stage->forward(x);
+    if (channels_last_) x = ops::permute(x, {0, 3, 1, 2});
     return fc_->forward(ops::global_avg_pool2d(x));
   }
 
@@ -129,9 +147,14 @@ class ResNet : public nn::Module {
   std::shared_ptr<nn::MaxPool2d> pool_;
   std::vector<std::shared_ptr<nn::Sequential>> stages_;
   std::shared_ptr<nn::Linear> fc_;
+  bool channels_last_ = false;  // the residual stages' activations are NHWC
 };
 
 }  // namespace
+
+bool channels_last_by_default(Device device, DType compute_dtype) {
+  return device.is_cuda() && (compute_dtype == DType::bf16 || compute_dtype == DType::f16);
+}
 
 std::shared_ptr<nn::Module> make_resnet(int depth, const ModelOptions& options, Generator& generator) {
   switch (depth) {

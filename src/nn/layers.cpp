@@ -82,12 +82,17 @@ ops::Conv2dGeometry Conv2d::geometry() const {
   ops::Conv2dGeometry geometry;
   geometry.stride_h = geometry.stride_w = options_.stride();
   geometry.pad_h = geometry.pad_w = options_.padding();
+  geometry.channels_last = options_.channels_last();
   return geometry;
 }
 
 Tensor Conv2d::forward(const Tensor& input) {
-  OPSNN_CHECK_AS(ShapeError, input.dim() == 4 && input.size(1) == options_.in_channels(), "Conv2d(", extra_repr(),
-                 "): expected input [N, ", options_.in_channels(), ", H, W], got ", shape_str(input.shape()));
+  if (options_.channels_last())
+    OPSNN_CHECK_AS(ShapeError, input.dim() == 4 && input.size(3) == options_.in_channels(), "Conv2d(", extra_repr(),
+                   "): expected input [N, H, W, ", options_.in_channels(), "], got ", shape_str(input.shape()));
+  else
+    OPSNN_CHECK_AS(ShapeError, input.dim() == 4 && input.size(1) == options_.in_channels(), "Conv2d(", extra_repr(),
+                   "): expected input [N, ", options_.in_channels(), ", H, W], got ", shape_str(input.shape()));
   return ops::conv2d(in_compute_dtype(*this, input), in_compute_dtype(*this, weight_), in_compute_dtype(*this, bias_),
                      geometry());
 }
@@ -95,7 +100,7 @@ Tensor Conv2d::forward(const Tensor& input) {
 std::string Conv2d::extra_repr() const {
   return detail::concat(options_.in_channels(), ", ", options_.out_channels(), ", kernel_size=",
                         options_.kernel_size(), ", stride=", options_.stride(), ", padding=", options_.padding(),
-                        ", bias=", bool_text(options_.bias()));
+                        ", bias=", bool_text(options_.bias()), options_.channels_last() ? ", channels_last=true" : "");
 }
 
 // ---- BatchNorm2d ----
@@ -121,6 +126,12 @@ void BatchNorm2d::reset_parameters() {
 }
 
 void BatchNorm2d::check_input(const Tensor& input) const {
+  if (options_.channels_last()) {
+    OPSNN_CHECK_AS(ShapeError, input.dim() >= 2 && input.size(-1) == options_.num_features(), "BatchNorm2d(",
+                   extra_repr(), "): expected input [N, ..., ", options_.num_features(), "], got ",
+                   shape_str(input.shape()));
+    return;
+  }
   OPSNN_CHECK_AS(ShapeError, input.dim() >= 2 && input.size(1) == options_.num_features(), "BatchNorm2d(",
                  extra_repr(), "): expected input [N, ", options_.num_features(), ", ...], got ",
                  shape_str(input.shape()));
@@ -129,17 +140,18 @@ void BatchNorm2d::check_input(const Tensor& input) const {
 Tensor BatchNorm2d::forward(const Tensor& input) {
   check_input(input);
   return ops::batch_norm(input, weight_, bias_, running_mean_, running_var_, is_training(), options_.momentum(),
-                         options_.eps());
+                         options_.eps(), options_.channels_last());
 }
 
 Tensor BatchNorm2d::forward_relu(const Tensor& input) {
   check_input(input);
   return ops::batch_norm_relu(input, weight_, bias_, running_mean_, running_var_, is_training(), options_.momentum(),
-                              options_.eps());
+                              options_.eps(), options_.channels_last());
 }
 
 std::string BatchNorm2d::extra_repr() const {
-  return detail::concat(options_.num_features(), ", eps=", options_.eps(), ", momentum=", options_.momentum());
+  return detail::concat(options_.num_features(), ", eps=", options_.eps(), ", momentum=", options_.momentum(),
+                        options_.channels_last() ? ", channels_last=true" : "");
 }
 
 // ---- Embedding ----

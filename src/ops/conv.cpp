@@ -1,5 +1,6 @@
 // conv2d of the functional API: argument validation, dispatch to the device's kernels, and the
-// backward (input, weight and bias gradients) recorded for autograd.
+// backward (input, weight and bias gradients) recorded for autograd. NCHW or, with
+// geometry.channels_last, NHWC activations; the backends take either (backend.h).
 #include <memory>
 
 #include "opsnn/autograd/node.h"
@@ -14,14 +15,28 @@ int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad
   return (in + 2 * pad - kernel) / stride + 1;
 }
 
+// Where the activations keep their channels and spatial sizes: NCHW, or NHWC with channels_last.
+struct ActivationAxes {
+  int64_t channels, height, width;
+  const char* layout;
+};
+
+ActivationAxes activation_axes(const Conv2dGeometry& geometry) {
+  return geometry.channels_last ? ActivationAxes{3, 1, 2, "[N, H, W, C] (channels_last)"}
+                                : ActivationAxes{1, 2, 3, "[N, C, H, W]"};
+}
+
 Shape checked_output_shape(const Tensor& input, const Tensor& weight, const Tensor& bias,
                            const Conv2dGeometry& geometry) {
-  OPSNN_CHECK_AS(ShapeError, input.dim() == 4, "conv2d: input must be 4-D [N, C, H, W], got ", input.str());
+  const ActivationAxes axes = activation_axes(geometry);
+  OPSNN_CHECK_AS(ShapeError, input.dim() == 4, "conv2d: input must be 4-D ", axes.layout, ", got ", input.str());
   OPSNN_CHECK_AS(ShapeError, weight.dim() == 4, "conv2d: weight must be 4-D [out_channels, in_channels, kH, kW], got ",
                  weight.str());
   check_same_dtype(input, weight, "conv2d input vs weight");
   check_same_device(input, weight, "conv2d input vs weight");
-  OPSNN_CHECK_AS(ShapeError, input.size(1) == weight.size(1), "conv2d: input has ", input.size(1),
+  const int64_t in_channels = input.size(axes.channels), in_h = input.size(axes.height),
+                in_w = input.size(axes.width);
+  OPSNN_CHECK_AS(ShapeError, in_channels == weight.size(1), "conv2d: input ", axes.layout, " has ", in_channels,
                  " channels but weight expects ", weight.size(1), " (input ", shape_str(input.shape()), " vs weight ",
                  shape_str(weight.shape()), ")");
   if (bias.defined()) {
@@ -35,15 +50,16 @@ Shape checked_output_shape(const Tensor& input, const Tensor& weight, const Tens
                  "x", geometry.stride_w, " must be at least 1");
   OPSNN_CHECK_AS(ShapeError, geometry.pad_h >= 0 && geometry.pad_w >= 0, "conv2d: padding ", geometry.pad_h, "x",
                  geometry.pad_w, " must not be negative");
-  const int64_t padded_h = input.size(2) + 2 * geometry.pad_h, padded_w = input.size(3) + 2 * geometry.pad_w;
+  const int64_t padded_h = in_h + 2 * geometry.pad_h, padded_w = in_w + 2 * geometry.pad_w;
   OPSNN_CHECK_AS(ShapeError, weight.size(2) >= 1 && weight.size(3) >= 1 && weight.size(2) <= padded_h &&
                                  weight.size(3) <= padded_w,
                  "conv2d: kernel ", weight.size(2), "x", weight.size(3), " does not fit the padded input ", padded_h,
-                 "x", padded_w, " (input ", shape_str(input.shape()), " vs weight ", shape_str(weight.shape()),
-                 ", padding ", geometry.pad_h, "x", geometry.pad_w, ")");
-  return {input.size(0), weight.size(0),
-          conv_output_size(input.size(2), weight.size(2), geometry.stride_h, geometry.pad_h),
-          conv_output_size(input.size(3), weight.size(3), geometry.stride_w, geometry.pad_w)};
+                 "x", padded_w, " (input ", axes.layout, " ", shape_str(input.shape()), " vs weight ",
+                 shape_str(weight.shape()), ", padding ", geometry.pad_h, "x", geometry.pad_w, ")");
+  const int64_t out_h = conv_output_size(in_h, weight.size(2), geometry.stride_h, geometry.pad_h);
+  const int64_t out_w = conv_output_size(in_w, weight.size(3), geometry.stride_w, geometry.pad_w);
+  if (geometry.channels_last) return {input.size(0), out_h, out_w, weight.size(0)};
+  return {input.size(0), weight.size(0), out_h, out_w};
 }
 
 class Conv2dBackward final : public autograd::Node {
@@ -67,9 +83,13 @@ class Conv2dBackward final : public autograd::Node {
     }
     if (needs_grad(2)) {
       // The bias gradient sums the output gradient over batch and space.
-      Tensor summed = Tensor::empty({1, grad_out.size(1), 1, 1}, grad_out.dtype(), grad_out.device());
-      backend.sum(grad_out, {0, 2, 3}, summed);
-      grads[2] = summed.view({grad_out.size(1)});
+      const ActivationAxes axes = activation_axes(geometry_);
+      const int64_t filters = grad_out.size(axes.channels);
+      Shape summed_shape{1, 1, 1, 1};
+      summed_shape[static_cast<size_t>(axes.channels)] = filters;
+      Tensor summed = Tensor::empty(summed_shape, grad_out.dtype(), grad_out.device());
+      backend.sum(grad_out, {0, axes.height, axes.width}, summed);
+      grads[2] = summed.view({filters});
     }
     return grads;
   }

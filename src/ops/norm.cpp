@@ -2,6 +2,8 @@
 // update) and eval (running statistics) forward on the device's kernels, and both backwards for autograd.
 // batch_norm_relu is relu(batch_norm) with the relu fused into the kernels: the forward writes only the
 // relu output, which the backward keeps as the relu mask (relu(v) > 0 exactly where v > 0).
+// Channels-last inputs [N, ..., C] are batch norm of the [rows, C] matrix they are, which the backends take
+// as an [N, C] input (the CUDA backend runs kernels for channel-innermost data there).
 #include <memory>
 
 #include "opsnn/autograd/node.h"
@@ -171,15 +173,29 @@ Tensor batch_norm_maybe_relu(const Tensor& input, const Tensor& gamma, const Ten
   return autograd::record(out, std::move(node), {input, gamma, beta});
 }
 
+// The channels-last op: the input viewed as [rows, C] (reshape records the view for autograd).
+Tensor channels_last_batch_norm(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
+                                Tensor& running_var, bool training, double momentum, double eps, bool relu) {
+  OPSNN_CHECK_AS(ShapeError, input.dim() >= 2 && input.numel() > 0,
+                 "batch_norm: a channels_last input must be a non-empty [N, ..., C], got ", input.str());
+  const Tensor rows = reshape(input, {-1, input.size(-1)});
+  return reshape(batch_norm_maybe_relu(rows, gamma, beta, running_mean, running_var, training, momentum, eps, relu),
+                 input.shape());
+}
+
 }  // namespace
 
 Tensor batch_norm(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
-                  Tensor& running_var, bool training, double momentum, double eps) {
+                  Tensor& running_var, bool training, double momentum, double eps, bool channels_last) {
+  if (channels_last)
+    return channels_last_batch_norm(input, gamma, beta, running_mean, running_var, training, momentum, eps, false);
   return batch_norm_maybe_relu(input, gamma, beta, running_mean, running_var, training, momentum, eps, false);
 }
 
 Tensor batch_norm_relu(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
-                       Tensor& running_var, bool training, double momentum, double eps) {
+                       Tensor& running_var, bool training, double momentum, double eps, bool channels_last) {
+  if (channels_last)
+    return channels_last_batch_norm(input, gamma, beta, running_mean, running_var, training, momentum, eps, true);
   return batch_norm_maybe_relu(input, gamma, beta, running_mean, running_var, training, momentum, eps, true);
 }
 

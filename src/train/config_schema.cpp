@@ -414,6 +414,7 @@ std::vector<KeySpec> build_schema() {
       choice_key("model.stem", OPSNN_FIELD(model.stem), fixed({"imagenet", "cifar"})),
       integer_key("model.width", OPSNN_FIELD(model.width), non_negative),
       bool_key("model.zero_init_residual", OPSNN_FIELD(model.zero_init_residual)),
+      auto_bool_key("model.channels_last", OPSNN_FIELD(model.channels_last)),
       integer_list_key("model.hidden_sizes", OPSNN_FIELD(model.hidden_sizes), count, true),
       integer_key("model.embedding_dim", OPSNN_FIELD(model.embedding_dim), count),
       bool_key("model.sparse_embeddings", OPSNN_FIELD(model.sparse_embeddings)),

@@ -173,14 +173,23 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
   int64_t by_epochs = c.train.epochs > 0 ? c.train.epochs * s.steps_per_epoch : 0;
   s.total_steps = c.train.max_steps > 0 && (by_epochs == 0 || c.train.max_steps < by_epochs) ? c.train.max_steps : by_epochs;
 
-  Generator init_generator(c.train.seed);
-  s.model = models::build_model(make_model_options(c, *s.datasets.train), init_generator);
-  s.model->to(s.device);
-  s.model->train();
   // Mixed precision: activations in bf16/fp16 (master weights, BatchNorm statistics and the loss in fp32);
   // tf32: fp32 tensors, TF32 tensor cores for the GEMMs and convolutions.
-  if (c.train.precision == "bf16") s.model->set_compute_dtype(DType::bf16);
-  if (c.train.precision == "fp16") s.model->set_compute_dtype(DType::f16);
+  const DType compute_dtype = c.train.precision == "bf16"   ? DType::bf16
+                              : c.train.precision == "fp16" ? DType::f16
+                                                            : DType::f32;
+  models::ModelOptions model_options = make_model_options(c, *s.datasets.train);
+  model_options.channels_last =
+      c.model.channels_last.value_or(models::channels_last_by_default(s.device, compute_dtype));
+  if (model_options.arch.rfind("resnet", 0) == 0)
+    s.logger->info("model.channels_last: {} ({})", model_options.channels_last ? "true" : "false",
+                   c.model.channels_last.has_value() ? "as configured"
+                                                     : "auto: true for bf16/fp16 on a GPU, else false");
+  Generator init_generator(c.train.seed);
+  s.model = models::build_model(model_options, init_generator);
+  s.model->to(s.device);
+  s.model->train();
+  if (compute_dtype != DType::f32) s.model->set_compute_dtype(compute_dtype);
   if (c.train.precision == "tf32") {
     s.previous_fp32_math = ops::fp32_math();
     ops::set_fp32_math(ops::Fp32Math::tf32);

@@ -1,5 +1,6 @@
 // Tests of src/nn/layers.cpp: forward values and shapes, backward reaching every parameter with its
-// shape, BatchNorm train/eval behaviour through the module tree, Embedding's sparse gradients.
+// shape, BatchNorm train/eval behaviour through the module tree, channels-last Conv2d / BatchNorm2d,
+// Embedding's sparse gradients.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -120,6 +121,24 @@ TEST_CASE("BatchNorm2d uses batch statistics in training and running ones in eva
   model->train();
   (*model)(input);
   CHECK(batch_norm->running_mean().to_vector<float>() != running_mean);
+}
+
+TEST_CASE("Conv2d and BatchNorm2d with channels_last take and give [N, H, W, C]", "[nn]") {
+  Generator generator(9);
+  Conv2d conv(Conv2dOptions(3, 5, 3).stride(2).padding(1).channels_last(true), generator);
+  BatchNorm2d norm(BatchNorm2dOptions(5).channels_last(true));
+  CHECK(conv.weight().shape() == Shape{5, 3, 3, 3});  // the weight keeps its layout
+  CHECK_THAT(conv.extra_repr(), Catch::Contains("channels_last=true"));
+  CHECK_THAT(norm.extra_repr(), Catch::Contains("channels_last=true"));
+  Tensor input = Tensor::normal({2, 7, 6, 3}, 0.0, 1.0, generator);
+  Tensor output = norm.forward_relu(conv(input));
+  CHECK(output.shape() == Shape{2, 4, 3, 5});
+  ops::sum(output).backward();
+  CHECK(conv.weight().grad().shape() == Shape{5, 3, 3, 3});
+  CHECK(norm.weight().grad().shape() == Shape{5});
+  // An NCHW-shaped input names the layout the layer expects.
+  CHECK_THROWS_WITH(conv(Tensor::zeros({2, 3, 7, 6})), Catch::Contains("expected input [N, H, W, 3]"));
+  CHECK_THROWS_WITH(norm(Tensor::zeros({2, 5, 4, 4})), Catch::Contains("expected input [N, ..., 5]"));
 }
 
 TEST_CASE("ReLU, pooling, GlobalAvgPool and Flatten", "[nn]") {

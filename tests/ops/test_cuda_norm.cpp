@@ -5,7 +5,10 @@
 // update, eval forward, null grad_gamma / grad_beta, and bit-identical results run to run. The fused
 // relu (batch_norm_relu) on the same cases against the reference with the relu applied, and against the
 // CPU twin. Planes that are no multiple of the vector width (14x14, 7x7, odd ones; vectors straddling
-// two channels, a tail of single values) at every alignment, plain and fused.
+// two channels, a tail of single values) at every alignment, plain and fused. Channel-innermost rows
+// ([N * H * W, C]: channels-last activations as ops::batch_norm passes them, norm_rows.cu's kernels) with
+// C = 64, 96, 13, 8, 1000, 3 at every alignment, plain and fused, eval, run-to-run identity; and the
+// channels-last op on [N, H, W, C] GPU tensors against the CPU op, training and eval.
 // Tagged [cuda]: skipped without a GPU.
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -18,6 +21,7 @@
 #include "ops/op_test_helpers.h"
 #include "opsnn/core/rng.h"
 #include "opsnn/ops/backend.h"
+#include "opsnn/ops/ops.h"
 
 using namespace opsnn;
 using namespace opsnn::testing;
@@ -354,7 +358,7 @@ TEST_CASE("CUDA batch norm eval normalizes with the running statistics", "[cuda]
   if (gpu_missing()) return;
   Generator generator(46);
   for (DType dtype : kDtypes)
-    for (const Shape& shape : std::vector<Shape>{{64, 3, 3137}, {2, 5, 1}, {32, 2, 4104}, {1, 4}}) {
+    for (const Shape& shape : std::vector<Shape>{{64, 3, 3137}, {2, 5, 1}, {32, 2, 4104}, {1, 4}, {784, 96}, {1000, 13}}) {
       const Inputs in = make_inputs(shape, dtype, 0.0, 2.0, generator);
       const Layout layout(shape);
       Tensor out = Tensor::zeros(shape, dtype, kGpu);
@@ -448,7 +452,8 @@ TEST_CASE("CUDA batch_norm_relu matches its CPU twin", "[cuda][ops][batch_norm]"
   ops::Backend& cpu = ops::backend_for(kCPU);
   for (DType dtype : kDtypes)
     for (const Shape& shape :
-         std::vector<Shape>{{7, 5, 4}, {100, 3, 8}, {300, 7}, {8, 4, 2, 3}, {16, 3, 1023}, {4, 6, 49}, {3, 5, 13}})
+         std::vector<Shape>{{7, 5, 4}, {100, 3, 8}, {300, 7}, {8, 4, 2, 3}, {16, 3, 1023}, {4, 6, 49}, {3, 5, 13},
+                            {392, 64}, {1000, 13}, {784, 96}})
       for (int64_t shift : {0, 1}) {
         const std::string name = case_name(shape, dtype, shift == 0 ? " relu vs CPU" : " relu misaligned vs CPU");
         const Inputs in = make_inputs(shape, dtype, 0.0, 1.0, generator);
@@ -483,4 +488,88 @@ TEST_CASE("CUDA batch_norm_relu matches its CPU twin", "[cuda][ops][batch_norm]"
         cpu.batch_norm_forward_eval(x, in.gamma, in.beta, in.running_mean, in.running_var, kEps, true, eval_cpu);
         require_scaled(eval_gpu, eval_cpu.to_vector<double>(), tolerance, name + " eval out");
       }
+}
+
+// ---- channel-innermost rows: channels-last activations ([N, H, W, C] as [N * H * W, C]) ----
+
+TEST_CASE("CUDA batch norm on channel-innermost rows matches the double reference", "[cuda][ops][batch_norm]") {
+  if (gpu_missing()) return;
+  Generator generator(50);
+  // ResNet-like NHWC batches (8x7x7 and 2x56x56 positions of 64 channels, 4x14x14 of 96), odd channel
+  // counts (13: single values; 3), many rows of few channels (many splits), 1000 channels (a partial
+  // block of units), two rows. Aligned, misaligned by one value (single values) and by four (16-bit data:
+  // 8-byte units).
+  const std::vector<Shape> shapes = {{392, 64}, {6272, 64}, {784, 96}, {1000, 13}, {49, 13},
+                                     {20000, 8}, {64, 1000}, {2, 3}};
+  for (DType dtype : kDtypes)
+    for (const Shape& shape : shapes)
+      for (int64_t shift : {0, 1, 4})
+        for (bool relu : {false, true}) {
+          const Inputs in = make_inputs(shape, dtype, offset_for(dtype), 1.0, generator);
+          const std::string note = std::string(relu ? " relu" : "") + " shift " + std::to_string(shift);
+          check_against_reference(in, run_on_gpu(in, shift, relu), case_name(shape, dtype, note), relu);
+        }
+}
+
+TEST_CASE("CUDA batch norm on channel-innermost rows is bit-identical run to run", "[cuda][ops][batch_norm]") {
+  if (gpu_missing()) return;
+  Generator generator(51);
+  for (DType dtype : kDtypes)
+    for (const Shape& shape : std::vector<Shape>{{6272, 64}, {784, 96}, {1000, 13}, {20000, 8}}) {
+      const Inputs in = make_inputs(shape, dtype, offset_for(dtype), 1.0, generator);
+      const Run first = run_on_gpu(in, 0, true), second = run_on_gpu(in, 0, true);
+      const std::string name = case_name(shape, dtype, " relu");
+      require_identical(first.out, second.out, name + " out");
+      require_identical(first.save_invstd, second.save_invstd, name + " save_invstd");
+      require_identical(first.running_var, second.running_var, name + " running_var");
+      require_identical(first.grad_input, second.grad_input, name + " grad_input");
+      require_identical(first.grad_gamma, second.grad_gamma, name + " grad_gamma");
+      require_identical(first.grad_beta, second.grad_beta, name + " grad_beta");
+    }
+}
+
+TEST_CASE("CUDA channels-last batch_norm and batch_norm_relu match the CPU ops, training and eval",
+          "[cuda][ops][batch_norm]") {
+  if (gpu_missing()) return;
+  Generator generator(52);
+  for (DType dtype : kDtypes)
+    for (const Shape& shape : std::vector<Shape>{{4, 7, 7, 64}, {2, 14, 14, 96}, {3, 5, 6, 13}, {8, 1, 1, 64}})
+      for (bool training : {true, false})
+        for (bool relu : {false, true}) {
+          const std::string name =
+              case_name(shape, dtype, std::string(training ? " train" : " eval") + (relu ? " relu" : "") + " NHWC op");
+          const int64_t channels = shape[3];
+          const Tensor x = Tensor::normal(shape, 0.5, 2.0, generator, DType::f32).to(dtype).to(DType::f32);
+          const Tensor g = Tensor::uniform(shape, -1.0, 1.0, generator, DType::f32).to(dtype).to(DType::f32);
+          const Tensor gamma = Tensor::uniform({channels}, 0.5, 1.5, generator);
+          const Tensor beta = Tensor::uniform({channels}, -0.5, 0.5, generator);
+          const Tensor running_mean = Tensor::uniform({channels}, -0.5, 0.5, generator);
+          const Tensor running_var = Tensor::uniform({channels}, 0.5, 2.0, generator);
+          const auto op = relu ? ops::batch_norm_relu : ops::batch_norm;
+          // One run on `device` in `run_dtype`: output, input / gamma / beta gradients, running statistics.
+          auto run = [&](Device device, DType run_dtype) {
+            Tensor input = x.to(run_dtype).to(device).detach(), weight = gamma.to(device).detach(),
+                   bias = beta.to(device).detach();
+            for (Tensor* t : {&input, &weight, &bias}) t->set_requires_grad(true);
+            Tensor mean = running_mean.to(device).clone(), var = running_var.to(device).clone();
+            const Tensor out = op(input, weight, bias, mean, var, training, kMomentum, kEps, true);
+            out.backward(g.to(run_dtype).to(device));
+            return std::vector<Tensor>{out, input.grad(), weight.grad(), bias.grad(), mean, var};
+          };
+          const std::vector<Tensor> gpu = run(kGpu, dtype), cpu = run(kCPU, DType::f32);
+          const char* what[] = {"out", "grad_input", "grad_gamma", "grad_beta", "running_mean", "running_var"};
+          const double data_tolerance = dtype == DType::f32 ? 1e-5 : output_tolerance(dtype);
+          // A fused relu in f16/bf16 may mask a value the f32 CPU keeps (an output within rounding of 0), which
+          // moves the gradient sums by more than f32 rounding: those runs compare the forward only (the
+          // backend tests above check the masked backward against the CPU given the GPU's mask).
+          const bool compare_gradients = !(relu && dtype != DType::f32);
+          for (size_t i = 0; i < gpu.size(); ++i) {
+            if (!compare_gradients && i >= 1 && i <= 3) continue;
+            // The data outputs are rounded to dtype; gamma / beta gradients and statistics are f32 sums.
+            const double tolerance = i < 2 ? data_tolerance : 1e-5;
+            const Tensor actual = gpu[i].to(kCPU).to(DType::f32);
+            REQUIRE(actual.shape() == cpu[i].shape());
+            require_scaled(actual, cpu[i].to_vector<double>(), tolerance, name + " " + what[i]);
+          }
+        }
 }

@@ -1,4 +1,4 @@
-// Tests for reshape and flatten (src/ops/shape.cpp): resulting shapes and element order, storage
+// Tests for reshape, flatten and permute (src/ops/shape.cpp): resulting shapes and element order, storage
 // sharing, non-contiguous inputs, gradients and errors.
 #include <catch2/catch.hpp>
 
@@ -87,4 +87,42 @@ TEST_CASE("cast_from_copy returns the copy's values and sends cast's gradient to
   message = require_throws<TypeError>(
       [&] { ops::cast_from_copy(master, Tensor::zeros({3, 4}, DType::i64)); });
   CHECK(message.find("cast_from_copy") != std::string::npos);
+}
+
+TEST_CASE("permute reorders dimensions into a contiguous tensor", "[ops]") {
+  Tensor x = Tensor::from_vector<float>({0, 1, 2, 3, 4, 5}, {1, 2, 3});
+  Tensor y = ops::permute(x, {2, 0, 1});
+  CHECK(y.shape() == Shape{3, 1, 2});
+  CHECK(y.is_contiguous());
+  CHECK(y.to_vector<float>() == std::vector<float>{0, 3, 1, 4, 2, 5});
+  CHECK(ops::permute(x, {-1, -3, -2}).to_vector<float>() == y.to_vector<float>());
+  // NCHW -> NHWC -> NCHW is the identity.
+  Generator generator(7);
+  Tensor image = Tensor::uniform({2, 3, 4, 5}, -1.0, 1.0, generator);
+  Tensor nhwc = ops::permute(image, {0, 2, 3, 1});
+  CHECK(nhwc.shape() == Shape{2, 4, 5, 3});
+  CHECK(ops::permute(nhwc, {0, 3, 1, 2}).to_vector<float>() == image.to_vector<float>());
+  // The identity order still gives a tensor of its own.
+  Tensor same = ops::permute(x, {0, 1, 2});
+  CHECK_FALSE(same.same(x));
+}
+
+TEST_CASE("permute gradients match finite differences", "[ops]") {
+  Generator generator(43);
+  require_gradcheck([](const std::vector<Tensor>& in) { return ops::permute(in[0], {0, 2, 3, 1}); },
+                    {random_leaf({2, 3, 2, 4}, generator)});
+  require_gradcheck([](const std::vector<Tensor>& in) {
+    Tensor moved = ops::permute(in[0], {1, 0, 2});
+    return ops::mul(moved, moved);
+  }, {random_leaf({3, 2, 2}, generator)});
+}
+
+TEST_CASE("permute rejects orders that are not permutations", "[ops]") {
+  Tensor x = Tensor::zeros({2, 3, 4});
+  std::string message = require_throws<ShapeError>([&] { ops::permute(x, {0, 1}); });
+  CHECK_THAT(message, Catch::Contains("permute") && Catch::Contains("[0, 1]") && Catch::Contains("[2, 3, 4]"));
+  message = require_throws<ShapeError>([&] { ops::permute(x, {0, 1, 1}); });
+  CHECK_THAT(message, Catch::Contains("twice") && Catch::Contains("[0, 1, 1]"));
+  message = require_throws<ShapeError>([&] { ops::permute(x, {0, 1, 3}); });
+  CHECK_THAT(message, Catch::Contains("permute") && Catch::Contains("3"));
 }

@@ -69,6 +69,7 @@ TEST_CASE("opsnn-bench: the GPU kernel benchmarks check their options before loo
       {{"conv", "--layer", "layer9"}, "--layer: no layer name starts with 'layer9'"},
       {{"conv", "--repeats", "0"}, "--repeats"},
       {{"resnet50", "--precision", "fp8"}, "--precision: expected fp32, tf32, bf16 or fp16, got 'fp8'"},
+      {{"resnet50", "--channels-last", "sometimes"}, "--channels-last: expected auto, on or off, got 'sometimes'"},
       {{"resnet50", "--conv-deterministic", "maybe"}, "--conv-deterministic: expected on or off, got 'maybe'"},
       {{"optim", "--device", "cuda", "--variants", "adamw,adamax"},
        "--variants: unknown variant 'adamax' (known: adamw, adamw graph"}};

@@ -114,6 +114,23 @@ TEST_CASE("Config: data.pin_memory is true, false or auto (the default)", "[conf
   REQUIRE(load_config_text(emit_config(pinned), "emitted.yaml") == pinned);
 }
 
+TEST_CASE("Config: model.channels_last is true, false or auto (the default)", "[config]") {
+  REQUIRE_FALSE(load_config_text("", "t.yaml").model.channels_last.has_value());
+  REQUIRE_FALSE(load_config_text("model:\n  channels_last: auto\n", "t.yaml").model.channels_last.has_value());
+  REQUIRE(load_config_text("model:\n  channels_last: true\n", "t.yaml").model.channels_last ==
+          std::optional<bool>(true));
+  REQUIRE(load_config_text("", "t.yaml", {"model.channels_last=false"}).model.channels_last ==
+          std::optional<bool>(false));
+  const TrainConfig nhwc = load_config_text("", "t.yaml", {"model.channels_last=true"});
+  CHECK_THAT(emit_config(nhwc), Catch::Contains("\n  channels_last: true\n"));
+  CHECK_THAT(emit_config(load_config_text("", "t.yaml")), Catch::Contains("\n  channels_last: auto\n"));
+  REQUIRE(load_config_text(emit_config(nhwc), "emitted.yaml") == nhwc);
+  CHECK(error_of("model:\n  channels_last: sometimes\n") ==
+        "test.yaml:2:18: key 'model.channels_last': expected true, false or auto, got sometimes");
+  CHECK(error_of("", {"model.channels_last=nhwc"}) ==
+        "--set model.channels_last=nhwc: key 'model.channels_last': expected true, false or auto, got nhwc");
+}
+
 TEST_CASE("Config: out-of-range values", "[config]") {
   CHECK(error_of("optimizer:\n  name: adam\n  lr: -0.1\n") ==
         "test.yaml:3:7: key 'optimizer.lr': expected a positive number, got -0.1");

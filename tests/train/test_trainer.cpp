@@ -251,6 +251,32 @@ TEST_CASE("trainer: data.pin_memory true on the CPU is a config error naming the
   }
 }
 
+TEST_CASE("trainer: model.channels_last is resolved (auto: false on the CPU), logged, and trains as NCHW does",
+          "[trainer]") {
+  TemporaryFolder folder;
+  std::vector<double> nchw_losses;
+  for (const char* setting : {"auto", "true"}) {
+    INFO("model.channels_last " << setting);
+    const fs::path run_dir = folder.path / setting;
+    {
+      Trainer trainer(make_config(kSmallCnnYaml, {"model.arch=resnet18", std::string("model.channels_last=") + setting}),
+                      quiet_options(run_dir));
+      trainer.train_steps(3);
+      if (nchw_losses.empty()) {
+        nchw_losses = trainer.step_losses();
+      } else {
+        REQUIRE(trainer.step_losses().size() == nchw_losses.size());
+        for (size_t i = 0; i < nchw_losses.size(); ++i)
+          CHECK(std::fabs(trainer.step_losses()[i] - nchw_losses[i]) <= 1e-5 * std::fabs(nchw_losses[i]));
+      }
+    }
+    std::ifstream log(run_dir / "train.log");
+    const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+    CHECK_THAT(text, Catch::Contains(std::string(setting) == "auto" ? "model.channels_last: false (auto"
+                                                                     : "model.channels_last: true (as configured)"));
+  }
+}
+
 TEST_CASE("trainer: epochs, grad accumulation, evaluation, checkpoints and the summary", "[trainer]") {
   TemporaryFolder folder;
   // 6 batches per epoch, 4 micro-batches per step: steps of 4 and 2 batches, so 2 steps per epoch.

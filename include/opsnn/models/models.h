@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "opsnn/core/device.h"
+#include "opsnn/core/dtype.h"
 #include "opsnn/core/rng.h"
 #include "opsnn/nn/module.h"
 
@@ -23,6 +25,7 @@ struct ModelOptions {
   int64_t width = 0;                          // base channel count (resnet 64, small_cnn 16); 0 = default
   std::string stem = "imagenet";              // resnet: imagenet (7x7/2 + max-pool) | cifar (3x3/1, no pool)
   bool zero_init_residual = false;            // resnet: last BatchNorm of each block starts at weight 0
+  bool channels_last = false;                 // resnet: residual stages run on NHWC activations
   std::vector<int64_t> field_vocab_sizes;     // ctr: categories of each field
   int64_t embedding_dim = 16;                 // ctr
   bool sparse_embeddings = true;              // ctr: row-sparse embedding gradients
@@ -41,6 +44,10 @@ std::shared_ptr<nn::Module> make_mlp(const ModelOptions& options, Generator& gen
 std::shared_ptr<nn::Module> make_small_cnn(const ModelOptions& options, Generator& generator);
 // depth 18, 34 (basic blocks) or 50 (bottleneck blocks), torchvision layout and initialisation.
 std::shared_ptr<nn::Module> make_resnet(int depth, const ModelOptions& options, Generator& generator);
+// What `channels_last: auto` means: NHWC residual stages on a CUDA device with f16 or bf16 activations
+// (cuDNN's tensor-core convolutions work on NHWC data; with NCHW they transpose around each one), NCHW
+// elsewhere.
+bool channels_last_by_default(Device device, DType compute_dtype);
 std::shared_ptr<nn::Module> make_ctr(const ModelOptions& options, Generator& generator);
 
 int64_t count_parameters(const nn::Module& module);

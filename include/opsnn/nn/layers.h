@@ -37,7 +37,7 @@ class Linear : public Module {
   Tensor weight_, bias_;
 };
 
-// ---- Conv2d: NCHW input, weight [out, in, k, k] ----
+// ---- Conv2d: NCHW input (NHWC with channels_last), weight [out, in, k, k] ----
 struct Conv2dOptions {
   Conv2dOptions(int64_t in_channels, int64_t out_channels, int64_t kernel_size)
       : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
@@ -47,13 +47,15 @@ struct Conv2dOptions {
   OPSNN_ARG(int64_t, stride) = 1;
   OPSNN_ARG(int64_t, padding) = 0;
   OPSNN_ARG(bool, bias) = true;
+  // [N, H, W, C] activations in and out (ops::Conv2dGeometry::channels_last); the weight keeps its layout.
+  OPSNN_ARG(bool, channels_last) = false;
 };
 
 class Conv2d : public Module {
  public:
   // Weight and bias uniform in +-1/sqrt(in_channels * k * k), as PyTorch.
   Conv2d(const Conv2dOptions& options, Generator& generator);
-  Tensor forward(const Tensor& input) override;  // [N, in, H, W] -> [N, out, H', W']
+  Tensor forward(const Tensor& input) override;  // [N, in, H, W] -> [N, out, H', W'] (or NHWC)
   void reset_parameters(Generator& generator);
   std::string extra_repr() const override;
   const Conv2dOptions& options() const { return options_; }
@@ -73,6 +75,8 @@ struct BatchNorm2dOptions {
   OPSNN_ARG(double, eps) = 1e-5;
   // running = (1 - momentum) * running + momentum * batch statistic
   OPSNN_ARG(double, momentum) = 0.1;
+  // The channel axis is the last one: [N, H, W, C] inputs.
+  OPSNN_ARG(bool, channels_last) = false;
 };
 
 class BatchNorm2d : public Module {
@@ -80,7 +84,7 @@ class BatchNorm2d : public Module {
   // weight 1, bias 0, running_mean 0, running_var 1. No Generator: nothing random.
   explicit BatchNorm2d(const BatchNorm2dOptions& options);
   explicit BatchNorm2d(int64_t num_features) : BatchNorm2d(BatchNorm2dOptions(num_features)) {}
-  Tensor forward(const Tensor& input) override;  // [N, C, H, W] (or [N, C]) -> same shape
+  Tensor forward(const Tensor& input) override;  // [N, C, H, W] (or [N, C]; [N, H, W, C] channels_last) -> same shape
   // relu(forward(input)) with the relu fused into the normalization (ops::batch_norm_relu).
   Tensor forward_relu(const Tensor& input);
   void reset_parameters();

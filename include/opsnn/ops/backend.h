@@ -15,6 +15,9 @@ enum class BinaryOp : uint8_t { add, sub, mul, div };
 struct Conv2dGeometry {
   int64_t stride_h = 1, stride_w = 1;
   int64_t pad_h = 0, pad_w = 0;
+  // Activations (input, output and their gradients) are [N, H, W, C] instead of [N, C, H, W]; the
+  // weight stays [K, C, kH, kW].
+  bool channels_last = false;
 };
 
 struct Pool2dGeometry {
@@ -49,7 +52,7 @@ class Backend {
   // out has x's shape with every dimension in `reduce_dims` set to 1 (keepdim); sums over them.
   virtual void sum(const Tensor& x, const std::vector<int64_t>& reduce_dims, Tensor& out) = 0;
 
-  // ---- convolution (NCHW input, OIHW weight) ----
+  // ---- convolution (NCHW input, or NHWC with geometry.channels_last; OIHW weight always) ----
   virtual void conv2d_forward(const Tensor& input, const Tensor& weight, const Tensor& bias, Tensor& out,
                               const Conv2dGeometry& geometry) = 0;  // bias may be undefined
   virtual void conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, Tensor& grad_input,
@@ -57,7 +60,8 @@ class Backend {
   virtual void conv2d_backward_weight(const Tensor& grad_out, const Tensor& input, Tensor& grad_weight,
                                       const Conv2dGeometry& geometry) = 0;
 
-  // ---- batch normalization over N, H, W per channel (input [N, C, ...]) ----
+  // ---- batch normalization over N, H, W per channel (input [N, C, ...]; the channels-last op passes its
+  // [N, H, W, C] input as [N * H * W, C]) ----
   // Training: normalizes with batch statistics, saves mean and 1/sqrt(var + eps), and updates running
   // stats: running = (1 - momentum) * running + momentum * batch (unbiased variance), as PyTorch.
   // With `relu` both forwards write relu(batch norm) instead, fused into the normalizing pass.

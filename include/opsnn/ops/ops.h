@@ -43,18 +43,27 @@ Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = fa
 // ---- shape ----
 Tensor reshape(const Tensor& x, const Shape& shape);  // one dimension may be -1
 Tensor flatten(const Tensor& x, int64_t start_dim = 1, int64_t end_dim = -1);
+// x with its dimensions reordered: dimension i of the result is dimension order[i] of x (order a
+// permutation of 0 .. dim - 1), copied to a contiguous tensor. The gradient is permuted back.
+Tensor permute(const Tensor& x, const std::vector<int64_t>& order);
 
-// ---- convolution, normalization, pooling (NCHW) ----
+// ---- convolution, normalization, pooling (NCHW; convolution and batch norm also channels-last) ----
+// input [N, C, H, W] -> [N, K, H', W'], or with geometry.channels_last [N, H, W, C] -> [N, H', W', K];
+// the weight is [K, C, kH, kW] in both layouts.
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Conv2dGeometry& geometry = {});
 // training: batch statistics, updates running_mean/running_var in place; eval: running statistics.
 // Mixed precision: an f16/bf16 input may come with f32 gamma, beta and running statistics; statistics
 // are then computed in f32 (or wider), the output has the input's dtype and gamma/beta gradients are f32.
+// The channel axis is 1 ([N, C] or [N, C, ...]), or with channels_last the last one ([N, ..., C], e.g.
+// NHWC activations), statistics then per channel over all other positions.
 Tensor batch_norm(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
-                  Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5);
+                  Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5,
+                  bool channels_last = false);
 // relu(batch_norm(...)) with the same arguments, the relu fused into batch norm's last elementwise pass and
 // its mask into the backward's passes (the batch-norm output before the relu is never stored).
 Tensor batch_norm_relu(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
-                       Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5);
+                       Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5,
+                       bool channels_last = false);
 Tensor max_pool2d(const Tensor& input, const Pool2dGeometry& geometry);
 Tensor avg_pool2d(const Tensor& input, const Pool2dGeometry& geometry);
 Tensor global_avg_pool2d(const Tensor& input);  // [N, C, H, W] -> [N, C]

@@ -1,6 +1,7 @@
-// CPU conv2d kernels (NCHW input, OIHW weight): forward and the input/weight gradients, each an
-// im2col over cache-sized bands of output rows (or, for 1x1 stride-1 unpadded kernels, the input
-// itself) multiplied by Eigen's GEMM, with col2im scattering the input gradient back.
+// CPU conv2d kernels (NCHW input, OIHW weight; NHWC input through permuted copies): forward and the
+// input/weight gradients, each an im2col over cache-sized bands of output rows (or, for 1x1 stride-1
+// unpadded kernels, the input itself) multiplied by Eigen's GEMM, with col2im scattering the input
+// gradient back.
 #include <omp.h>
 
 #include <Eigen/Core>
@@ -275,10 +276,29 @@ void backward_weight_typed(const Tensor& grad_out, const Tensor& input, Tensor& 
       if (!partial.empty()) dw[i] += partial[static_cast<size_t>(i)];
 }
 
+// Channels-last convolutions run the NCHW kernels on permuted copies: the CPU computes the same sums
+// in either layout, so it stays the reference the CUDA backend's NHWC kernels are tested against.
+Tensor as_nchw(const Tensor& nhwc) { return nhwc.permute({0, 3, 1, 2}).contiguous(); }
+Tensor empty_nchw_like(const Tensor& nhwc) {
+  return Tensor::empty({nhwc.size(0), nhwc.size(3), nhwc.size(1), nhwc.size(2)}, nhwc.dtype(), nhwc.device());
+}
+void copy_to_nhwc(const Tensor& nchw, Tensor& nhwc) { nhwc.copy_(nchw.permute({0, 2, 3, 1}).contiguous()); }
+
+Conv2dGeometry nchw_geometry(Conv2dGeometry geometry) {
+  geometry.channels_last = false;
+  return geometry;
+}
+
 }  // namespace
 
 void CpuBackend::conv2d_forward(const Tensor& input, const Tensor& weight, const Tensor& bias, Tensor& out,
                                 const Conv2dGeometry& geometry) {
+  if (geometry.channels_last) {
+    Tensor nchw_out = empty_nchw_like(out);
+    conv2d_forward(as_nchw(input), weight, bias, nchw_out, nchw_geometry(geometry));
+    copy_to_nhwc(nchw_out, out);
+    return;
+  }
   const ConvShape shape(input.shape(), weight.shape(), out.shape(), geometry);
   cpu::visit_floating(input.dtype(), "conv2d_forward",
                       [&](auto tag) { forward_typed<decltype(tag)>(input, weight, bias, out, shape); });
@@ -286,6 +306,12 @@ void CpuBackend::conv2d_forward(const Tensor& input, const Tensor& weight, const
 
 void CpuBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, Tensor& grad_input,
                                        const Conv2dGeometry& geometry) {
+  if (geometry.channels_last) {
+    Tensor nchw_grad_input = empty_nchw_like(grad_input);
+    conv2d_backward_input(as_nchw(grad_out), weight, nchw_grad_input, nchw_geometry(geometry));
+    copy_to_nhwc(nchw_grad_input, grad_input);
+    return;
+  }
   const ConvShape shape(grad_input.shape(), weight.shape(), grad_out.shape(), geometry);
   cpu::visit_floating(grad_out.dtype(), "conv2d_backward_input",
                       [&](auto tag) { backward_input_typed<decltype(tag)>(grad_out, weight, grad_input, shape); });
@@ -293,6 +319,10 @@ void CpuBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& wei
 
 void CpuBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& input, Tensor& grad_weight,
                                         const Conv2dGeometry& geometry) {
+  if (geometry.channels_last) {
+    conv2d_backward_weight(as_nchw(grad_out), as_nchw(input), grad_weight, nchw_geometry(geometry));
+    return;
+  }
   const ConvShape shape(input.shape(), grad_weight.shape(), grad_out.shape(), geometry);
   cpu::visit_floating(grad_out.dtype(), "conv2d_backward_weight",
                       [&](auto tag) { backward_weight_typed<decltype(tag)>(grad_out, input, grad_weight, shape); });

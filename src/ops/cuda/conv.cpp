@@ -1,4 +1,4 @@
-// CUDA conv2d (NCHW input, OIHW weight): forward, input gradient and weight gradient. Each direction
+// CUDA conv2d (NCHW or NHWC input, OIHW weight): forward, input gradient and weight gradient. Each direction
 // of each shape is decided once (cached per shape, dtype, math and lowering policy): cuDNN's fastest
 // algorithm from cudnnFind*Ex (on our own buffers, workspace from the stream-ordered pool), or, for the
 // shapes where NCHW cuDNN falls back to slow legacy kernels, a lowering (conv_algorithms.h):
@@ -8,6 +8,11 @@
 //   - input channels off the tensor-core granule (the RGB stem): im2col + batched cuBLAS GEMMs;
 //   - 1x1 stride 1: batched cuBLAS GEMMs on the NCHW data as it lies (no im2col, no layout transposes).
 // A lowering runs when its measured time, copies included, beats cudnnFind's best (policy `measured`).
+// Channels-last convolutions (geometry.channels_last) always run cuDNN, on NHWC data descriptors and a
+// KRSC copy of the weight (an NHWC filter descriptor: the configuration cuDNN documents for its NHWC
+// tensor-core kernels and the one PyTorch's channels_last convolutions use); the weight gradient is
+// computed in KRSC and transposed back. None of the lowerings applies: they exist to avoid the NCHW
+// transposes cuDNN does inside, and NHWC data needs none.
 // f32 math is restricted to FMA kernels so results match the CPU twin (src/ops/cpu/conv.cpp) to rounding,
 // unless the f32 math setting is tf32 (TF32 tensor cores allowed). f16 and bf16 data compute in f32
 // (cuDNN's pseudo-half configurations, cuBLAS's 32F compute) on tensor cores.
@@ -58,15 +63,25 @@ int64_t tensor_core_granule(DType dtype) {
   return fp32_math() == Fp32Math::tf32 ? 4 : 0;
 }
 
+cudnnTensorFormat_t cudnn_format(bool channels_last) { return channels_last ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW; }
+
+// The [N, C, H, W] sizes of an activation shape ([N, H, W, C] when channels_last), the order cuDNN's 4-D
+// descriptors take whatever the memory format.
+Shape nchw_sizes(const Shape& shape, bool channels_last) {
+  return channels_last ? Shape{shape[0], shape[3], shape[1], shape[2]} : shape;
+}
+
 class TensorDescriptor {
  public:
-  TensorDescriptor(const Shape& shape, DType dtype) {
+  // shape: the tensor's own (NCHW, or NHWC with channels_last).
+  TensorDescriptor(const Shape& shape, DType dtype, bool channels_last) {
+    const Shape sizes = nchw_sizes(shape, channels_last);
     OPSNN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&handle_));
-    OPSNN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(handle_, CUDNN_TENSOR_NCHW, cudnn_type(dtype),
-                                                 cuda::checked_int(shape[0], "conv2d"),
-                                                 cuda::checked_int(shape[1], "conv2d"),
-                                                 cuda::checked_int(shape[2], "conv2d"),
-                                                 cuda::checked_int(shape[3], "conv2d")));
+    OPSNN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(handle_, cudnn_format(channels_last), cudnn_type(dtype),
+                                                 cuda::checked_int(sizes[0], "conv2d"),
+                                                 cuda::checked_int(sizes[1], "conv2d"),
+                                                 cuda::checked_int(sizes[2], "conv2d"),
+                                                 cuda::checked_int(sizes[3], "conv2d")));
   }
   ~TensorDescriptor() { cudnnDestroyTensorDescriptor(handle_); }
   TensorDescriptor(const TensorDescriptor&) = delete;
@@ -79,9 +94,10 @@ class TensorDescriptor {
 
 class FilterDescriptor {
  public:
-  FilterDescriptor(const Shape& shape, DType dtype) {
+  // shape: [K, C, R, S]; the data is laid out so (KCRS), or KRSC with channels_last.
+  FilterDescriptor(const Shape& shape, DType dtype, bool channels_last) {
     OPSNN_CUDNN_CHECK(cudnnCreateFilterDescriptor(&handle_));
-    OPSNN_CUDNN_CHECK(cudnnSetFilter4dDescriptor(handle_, cudnn_type(dtype), CUDNN_TENSOR_NCHW,
+    OPSNN_CUDNN_CHECK(cudnnSetFilter4dDescriptor(handle_, cudnn_type(dtype), cudnn_format(channels_last),
                                                  cuda::checked_int(shape[0], "conv2d"),
                                                  cuda::checked_int(shape[1], "conv2d"),
                                                  cuda::checked_int(shape[2], "conv2d"),
@@ -117,7 +133,8 @@ class ConvolutionDescriptor {
   cudnnConvolutionDescriptor_t handle_ = nullptr;
 };
 
-// Everything cuDNN needs to describe one convolution (input x, filter w, output y).
+// Everything cuDNN needs to describe one convolution (input x, filter w, output y). The shapes are the
+// tensors' own; with g.channels_last the data is NHWC and the filter KRSC (its shape still [K, C, R, S]).
 struct ConvDescriptors {
   TensorDescriptor input;
   FilterDescriptor filter;
@@ -125,9 +142,17 @@ struct ConvDescriptors {
   ConvolutionDescriptor convolution;
   ConvDescriptors(const Shape& input_shape, const Shape& weight_shape, const Shape& output_shape,
                   const Conv2dGeometry& g, DType dtype)
-      : input(input_shape, dtype), filter(weight_shape, dtype), output(output_shape, dtype),
-        convolution(g, allowed_math(dtype)) {}
+      : input(input_shape, dtype, g.channels_last), filter(weight_shape, dtype, g.channels_last),
+        output(output_shape, dtype, g.channels_last), convolution(g, allowed_math(dtype)) {}
 };
+
+// ---- the KRSC weight of channels-last convolutions ----
+
+// The [K, C, R, S] weight's values in KRSC order ([K, R, S, C] contiguous), for an NHWC filter descriptor.
+Tensor krsc_copy(const Tensor& weight) { return weight.permute({0, 2, 3, 1}).contiguous(); }
+
+// grad_weight [K, C, R, S] from its KRSC twin.
+void copy_from_krsc(const Tensor& krsc, Tensor& grad_weight) { grad_weight.copy_(krsc.permute({0, 3, 1, 2})); }
 
 
 class Event {
@@ -158,13 +183,14 @@ template <typename Work> float measured_ms(Work&& work) {
 
 using ConvKey = std::array<int64_t, 15>;
 
-// The last entry tells dtypes, math, lowering policies and the determinism setting apart: an algorithm
-// found for one may not run another, and a forced policy must not reuse a measured decision.
+// The last entry tells dtypes, math, lowering policies, layouts and the determinism setting apart: an
+// algorithm found for one may not run another, and a forced policy must not reuse a measured decision.
 ConvKey make_key(ConvDirection direction, int device, const Shape& input, const Shape& weight,
                  const Conv2dGeometry& g, DType dtype) {
   const int64_t variant =
       ((static_cast<int64_t>(dtype) * 8 + static_cast<int64_t>(allowed_math(dtype))) * 4 +
-       static_cast<int64_t>(conv_lowering_policy())) * 2 + (conv_deterministic() ? 1 : 0);
+       static_cast<int64_t>(conv_lowering_policy())) * 4 +
+      (g.channels_last ? 2 : 0) + (conv_deterministic() ? 1 : 0);
   return {static_cast<int64_t>(direction), device, input[0], input[1], input[2], input[3], weight[0], weight[1],
           weight[2], weight[3], g.stride_h, g.stride_w, g.pad_h, g.pad_w, variant};
 }
@@ -588,6 +614,8 @@ ConvLoweringPolicy conv_lowering_policy() { return lowering_policy_setting.load(
 ConvLowering applicable_lowering(const Shape& input, const Shape& weight, const Conv2dGeometry& g, DType dtype) {
   constexpr int64_t kMax31 = 0x7fffffff;
   if (input.size() != 4 || weight.size() != 4) return ConvLowering::cudnn;
+  // The lowerings work on NCHW data; cuDNN runs NHWC natively, without the transposes they avoid.
+  if (g.channels_last) return ConvLowering::cudnn;
   const int64_t out_h = (input[2] + 2 * g.pad_h - weight[2]) / g.stride_h + 1;
   const int64_t out_w = (input[3] + 2 * g.pad_w - weight[3]) / g.stride_w + 1;
   const int64_t rows = input[1] * weight[2] * weight[3];
@@ -639,6 +667,7 @@ void CudaBackend::conv2d_forward(const Tensor& input, const Tensor& weight, cons
   const cuda::LibraryHandles& handles = cuda::handles_for(device.index);
   const ConvLowering lowering = applicable_lowering(input.shape(), weight.shape(), geometry, dtype);
   const Shape sampled_shape = subsampled_shape(input.shape(), out.shape());
+  const Tensor filter = geometry.channels_last ? krsc_copy(weight) : weight;  // what cuDNN's filter descriptor describes
   const ConvAlgorithmChoice chosen = cached_algorithm(
       make_key(ConvDirection::forward, device.index, input.shape(), weight.shape(), geometry, dtype), [&] {
         return search(
@@ -646,7 +675,7 @@ void CudaBackend::conv2d_forward(const Tensor& input, const Tensor& weight, cons
             [&] {
               return find_forward(handles.cudnn,
                                   ConvDescriptors(input.shape(), weight.shape(), out.shape(), geometry, dtype),
-                                  input.data_ptr(), weight.data_ptr(), out.data_ptr(), device);
+                                  input.data_ptr(), filter.data_ptr(), out.data_ptr(), device);
             },
             [&] {
               ConvAlgorithmChoice lowered;
@@ -678,22 +707,26 @@ void CudaBackend::conv2d_forward(const Tensor& input, const Tensor& weight, cons
     }
     case ConvLowering::cudnn:
       cudnn_forward(run, ConvDescriptors(input.shape(), weight.shape(), out.shape(), geometry, dtype), input.data_ptr(),
-                    weight.data_ptr(), out.data_ptr());
+                    filter.data_ptr(), out.data_ptr());
       break;
   }
   if (bias.defined()) {
     OPSNN_CHECK_AS(TypeError, bias.dtype() == out.dtype(), "CUDA conv2d_forward: bias ", bias.str(),
                    " must have the output's dtype ", dtype_name(out.dtype()));
     cuda::require_on(bias, device, "conv2d_forward");
-    OPSNN_CHECK_AS(ShapeError, bias.numel() == out.size(1), "CUDA conv2d_forward: bias ", bias.str(),
-                   " does not match ", out.size(1), " output channels");
-    // out += bias over [N, C, H*W] with the bias broadcast (stride 0) along N and H*W; in place is safe
-    // as every element reads only itself.
+    const int64_t filters = out.size(geometry.channels_last ? 3 : 1);
+    OPSNN_CHECK_AS(ShapeError, bias.numel() == filters, "CUDA conv2d_forward: bias ", bias.str(),
+                   " does not match ", filters, " output channels");
+    // out += bias over [N, C, H*W] (NHWC: [N*H*W, C] as [1, N*H*W, C]) with the bias broadcast (stride 0)
+    // along the other axes; in place is safe as every element reads only itself.
     cuda::BinaryLayout layout;
     layout.dim = 3;
-    const int64_t plane = out.size(2) * out.size(3);
-    const int64_t extents[3] = {out.size(0), out.size(1), plane}, out_strides[3] = {out.size(1) * plane, plane, 1},
-                  bias_strides[3] = {0, 1, 0};
+    const int64_t extents_nchw[3] = {out.size(0), filters, out.size(2) * out.size(3)},
+                  extents_nhwc[3] = {1, out.size(0) * out.size(1) * out.size(2), filters};
+    const int64_t* extents = geometry.channels_last ? extents_nhwc : extents_nchw;
+    const int64_t out_strides[3] = {extents[1] * extents[2], extents[2], 1};
+    const int64_t bias_strides_nchw[3] = {0, 1, 0}, bias_strides_nhwc[3] = {0, 0, 1};
+    const int64_t* bias_strides = geometry.channels_last ? bias_strides_nhwc : bias_strides_nchw;
     for (int d = 0; d < 3; ++d) {
       layout.extents[d] = extents[d];
       layout.a_strides[d] = out_strides[d];
@@ -716,6 +749,7 @@ void CudaBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& we
   const cuda::LibraryHandles& handles = cuda::handles_for(device.index);
   const ConvLowering lowering = applicable_lowering(grad_input.shape(), weight.shape(), geometry, dtype);
   const Shape sampled_shape = subsampled_shape(grad_input.shape(), grad_out.shape());
+  const Tensor filter = geometry.channels_last ? krsc_copy(weight) : weight;  // what cuDNN's filter descriptor describes
   const ConvAlgorithmChoice chosen = cached_algorithm(
       make_key(ConvDirection::backward_input, device.index, grad_input.shape(), weight.shape(), geometry, dtype), [&] {
         return search(
@@ -723,7 +757,7 @@ void CudaBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& we
             [&] {
               return find_backward_input(
                   handles.cudnn, ConvDescriptors(grad_input.shape(), weight.shape(), grad_out.shape(), geometry, dtype),
-                  weight.data_ptr(), grad_out.data_ptr(), grad_input.data_ptr(), device);
+                  filter.data_ptr(), grad_out.data_ptr(), grad_input.data_ptr(), device);
             },
             [&] {
               ConvAlgorithmChoice lowered;
@@ -756,7 +790,7 @@ void CudaBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& we
     }
     case ConvLowering::cudnn:
       cudnn_backward_input(run, ConvDescriptors(grad_input.shape(), weight.shape(), grad_out.shape(), geometry, dtype),
-                           weight.data_ptr(), grad_out.data_ptr(), grad_input.data_ptr());
+                           filter.data_ptr(), grad_out.data_ptr(), grad_input.data_ptr());
       break;
   }
 }
@@ -770,6 +804,9 @@ void CudaBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& i
   const cuda::LibraryHandles& handles = cuda::handles_for(device.index);
   const ConvLowering lowering = applicable_lowering(input.shape(), grad_weight.shape(), geometry, dtype);
   const Shape sampled_shape = subsampled_shape(input.shape(), grad_out.shape());
+  // cuDNN writes the gradient in its filter descriptor's layout: KRSC for channels_last, copied back below.
+  const Shape& k = grad_weight.shape();
+  Tensor filter_grad = geometry.channels_last ? Tensor::empty({k[0], k[2], k[3], k[1]}, dtype, device) : grad_weight;
   const ConvAlgorithmChoice chosen = cached_algorithm(
       make_key(ConvDirection::backward_weight, device.index, input.shape(), grad_weight.shape(), geometry, dtype),
       [&] {
@@ -778,7 +815,7 @@ void CudaBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& i
             [&] {
               return find_backward_weight(
                   handles.cudnn, ConvDescriptors(input.shape(), grad_weight.shape(), grad_out.shape(), geometry, dtype),
-                  input.data_ptr(), grad_out.data_ptr(), grad_weight.data_ptr(), device);
+                  input.data_ptr(), grad_out.data_ptr(), filter_grad.data_ptr(), device);
             },
             [&] {
               ConvAlgorithmChoice lowered;
@@ -813,7 +850,8 @@ void CudaBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& i
     }
     case ConvLowering::cudnn:
       cudnn_backward_weight(run, ConvDescriptors(input.shape(), grad_weight.shape(), grad_out.shape(), geometry, dtype),
-                            input.data_ptr(), grad_out.data_ptr(), grad_weight.data_ptr());
+                            input.data_ptr(), grad_out.data_ptr(), filter_grad.data_ptr());
+      if (geometry.channels_last) copy_from_krsc(filter_grad, grad_weight);
       break;
   }
 }

@@ -46,7 +46,8 @@ void set_conv_column_budget(size_t bytes);
 size_t conv_column_budget();
 
 // The lowering that applies to a convolution of this input / weight shape and geometry in dtype under
-// the current f32 math setting, or ConvLowering::cudnn when none does.
+// the current f32 math setting, or ConvLowering::cudnn when none does (always for channels_last: the
+// lowerings are NCHW-only, and cuDNN runs NHWC without layout transposes).
 ConvLowering applicable_lowering(const Shape& input, const Shape& weight, const Conv2dGeometry& geometry, DType dtype);
 
 struct ConvAlgorithmChoice {
@@ -61,8 +62,8 @@ struct ConvAlgorithmChoice {
 // One line for reports, e.g. "gemm lowering (0.41 ms vs cudnn 4.30 ms)" or "algo 1 tensor-op".
 std::string describe(const ConvAlgorithmChoice& choice);
 
-// The cached choice for one convolution (input [N, C, H, W], weight [K, C, R, S] as the caller passes
-// them, the current math and lowering settings), or nothing before the first call with that shape.
+// The cached choice for one convolution (input [N, C, H, W], or [N, H, W, C] with
+// geometry.channels_last, weight [K, C, R, S] as the caller passes them, the current math and lowering settings), or nothing before the first call with that shape.
 std::optional<ConvAlgorithmChoice> cached_conv_algorithm(ConvDirection direction, Device device, const Shape& input,
                                                          const Shape& weight, const Conv2dGeometry& geometry,
                                                          DType dtype);

@@ -48,7 +48,8 @@ struct ReduceLayout {
 template <typename T>
 void launch_sum(const T* x, T* out, const ReduceLayout& layout, int64_t out_count, int64_t reduced_count);
 
-// ---- batch normalization over [batch, channels, inner] (norm.cu) ----
+// ---- batch normalization over [batch, channels, inner] (norm.cu; with inner == 1, channels-last
+// activations as [N * H * W, C] among them, the channel-innermost kernels of norm_rows.cu) ----
 // Data (x, out, grad_out, grad_input) of type T; the per-channel tensors (gamma, beta, running and saved
 // statistics, their gradients) are always f32, and statistics accumulate in double. Each launcher
 // takes device scratch of batch_norm_workspace_bytes(layout) bytes (16-byte aligned), computed on the

@@ -20,6 +20,8 @@
 //      values that fill no vector are done one by one.
 // Every sum has a fixed order for a given device (the split count follows its SM count), so equal
 // inputs give bit-identical results run to run.
+// With inner == 1 (channels-last activations as [N * H * W, C], or a plain [N, C] batch) the partials and
+// map passes are norm_rows.cu's, which walk rows with the channel innermost; finalize stays the same.
 //
 // Precision: a thread adds its float terms in groups of at most 8 and the group sums in double. The
 // forward terms are deviations from a shift taken from the data (the first value of the warp's part of
@@ -36,9 +38,13 @@
 #include "core/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/launch_support.cuh"
+#include "ops/cuda/norm_rows.h"
+#include "ops/cuda/norm_support.cuh"
 
 namespace opsnn::cuda {
 namespace {
+
+using namespace norm;
 
 constexpr int kReduceThreads = 256;
 constexpr int kFinalizeThreads = 256;  // one warp per channel
@@ -49,90 +55,6 @@ constexpr int64_t kReduceBlocksPerSm = 32;
 constexpr int64_t kMinElementsPerBlock = 16384;
 constexpr int64_t kMapBlocksPerSm = 8;  // a grid-stride pass needs no more than one resident wave
 constexpr unsigned kFullMask = 0xffffffffu;
-
-// Elements of T in one 16-byte vector: the widest vector any kernel loads.
-template <typename T> constexpr int kVectorWidth = static_cast<int>(16 / sizeof(T));
-// Units (vectors of V values, or single values) each thread loads per loop iteration: enough loads in
-// flight to cover memory latency, few enough registers for the 8-wide 16-bit vectors.
-template <int V> constexpr int kUnroll = V > 4 ? 2 : (V > 2 ? 4 : 8);
-
-// ---- loads and stores of one unit: a vector of V values (V > 1: 4, 8 or 16 bytes, aligned to its size)
-// or a single value (V == 1) ----
-
-// The 32-bit words of unit `unit` of a vector type of kWords words.
-template <int kWords> __device__ __forceinline__ void load_words(const void* data, int64_t unit, uint32_t* words) {
-  if constexpr (kWords == 4) {
-    const uint4 raw = static_cast<const uint4*>(data)[unit];
-    words[0] = raw.x, words[1] = raw.y, words[2] = raw.z, words[3] = raw.w;
-  } else if constexpr (kWords == 2) {
-    const uint2 raw = static_cast<const uint2*>(data)[unit];
-    words[0] = raw.x, words[1] = raw.y;
-  } else {
-    words[0] = static_cast<const uint32_t*>(data)[unit];
-  }
-}
-
-template <int kWords> __device__ __forceinline__ void store_words(void* data, int64_t unit, const uint32_t* words) {
-  if constexpr (kWords == 4)
-    static_cast<uint4*>(data)[unit] = make_uint4(words[0], words[1], words[2], words[3]);
-  else if constexpr (kWords == 2)
-    static_cast<uint2*>(data)[unit] = make_uint2(words[0], words[1]);
-  else
-    static_cast<uint32_t*>(data)[unit] = words[0];
-}
-
-template <typename T, int V> __device__ __forceinline__ void load_unit(const T* data, int64_t unit, float* values) {
-  if constexpr (V == 1) {
-    values[0] = static_cast<float>(data[unit]);
-  } else {
-    constexpr int kWords = V * static_cast<int>(sizeof(T)) / 4;
-    uint32_t words[kWords];
-    load_words<kWords>(data, unit, words);
-#pragma unroll
-    for (int w = 0; w < kWords; ++w) {
-      if constexpr (sizeof(T) == 4) {
-        values[w] = __uint_as_float(words[w]);
-      } else {  // two 16-bit values per word, the lower address in the low half
-        values[2 * w] = static_cast<float>(T::from_bits(static_cast<uint16_t>(words[w] & 0xffffu)));
-        values[2 * w + 1] = static_cast<float>(T::from_bits(static_cast<uint16_t>(words[w] >> 16)));
-      }
-    }
-  }
-}
-
-template <typename T, int V> __device__ __forceinline__ void store_unit(T* data, int64_t unit, const float* values) {
-  if constexpr (V == 1) {
-    data[unit] = T(values[0]);
-  } else {
-    constexpr int kWords = V * static_cast<int>(sizeof(T)) / 4;
-    uint32_t words[kWords];
-#pragma unroll
-    for (int w = 0; w < kWords; ++w) {
-      if constexpr (sizeof(T) == 4) {
-        words[w] = __float_as_uint(values[w]);
-      } else {
-        words[w] =
-            static_cast<uint32_t>(T(values[2 * w]).bits) | (static_cast<uint32_t>(T(values[2 * w + 1]).bits) << 16);
-      }
-    }
-    store_words<kWords>(data, unit, words);
-  }
-}
-
-template <int N> __device__ __forceinline__ float pairwise_sum(const float* terms) {
-  if constexpr (N == 1) return terms[0];
-  else return pairwise_sum<N / 2>(terms) + pairwise_sum<N - N / 2>(terms + N / 2);
-}
-
-// Sums N float terms: float sums of groups of at most 8 (short enough to lose nothing that matters at
-// f32 precision), added in double.
-template <int N> __device__ __forceinline__ double grouped_sum(const float* terms) {
-  constexpr int kGroup = N < 8 ? N : 8;
-  double total = 0.0;
-#pragma unroll
-  for (int g = 0; g < N; g += kGroup) total += static_cast<double>(pairwise_sum<kGroup>(terms + g));
-  return total;
-}
 
 // ---- walking the tensor without dividing per element ----
 
@@ -230,20 +152,6 @@ __device__ __forceinline__ int64_t channel_of(int64_t value, const MapGeometry& 
 }
 
 // ---- partial results ----
-
-// Count, mean and sum of squared deviations from the mean of a set of values.
-struct Moments {
-  double count, mean, m2;
-};
-
-// Chan et al.'s pairwise combination: with delta = mean_b - mean_a and n = n_a + n_b,
-// mean = mean_a + delta * n_b / n and M2 = M2_a + M2_b + delta^2 * n_a * n_b / n.
-__device__ __forceinline__ Moments merge(const Moments& a, const Moments& b) {
-  if (b.count == 0.0) return a;
-  if (a.count == 0.0) return b;
-  const double count = a.count + b.count, delta = b.mean - a.mean;
-  return {count, a.mean + delta * (b.count / count), a.m2 + b.m2 + delta * delta * (a.count * b.count / count)};
-}
 
 __device__ __forceinline__ Moments shuffle_down(const Moments& m, int offset) {
   return {__shfl_down_sync(kFullMask, m.count, offset), __shfl_down_sync(kFullMask, m.mean, offset),
@@ -361,8 +269,6 @@ __global__ void eval_coefficients_kernel(const float* gamma, const float* beta, 
   }
 }
 
-__device__ __forceinline__ float normalize_value(float x, const float4& k) { return (x - k.x) * k.y + k.z; }
-
 // out = (x - center) * scale + shift with each value's channel's coefficients; with kRelu, relu of that
 // (in f32, before the rounding to T: the same value as relu of the rounded result, up to the sign of a
 // zero). NaN propagates through the relu, as relu's does.
@@ -399,20 +305,6 @@ __global__ void __launch_bounds__(kMapThreads)
     float v = normalize_value(static_cast<float>(x[i]), coefficients[channel_of(i, g)]);
     if constexpr (kRelu) v = v < 0.0f ? 0.0f : v;
     out[i] = T(v);
-  }
-}
-
-// Loads unit `unit` of the upstream gradient into `grads`; with kMasked, zero where the fused relu's
-// output is not positive (relu's backward, applied as the gradient is read).
-template <typename T, int V, bool kMasked>
-__device__ __forceinline__ void load_gradient_unit(const T* grad_out, const T* relu_output, int64_t unit,
-                                                   float* grads) {
-  load_unit<T, V>(grad_out, unit, grads);
-  if constexpr (kMasked) {
-    float mask[V];
-    load_unit<T, V>(relu_output, unit, mask);
-#pragma unroll
-    for (int k = 0; k < V; ++k) grads[k] = mask[k] > 0.0f ? grads[k] : 0.0f;
   }
 }
 
@@ -487,10 +379,6 @@ __global__ void finalize_backward_kernel(const double2* partials, int64_t splits
   }
 }
 
-__device__ __forceinline__ float grad_input_value(float grad, float x, const float4& k) {
-  return k.x * (grad - k.y) - k.z * (x - k.w);
-}
-
 // grad_input = k * (g - mean_grad) - slope * (x - mean) with each value's channel's coefficients (g
 // masked by relu_output with kMasked).
 template <typename T, int V, bool kMasked>
@@ -531,27 +419,10 @@ __global__ void __launch_bounds__(kMapThreads)
 
 // ---- host side: launch geometry and workspace ----
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// SM count of the current device, queried once per device.
-int64_t multiprocessor_count() {
-  constexpr int kCachedDevices = 64;
-  static std::atomic<int> cached[kCachedDevices];
-  int device = 0;
-  OPSNN_CUDA_CHECK(cudaGetDevice(&device));
-  if (device < kCachedDevices) {
-    const int known = cached[device].load(std::memory_order_relaxed);
-    if (known > 0) return known;
-  }
-  int count = 0;
-  OPSNN_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-  if (device < kCachedDevices) cached[device].store(count, std::memory_order_relaxed);
-  return count;
-}
-
 // Splits per channel of the partials grid; a function of the layout and the device only, so the
 // workspace size and the launches agree.
 int64_t split_count(const ChannelLayout& layout) {
+  if (layout.inner == 1) return row_split_count(layout.batch, layout.channels);
   const int64_t wanted = ceil_div(multiprocessor_count() * kReduceBlocksPerSm, layout.channels);
   const int64_t most = std::max<int64_t>(1, layout.batch * layout.inner / kMinElementsPerBlock);
   return std::clamp<int64_t>(wanted, 1, most);
@@ -569,11 +440,6 @@ Workspace carve(void* workspace, const ChannelLayout& layout) {
   return {reinterpret_cast<float4*>(bytes), bytes + layout.channels * sizeof(float4)};
 }
 
-bool aligned(std::initializer_list<const void*> pointers, int64_t bytes) {
-  return std::all_of(pointers.begin(), pointers.end(),
-                     [bytes](const void* p) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; });
-}
-
 // Values per load of the partials kernels: the widest vector (16 bytes at most) that divides inner, so
 // every row starts on a vector boundary, and to whose size every pointer is aligned (a null one is).
 template <typename T> int reduce_width(const ChannelLayout& layout, std::initializer_list<const void*> pointers) {
@@ -587,16 +453,6 @@ template <typename T> int reduce_width(const ChannelLayout& layout, std::initial
 // (a vector may straddle two channels' rows; the last values that fill no vector form a tail).
 template <typename T> int map_width(const ChannelLayout& layout, std::initializer_list<const void*> pointers) {
   return layout.inner >= kVectorWidth<T> && aligned(pointers, 16) ? kVectorWidth<T> : 1;
-}
-
-// Calls launch(std::integral_constant<int, V>) for V == width, one of kWidest, kWidest / 2, ..., 1.
-template <int kWidest, typename Launch> void with_width(int width, Launch&& launch) {
-  if constexpr (kWidest == 1)
-    launch(std::integral_constant<int, 1>{});
-  else if (width == kWidest)
-    launch(std::integral_constant<int, kWidest>{});
-  else
-    with_width<kWidest / 2>(width, launch);
 }
 
 UnitGeometry unit_geometry(const ChannelLayout& layout, int vector_width) {
@@ -630,6 +486,10 @@ template <int V> MapGeometry map_geometry(const ChannelLayout& layout, unsigned&
 
 template <typename T>
 void launch_normalize(const T* x, T* out, const float4* coefficients, const ChannelLayout& layout, bool relu) {
+  if (layout.inner == 1) {
+    launch_row_normalize(x, out, coefficients, layout.batch, layout.channels, relu);
+    return;
+  }
   with_width<kVectorWidth<T>>(map_width<T>(layout, {x, out}), [&](auto width) {
     constexpr int V = decltype(width)::value;
     unsigned blocks = 0;
@@ -647,15 +507,23 @@ void launch_backward_passes(const T* grad_out, const T* relu_output, const T* x,
                             const float* save_mean, const float* save_invstd, T* grad_input, float* grad_gamma,
                             float* grad_beta, const ChannelLayout& layout, int64_t splits, const Workspace& space) {
   double2* partials = static_cast<double2*>(space.partials);
-  // A null relu_output passes the alignment tests.
-  with_width<kVectorWidth<T>>(reduce_width<T>(layout, {grad_out, relu_output, x}), [&](auto width) {
-    constexpr int V = decltype(width)::value;
-    gradient_sums_kernel<T, V, kMasked><<<split_grid(layout, splits), kReduceThreads>>>(
-        grad_out, relu_output, x, save_mean, split_geometry(layout, V, splits), partials);
-  });
+  if (layout.inner == 1) {
+    launch_row_gradient_sums(grad_out, relu_output, x, save_mean, layout.batch, layout.channels, splits, partials);
+  } else {
+    // A null relu_output passes the alignment tests.
+    with_width<kVectorWidth<T>>(reduce_width<T>(layout, {grad_out, relu_output, x}), [&](auto width) {
+      constexpr int V = decltype(width)::value;
+      gradient_sums_kernel<T, V, kMasked><<<split_grid(layout, splits), kReduceThreads>>>(
+          grad_out, relu_output, x, save_mean, split_geometry(layout, V, splits), partials);
+    });
+  }
   finalize_backward_kernel<<<finalize_blocks(layout.channels), kFinalizeThreads>>>(
       partials, splits, layout.channels, static_cast<double>(layout.batch * layout.inner), gamma, save_mean,
       save_invstd, grad_gamma, grad_beta, space.coefficients);
+  if (layout.inner == 1) {
+    launch_row_grad_input(grad_out, relu_output, x, grad_input, space.coefficients, layout.batch, layout.channels);
+    return;
+  }
   with_width<kVectorWidth<T>>(map_width<T>(layout, {grad_out, relu_output, x, grad_input}), [&](auto width) {
     constexpr int V = decltype(width)::value;
     unsigned blocks = 0;
@@ -683,11 +551,15 @@ void launch_batch_norm_forward_train(const T* x, const float* gamma, const float
   const int64_t splits = split_count(layout);
   const Workspace space = carve(workspace, layout);
   Moments* partials = static_cast<Moments*>(space.partials);
-  with_width<kVectorWidth<T>>(reduce_width<T>(layout, {x}), [&](auto width) {
-    constexpr int V = decltype(width)::value;
-    moments_kernel<T, V>
-        <<<split_grid(layout, splits), kReduceThreads>>>(x, split_geometry(layout, V, splits), partials);
-  });
+  if (layout.inner == 1) {
+    launch_row_moments(x, layout.batch, layout.channels, splits, partials);
+  } else {
+    with_width<kVectorWidth<T>>(reduce_width<T>(layout, {x}), [&](auto width) {
+      constexpr int V = decltype(width)::value;
+      moments_kernel<T, V>
+          <<<split_grid(layout, splits), kReduceThreads>>>(x, split_geometry(layout, V, splits), partials);
+    });
+  }
   finalize_forward_kernel<<<finalize_blocks(layout.channels), kFinalizeThreads>>>(
       partials, splits, layout.channels, gamma, beta, running_mean, running_var, momentum, eps, save_mean, save_invstd,
       space.coefficients);

@@ -2,7 +2,8 @@
 // default, fused SGD with momentum), images per second and peak GPU memory from the stream-ordered pool,
 // the same measurement tools/bench_resnet50_torch.py makes with torchvision's model so the two run side
 // by side. Every step is forward + cross-entropy + backward + optimizer step; the first steps (cuDNN
-// algorithm search per shape) are warm-up.
+// algorithm search per shape) are warm-up. --channels-last picks the residual stages' layout (auto: NHWC
+// for bf16/fp16, as the trainer's model.channels_last).
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
@@ -31,7 +32,8 @@ int run(const std::vector<std::string>& args) {
   for (const std::string& arg : args)
     if (arg == "--help" || arg == "-h") {
       std::printf("usage: opsnn-bench resnet50 [--batch 256] [--steps 20] [--warmup 5] [--precision fp32|tf32|bf16|fp16] "
-                  "[--depth 50] [--image-size 224] [--conv-deterministic on|off] [--json FILE] [--profile]\n"
+                  "[--channels-last auto|on|off] [--depth 50] [--image-size 224] [--conv-deterministic on|off] "
+                  "[--json FILE] [--profile]\n"
                   "  --conv-deterministic off: cuDNN may pick algorithms that accumulate with atomics\n"
                   "  --profile: one more step after the timed ones between cudaProfilerStart/Stop, for\n"
                   "             ncu --profile-from-start off / nsys --capture-range=cudaProfilerApi\n");
@@ -45,17 +47,24 @@ int run(const std::vector<std::string>& args) {
   const std::string precision = option(args, "--precision", "fp32");
   const std::string json_path = option(args, "--json", "");
   const bool profile = std::find(args.begin(), args.end(), "--profile") != args.end();
+  const std::string channels_last_choice = option(args, "--channels-last", "auto");
   const std::string deterministic = option(args, "--conv-deterministic", "on");
-  OPSNN_CHECK_AS(ConfigError, deterministic == "on" || deterministic == "off",
-                 "--conv-deterministic: expected on or off, got '", deterministic, "'");
   OPSNN_CHECK_AS(ConfigError, precision == "fp32" || precision == "tf32" || precision == "bf16" || precision == "fp16",
                  "--precision: expected fp32, tf32, bf16 or fp16, got '", precision, "'");
+  OPSNN_CHECK_AS(ConfigError,
+                 channels_last_choice == "auto" || channels_last_choice == "on" || channels_last_choice == "off",
+                 "--channels-last: expected auto, on or off, got '", channels_last_choice, "'");
+  OPSNN_CHECK_AS(ConfigError, deterministic == "on" || deterministic == "off",
+                 "--conv-deterministic: expected on or off, got '", deterministic, "'");
   int device_count = 0;
   if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
     std::fprintf(stderr, "opsnn-bench resnet50: no CUDA device\n");
     return 1;
   }
   const Device gpu(DeviceType::cuda, 0);
+  const DType compute_dtype = precision == "bf16" ? DType::bf16 : precision == "fp16" ? DType::f16 : DType::f32;
+  const bool channels_last = channels_last_choice == "auto" ? models::channels_last_by_default(gpu, compute_dtype)
+                                                            : channels_last_choice == "on";
 
   Generator generator(0);
   models::ModelOptions options;
@@ -64,6 +73,7 @@ int run(const std::vector<std::string>& args) {
   options.num_classes = 1000;
   options.image_size = image_size;
   options.stem = "imagenet";
+  options.channels_last = channels_last;
   auto model = models::make_resnet(depth, options, generator);
   model->to(gpu);
   model->train();
@@ -71,8 +81,7 @@ int run(const std::vector<std::string>& args) {
   // activations and convolution inputs in that dtype (fp32 master weights, BatchNorm statistics, loss).
   ops::set_fp32_math(precision == "tf32" ? ops::Fp32Math::tf32 : ops::Fp32Math::strict);
   ops::set_conv_deterministic(deterministic == "on");
-  if (precision == "bf16") model->set_compute_dtype(DType::bf16);
-  if (precision == "fp16") model->set_compute_dtype(DType::f16);
+  if (compute_dtype != DType::f32) model->set_compute_dtype(compute_dtype);
   const bool scaling = precision == "fp16";
   auto optimizer = optim::make_optimizer(
       "sgd", model->named_parameters(),
@@ -125,9 +134,11 @@ int run(const std::vector<std::string>& args) {
   cudaDeviceProp properties{};
   BENCH_CUDA_CHECK(cudaGetDeviceProperties(&properties, 0));
   const double images_per_second = static_cast<double>(batch) * steps / (ms * 1e-3);
-  std::printf("opsnn-bench resnet%d: %s, batch %d, %dx%d, %s, %d steps after %d warm-up, %s conv algorithms\n", depth,
-              properties.name, batch, image_size, image_size, precision.c_str(), steps, warmup,
-              deterministic == "on" ? "deterministic" : "any");
+  std::printf("opsnn-bench resnet%d: %s, batch %d, %dx%d, %s, channels_last %s (%s), %s conv algorithms, %d steps "
+              "after %d warm-up\n",
+              depth, properties.name, batch, image_size, image_size, precision.c_str(), channels_last ? "on" : "off",
+              channels_last_choice == "auto" ? "auto" : "as given", deterministic == "on" ? "deterministic" : "any",
+              steps, warmup);
   std::printf("  %.1f images/s, %.1f ms/step, peak GPU memory %.2f GiB (pool high-water mark), last loss %.3f\n",
               images_per_second, ms / steps, static_cast<double>(peak) / (1u << 30), last_loss);
   if (!json_path.empty()) {
@@ -137,7 +148,8 @@ int run(const std::vector<std::string>& args) {
                           {"ms_per_step", ms / steps},
                           {"peak_bytes", peak},
                           {"batch", batch},
-                          {"precision", precision}}
+                          {"precision", precision},
+                          {"channels_last", channels_last}}
                .dump()
         << "\n";
   }

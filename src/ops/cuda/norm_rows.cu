@@ -1,0 +1,344 @@
+// CUDA batch-norm passes over [rows, channels] data with the channel innermost (channels-last
+// activations viewed as [N * H * W, C], or a plain [N, C] batch); declared in norm_rows.h, run by
+// norm.cu's launchers when inner == 1, with its finalize kernels in between.
+//
+// Every pass uses 2-D blocks: threadIdx.x picks a unit (a vector of V consecutive channels, 16 bytes at
+// most, V dividing the channel count so rows start on unit boundaries; V = 1 for an odd count) and
+// threadIdx.y a row, so a warp reads whole stretches of consecutive rows, coalesced, and each thread
+// keeps its V channels' sums or coefficients in registers while it walks down the rows.
+//   reductions: blockIdx.y is the split (rows [split * chunk, (split + 1) * chunk)), blockIdx.x the unit
+//     block; each thread sums its rows, the block adds its threads' sums over threadIdx.y in a fixed
+//     tree in shared memory and writes one partial per (split, channel);
+//   maps: a grid-stride walk over rows.
+// Precision and determinism follow norm.cu: float sums of at most 8 terms added in double, forward terms
+// shifted by a value taken from the data (the split's first row, so the block's sum of squares does not
+// cancel), each block's shifted sums turned into (count, mean, M2) for norm.cu's pairwise merge; the
+// split count depends only on the shape and the device, so equal inputs give bit-identical results.
+#include "ops/cuda/norm_rows.h"
+
+#include <algorithm>
+
+#include "ops/cuda/kernels.h"
+
+namespace opsnn::cuda::norm {
+namespace {
+
+constexpr int kRowThreads = 256;
+// The reductions aim at this many blocks per SM, with at least kMinElementsPerBlock values each.
+constexpr int64_t kRowBlocksPerSm = 8;
+constexpr int64_t kMinElementsPerBlock = 16384;
+constexpr int64_t kMapBlocksPerSm = 8;
+// Rows each thread loads per loop iteration (loads in flight); at most 8, the float group size.
+template <int V> constexpr int kRowUnroll = V > 4 ? 4 : 8;
+
+// The blocks' shape for `units` units per row: up to 32 threads across the units, the rest down the rows.
+struct RowBlock {
+  int64_t units;      // units per row (channels / V)
+  unsigned across, down;
+  unsigned unit_blocks;  // blocks side by side to cover a row
+};
+
+RowBlock row_block(int64_t channels, int vector_width) {
+  const int64_t units = channels / vector_width;
+  const unsigned across = static_cast<unsigned>(std::min<int64_t>(units, 32));
+  return {units, across, static_cast<unsigned>(kRowThreads) / across,
+          static_cast<unsigned>(ceil_div(units, across))};
+}
+
+__device__ __forceinline__ double2 add(double2 a, double2 b) { return make_double2(a.x + b.x, a.y + b.y); }
+
+// Adds values[threadIdx.y * blockDim.x + threadIdx.x] over threadIdx.y into row 0 in a fixed tree (every
+// thread calls it; contains __syncthreads). Returns the total in the threads of row 0.
+template <typename S> __device__ S sum_down(S value, S* scratch) {
+  const unsigned slot = threadIdx.y * blockDim.x + threadIdx.x;
+  scratch[slot] = value;
+  __syncthreads();
+  unsigned half = 1;
+  while (half < blockDim.y) half <<= 1;
+  for (half >>= 1; half > 0; half >>= 1) {
+    if (threadIdx.y < half && threadIdx.y + half < blockDim.y) {
+      S& mine = scratch[slot];
+      const S other = scratch[slot + half * blockDim.x];
+      mine = add(mine, other);
+    }
+    __syncthreads();
+  }
+  const S total = scratch[threadIdx.x];
+  __syncthreads();  // scratch is reused by the next call
+  return total;
+}
+
+// Moments of each (split, channel) into partials, from the sums of deviations from the split's first row.
+template <typename T, int V>
+__global__ void __launch_bounds__(kRowThreads)
+    row_moments_kernel(const T* x, int64_t rows, int64_t units, int64_t chunk, Moments* partials) {
+  __shared__ double2 scratch[kRowThreads];
+  constexpr int U = kRowUnroll<V>;
+  const int64_t unit = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const bool active = unit < units;
+  const int64_t begin = blockIdx.y * chunk, end = std::min(rows, begin + chunk);
+  float shift[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) shift[k] = 0.0f;
+  if (active && begin < end) load_unit<T, V>(x, begin * units + unit, shift);
+  double sum[V], squares[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) sum[k] = squares[k] = 0.0;
+  if (active) {
+    for (int64_t row = begin + threadIdx.y; row < end; row += U * static_cast<int64_t>(blockDim.y)) {
+      float deviations[U * V];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        float* d = deviations + u * V;
+        const int64_t r = row + u * static_cast<int64_t>(blockDim.y);
+        if (r < end) {
+          load_unit<T, V>(x, r * units + unit, d);
+#pragma unroll
+          for (int k = 0; k < V; ++k) d[k] -= shift[k];
+        } else {
+#pragma unroll
+          for (int k = 0; k < V; ++k) d[k] = 0.0f;
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        float terms[U], squared[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          terms[u] = deviations[u * V + k];
+          squared[u] = terms[u] * terms[u];
+        }
+        sum[k] += grouped_sum<U>(terms);
+        squares[k] += grouped_sum<U>(squared);
+      }
+    }
+  }
+  const double count = static_cast<double>(std::max<int64_t>(end - begin, 0));
+  const int64_t channels = units * V;
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    const double2 total = sum_down(make_double2(sum[k], squares[k]), scratch);
+    if (threadIdx.y != 0 || !active) continue;
+    Moments m{0.0, 0.0, 0.0};
+    if (count > 0.0) {
+      const double shifted_mean = total.x / count;
+      m = {count, static_cast<double>(shift[k]) + shifted_mean, std::max(total.y - total.x * shifted_mean, 0.0)};
+    }
+    partials[blockIdx.y * channels + unit * V + k] = m;
+  }
+}
+
+// Sums of g and g * (x - mean) of each (split, channel) into partials (g masked with kMasked).
+template <typename T, int V, bool kMasked>
+__global__ void __launch_bounds__(kRowThreads)
+    row_gradient_sums_kernel(const T* grad_out, const T* relu_output, const T* x, const float* save_mean,
+                             int64_t rows, int64_t units, int64_t chunk, double2* partials) {
+  __shared__ double2 scratch[kRowThreads];
+  constexpr int U = kRowUnroll<V>;
+  const int64_t unit = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const bool active = unit < units;
+  const int64_t begin = blockIdx.y * chunk, end = std::min(rows, begin + chunk);
+  float mean[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) mean[k] = active ? save_mean[unit * V + k] : 0.0f;
+  double sum_grad[V], sum_grad_centered[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) sum_grad[k] = sum_grad_centered[k] = 0.0;
+  if (active) {
+    for (int64_t row = begin + threadIdx.y; row < end; row += U * static_cast<int64_t>(blockDim.y)) {
+      float grads[U * V], centered[U * V];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        float* gu = grads + u * V;
+        float* cu = centered + u * V;
+        const int64_t r = row + u * static_cast<int64_t>(blockDim.y);
+        if (r < end) {
+          load_gradient_unit<T, V, kMasked>(grad_out, relu_output, r * units + unit, gu);
+          load_unit<T, V>(x, r * units + unit, cu);
+#pragma unroll
+          for (int k = 0; k < V; ++k) cu[k] = gu[k] * (cu[k] - mean[k]);
+        } else {
+#pragma unroll
+          for (int k = 0; k < V; ++k) gu[k] = cu[k] = 0.0f;
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        float g_terms[U], c_terms[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          g_terms[u] = grads[u * V + k];
+          c_terms[u] = centered[u * V + k];
+        }
+        sum_grad[k] += grouped_sum<U>(g_terms);
+        sum_grad_centered[k] += grouped_sum<U>(c_terms);
+      }
+    }
+  }
+  const int64_t channels = units * V;
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    const double2 total = sum_down(make_double2(sum_grad[k], sum_grad_centered[k]), scratch);
+    if (threadIdx.y == 0 && active) partials[blockIdx.y * channels + unit * V + k] = total;
+  }
+}
+
+// out = (x - center) * scale + shift (relu'd with kRelu) with each value's channel's coefficients, which
+// a thread loads once: its rows are blockIdx.y * blockDim.y + threadIdx.y and every grid's worth of rows on.
+template <typename T, int V, bool kRelu>
+__global__ void __launch_bounds__(kRowThreads)
+    row_normalize_kernel(const T* x, T* out, const float4* coefficients, int64_t rows, int64_t units) {
+  constexpr int U = kRowUnroll<V>;
+  const int64_t unit = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (unit >= units) return;
+  float4 k[V];
+#pragma unroll
+  for (int c = 0; c < V; ++c) k[c] = coefficients[unit * V + c];
+  const int64_t stride = static_cast<int64_t>(gridDim.y) * blockDim.y;
+  for (int64_t row = blockIdx.y * static_cast<int64_t>(blockDim.y) + threadIdx.y; row < rows; row += U * stride) {
+    float values[U * V];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (row + u * stride < rows) load_unit<T, V>(x, (row + u * stride) * units + unit, values + u * V);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (row + u * stride >= rows) continue;
+      float* v = values + u * V;
+#pragma unroll
+      for (int c = 0; c < V; ++c) {
+        v[c] = normalize_value(v[c], k[c]);
+        if constexpr (kRelu) v[c] = v[c] < 0.0f ? 0.0f : v[c];
+      }
+      store_unit<T, V>(out, (row + u * stride) * units + unit, v);
+    }
+  }
+}
+
+// grad_input = k * (g - mean_grad) - slope * (x - mean), the rows walked as in row_normalize_kernel.
+template <typename T, int V, bool kMasked>
+__global__ void __launch_bounds__(kRowThreads)
+    row_grad_input_kernel(const T* grad_out, const T* relu_output, const T* x, T* grad_input,
+                          const float4* coefficients, int64_t rows, int64_t units) {
+  constexpr int U = kRowUnroll<V> / 2;  // two loads per unit
+  const int64_t unit = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (unit >= units) return;
+  float4 k[V];
+#pragma unroll
+  for (int c = 0; c < V; ++c) k[c] = coefficients[unit * V + c];
+  const int64_t stride = static_cast<int64_t>(gridDim.y) * blockDim.y;
+  for (int64_t row = blockIdx.y * static_cast<int64_t>(blockDim.y) + threadIdx.y; row < rows; row += U * stride) {
+    float grads[U * V], values[U * V];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (row + u * stride >= rows) continue;
+      const int64_t at = (row + u * stride) * units + unit;
+      load_gradient_unit<T, V, kMasked>(grad_out, relu_output, at, grads + u * V);
+      load_unit<T, V>(x, at, values + u * V);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (row + u * stride >= rows) continue;
+      float* gu = grads + u * V;
+      const float* xu = values + u * V;
+#pragma unroll
+      for (int c = 0; c < V; ++c) gu[c] = grad_input_value(gu[c], xu[c], k[c]);
+      store_unit<T, V>(grad_input, (row + u * stride) * units + unit, gu);
+    }
+  }
+}
+
+// Values per unit: the widest vector (16 bytes at most) that divides the channel count and to whose
+// size every pointer is aligned (a null one is).
+template <typename T> int row_width(int64_t channels, std::initializer_list<const void*> pointers) {
+  for (int width = kVectorWidth<T>; width > 1; width /= 2)
+    if (channels % width == 0 && aligned(pointers, width * static_cast<int64_t>(sizeof(T)))) return width;
+  return 1;
+}
+
+dim3 reduce_grid(const RowBlock& block, int64_t splits) {
+  return dim3(block.unit_blocks, static_cast<unsigned>(splits));
+}
+
+// Enough blocks down the rows for a resident wave or so (the threads stride over the rest).
+dim3 map_grid(const RowBlock& block, int64_t rows) {
+  const int64_t wanted = ceil_div(rows, static_cast<int64_t>(block.down) * 4);
+  const int64_t most = std::max<int64_t>(1, multiprocessor_count() * kMapBlocksPerSm / block.unit_blocks);
+  return dim3(block.unit_blocks, static_cast<unsigned>(std::clamp<int64_t>(wanted, 1, std::min<int64_t>(most, 65535))));
+}
+
+}  // namespace
+
+int64_t row_split_count(int64_t rows, int64_t channels) {
+  // The unit blocks side by side, estimated for the widest (16-bit, 8-value) units; the count must not
+  // depend on the vector width, which the pointers' alignment decides at launch.
+  const int64_t unit_blocks = ceil_div(channels, 8 * 32);
+  const int64_t wanted = ceil_div(multiprocessor_count() * kRowBlocksPerSm, unit_blocks);
+  const int64_t most = std::max<int64_t>(1, rows * channels / kMinElementsPerBlock);
+  return std::clamp<int64_t>(std::min(wanted, most), 1, std::max<int64_t>(1, std::min<int64_t>(rows, 65535)));
+}
+
+template <typename T>
+void launch_row_moments(const T* x, int64_t rows, int64_t channels, int64_t splits, Moments* partials) {
+  with_width<kVectorWidth<T>>(row_width<T>(channels, {x}), [&](auto width) {
+    constexpr int V = decltype(width)::value;
+    const RowBlock block = row_block(channels, V);
+    row_moments_kernel<T, V><<<reduce_grid(block, splits), dim3(block.across, block.down)>>>(
+        x, rows, block.units, ceil_div(rows, splits), partials);
+  });
+}
+
+template <typename T>
+void launch_row_gradient_sums(const T* grad_out, const T* relu_output, const T* x, const float* save_mean,
+                              int64_t rows, int64_t channels, int64_t splits, double2* partials) {
+  with_width<kVectorWidth<T>>(row_width<T>(channels, {grad_out, relu_output, x}), [&](auto width) {
+    constexpr int V = decltype(width)::value;
+    const RowBlock block = row_block(channels, V);
+    const dim3 grid = reduce_grid(block, splits), threads(block.across, block.down);
+    const int64_t chunk = ceil_div(rows, splits);
+    if (relu_output != nullptr)
+      row_gradient_sums_kernel<T, V, true>
+          <<<grid, threads>>>(grad_out, relu_output, x, save_mean, rows, block.units, chunk, partials);
+    else
+      row_gradient_sums_kernel<T, V, false>
+          <<<grid, threads>>>(grad_out, relu_output, x, save_mean, rows, block.units, chunk, partials);
+  });
+}
+
+template <typename T>
+void launch_row_normalize(const T* x, T* out, const float4* coefficients, int64_t rows, int64_t channels, bool relu) {
+  with_width<kVectorWidth<T>>(row_width<T>(channels, {x, out}), [&](auto width) {
+    constexpr int V = decltype(width)::value;
+    const RowBlock block = row_block(channels, V);
+    const dim3 grid = map_grid(block, rows), threads(block.across, block.down);
+    if (relu)
+      row_normalize_kernel<T, V, true><<<grid, threads>>>(x, out, coefficients, rows, block.units);
+    else
+      row_normalize_kernel<T, V, false><<<grid, threads>>>(x, out, coefficients, rows, block.units);
+  });
+}
+
+template <typename T>
+void launch_row_grad_input(const T* grad_out, const T* relu_output, const T* x, T* grad_input,
+                           const float4* coefficients, int64_t rows, int64_t channels) {
+  with_width<kVectorWidth<T>>(row_width<T>(channels, {grad_out, relu_output, x, grad_input}), [&](auto width) {
+    constexpr int V = decltype(width)::value;
+    const RowBlock block = row_block(channels, V);
+    const dim3 grid = map_grid(block, rows), threads(block.across, block.down);
+    if (relu_output != nullptr)
+      row_grad_input_kernel<T, V, true>
+          <<<grid, threads>>>(grad_out, relu_output, x, grad_input, coefficients, rows, block.units);
+    else
+      row_grad_input_kernel<T, V, false>
+          <<<grid, threads>>>(grad_out, relu_output, x, grad_input, coefficients, rows, block.units);
+  });
+}
+
+#define OPSNN_INSTANTIATE_ROW_BATCH_NORM(T)                                                                       \
+  template void launch_row_moments<T>(const T*, int64_t, int64_t, int64_t, Moments*);                           \
+  template void launch_row_gradient_sums<T>(const T*, const T*, const T*, const float*, int64_t, int64_t, int64_t, \
+                                            double2*);                                                          \
+  template void launch_row_normalize<T>(const T*, T*, const float4*, int64_t, int64_t, bool);                   \
+  template void launch_row_grad_input<T>(const T*, const T*, const T*, T*, const float4*, int64_t, int64_t);
+OPSNN_FOR_EACH_FLOATING_TYPE(OPSNN_INSTANTIATE_ROW_BATCH_NORM)
+
+}  // namespace opsnn::cuda::norm

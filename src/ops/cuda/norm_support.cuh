@@ -1,0 +1,176 @@
+// Device and host helpers shared by the batch-norm kernels of norm.cu (channels at axis 1, [batch,
+// channels, inner]) and norm_rows.cu (channels innermost, [rows, channels]): vector loads and stores of
+// 16-bit and f32 data, the grouped float-then-double sums, Chan's moment merge, the per-value formulas of
+// the elementwise passes, and launch helpers. Internal to src/ops/cuda/.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <initializer_list>
+#include <type_traits>
+
+#include "core/cuda/cuda_check.h"
+#include "opsnn/core/half.h"
+
+namespace opsnn::cuda::norm {
+
+// Elements of T in one 16-byte vector: the widest vector any kernel loads.
+template <typename T> constexpr int kVectorWidth = static_cast<int>(16 / sizeof(T));
+// Units (vectors of V values, or single values) each thread loads per loop iteration: enough loads in
+// flight to cover memory latency, few enough registers for the 8-wide 16-bit vectors.
+template <int V> constexpr int kUnroll = V > 4 ? 2 : (V > 2 ? 4 : 8);
+
+// ---- loads and stores of one unit: a vector of V values (V > 1: 4, 8 or 16 bytes, aligned to its size)
+// or a single value (V == 1) ----
+
+// The 32-bit words of unit `unit` of a vector type of kWords words.
+template <int kWords> __device__ __forceinline__ void load_words(const void* data, int64_t unit, uint32_t* words) {
+  if constexpr (kWords == 4) {
+    const uint4 raw = static_cast<const uint4*>(data)[unit];
+    words[0] = raw.x, words[1] = raw.y, words[2] = raw.z, words[3] = raw.w;
+  } else if constexpr (kWords == 2) {
+    const uint2 raw = static_cast<const uint2*>(data)[unit];
+    words[0] = raw.x, words[1] = raw.y;
+  } else {
+    words[0] = static_cast<const uint32_t*>(data)[unit];
+  }
+}
+
+template <int kWords> __device__ __forceinline__ void store_words(void* data, int64_t unit, const uint32_t* words) {
+  if constexpr (kWords == 4)
+    static_cast<uint4*>(data)[unit] = make_uint4(words[0], words[1], words[2], words[3]);
+  else if constexpr (kWords == 2)
+    static_cast<uint2*>(data)[unit] = make_uint2(words[0], words[1]);
+  else
+    static_cast<uint32_t*>(data)[unit] = words[0];
+}
+
+template <typename T, int V> __device__ __forceinline__ void load_unit(const T* data, int64_t unit, float* values) {
+  if constexpr (V == 1) {
+    values[0] = static_cast<float>(data[unit]);
+  } else {
+    constexpr int kWords = V * static_cast<int>(sizeof(T)) / 4;
+    uint32_t words[kWords];
+    load_words<kWords>(data, unit, words);
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) {
+      if constexpr (sizeof(T) == 4) {
+        values[w] = __uint_as_float(words[w]);
+      } else {  // two 16-bit values per word, the lower address in the low half
+        values[2 * w] = static_cast<float>(T::from_bits(static_cast<uint16_t>(words[w] & 0xffffu)));
+        values[2 * w + 1] = static_cast<float>(T::from_bits(static_cast<uint16_t>(words[w] >> 16)));
+      }
+    }
+  }
+}
+
+template <typename T, int V> __device__ __forceinline__ void store_unit(T* data, int64_t unit, const float* values) {
+  if constexpr (V == 1) {
+    data[unit] = T(values[0]);
+  } else {
+    constexpr int kWords = V * static_cast<int>(sizeof(T)) / 4;
+    uint32_t words[kWords];
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) {
+      if constexpr (sizeof(T) == 4) {
+        words[w] = __float_as_uint(values[w]);
+      } else {
+        words[w] =
+            static_cast<uint32_t>(T(values[2 * w]).bits) | (static_cast<uint32_t>(T(values[2 * w + 1]).bits) << 16);
+      }
+    }
+    store_words<kWords>(data, unit, words);
+  }
+}
+
+template <int N> __device__ __forceinline__ float pairwise_sum(const float* terms) {
+  if constexpr (N == 1) return terms[0];
+  else return pairwise_sum<N / 2>(terms) + pairwise_sum<N - N / 2>(terms + N / 2);
+}
+
+// Sums N float terms: float sums of groups of at most 8 (short enough to lose nothing that matters at
+// f32 precision), added in double.
+template <int N> __device__ __forceinline__ double grouped_sum(const float* terms) {
+  constexpr int kGroup = N < 8 ? N : 8;
+  double total = 0.0;
+#pragma unroll
+  for (int g = 0; g < N; g += kGroup) total += static_cast<double>(pairwise_sum<kGroup>(terms + g));
+  return total;
+}
+
+// Count, mean and sum of squared deviations from the mean of a set of values.
+struct Moments {
+  double count, mean, m2;
+};
+
+// Chan et al.'s pairwise combination: with delta = mean_b - mean_a and n = n_a + n_b,
+// mean = mean_a + delta * n_b / n and M2 = M2_a + M2_b + delta^2 * n_a * n_b / n.
+__device__ __forceinline__ Moments merge(const Moments& a, const Moments& b) {
+  if (b.count == 0.0) return a;
+  if (a.count == 0.0) return b;
+  const double count = a.count + b.count, delta = b.mean - a.mean;
+  return {count, a.mean + delta * (b.count / count), a.m2 + b.m2 + delta * delta * (a.count * b.count / count)};
+}
+
+// Loads unit `unit` of the upstream gradient into `grads`; with kMasked, zero where the fused relu's
+// output is not positive (relu's backward, applied as the gradient is read).
+template <typename T, int V, bool kMasked>
+__device__ __forceinline__ void load_gradient_unit(const T* grad_out, const T* relu_output, int64_t unit,
+                                                   float* grads) {
+  load_unit<T, V>(grad_out, unit, grads);
+  if constexpr (kMasked) {
+    float mask[V];
+    load_unit<T, V>(relu_output, unit, mask);
+#pragma unroll
+    for (int k = 0; k < V; ++k) grads[k] = mask[k] > 0.0f ? grads[k] : 0.0f;
+  }
+}
+
+// out = (x - center) * scale + shift with k = {center, scale, shift, unused}.
+__device__ __forceinline__ float normalize_value(float x, const float4& k) { return (x - k.x) * k.y + k.z; }
+
+// grad_input = k * (g - mean_grad) - slope * (x - mean) with k = {k, mean_grad, slope, mean}.
+__device__ __forceinline__ float grad_input_value(float grad, float x, const float4& k) {
+  return k.x * (grad - k.y) - k.z * (x - k.w);
+}
+
+// ---- host side ----
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// SM count of the current device, queried once per device.
+inline int64_t multiprocessor_count() {
+  constexpr int kCachedDevices = 64;
+  static std::atomic<int> cached[kCachedDevices];
+  int device = 0;
+  OPSNN_CUDA_CHECK(cudaGetDevice(&device));
+  if (device < kCachedDevices) {
+    const int known = cached[device].load(std::memory_order_relaxed);
+    if (known > 0) return known;
+  }
+  int count = 0;
+  OPSNN_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  if (device < kCachedDevices) cached[device].store(count, std::memory_order_relaxed);
+  return count;
+}
+
+// True when every pointer is a multiple of `bytes` (a null one is).
+inline bool aligned(std::initializer_list<const void*> pointers, int64_t bytes) {
+  return std::all_of(pointers.begin(), pointers.end(),
+                     [bytes](const void* p) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; });
+}
+
+// Calls launch(std::integral_constant<int, V>) for V == width, one of kWidest, kWidest / 2, ..., 1.
+template <int kWidest, typename Launch> void with_width(int width, Launch&& launch) {
+  if constexpr (kWidest == 1)
+    launch(std::integral_constant<int, 1>{});
+  else if (width == kWidest)
+    launch(std::integral_constant<int, kWidest>{});
+  else
+    with_width<kWidest / 2>(width, launch);
+}
+
+}  // namespace opsnn::cuda::norm

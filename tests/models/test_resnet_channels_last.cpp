@@ -1,0 +1,120 @@
+// Tests of ResNet with channels-last residual stages (src/models/resnet.cpp, ModelOptions::channels_last)
+// on the CPU: the same parameters, logits, parameter gradients and running statistics as the NCHW network,
+// for basic (resnet18, cifar stem) and bottleneck (resnet50, imagenet stem) blocks at small width. On a
+// GPU ([cuda], skipped without one): the two layouts agree in strict f32 (closely) and in bf16 mixed
+// precision (loosely).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "opsnn/models/models.h"
+#include "opsnn/ops/ops.h"
+#include "support/cuda_test_support.h"
+
+using namespace opsnn;
+
+namespace {
+
+struct StepResult {
+  std::vector<float> logits;
+  std::vector<std::pair<std::string, std::vector<float>>> grads, buffers;
+};
+
+// One training step's logits, parameter gradients and updated buffers, on `device` computing in
+// `compute_dtype` (f32, or bf16 / f16 activations with f32 parameters).
+StepResult train_step(models::ModelOptions options, bool channels_last, const Tensor& images, const Tensor& target,
+                      Device device = kCPU, DType compute_dtype = DType::f32) {
+  options.channels_last = channels_last;
+  Generator generator(17);
+  auto model = models::build_model(options, generator);
+  model->to(device);
+  model->set_compute_dtype(compute_dtype);
+  const Tensor logits = model->forward(images.to(device));
+  ops::cross_entropy(logits, target.to(device)).backward();
+  StepResult result{logits.to_vector<float>(), {}, {}};
+  for (const auto& [name, tensor] : model->named_parameters()) {
+    REQUIRE(tensor.grad().defined());
+    result.grads.emplace_back(name, tensor.grad().to_vector<float>());
+  }
+  for (const auto& [name, tensor] : model->named_buffers()) result.buffers.emplace_back(name, tensor.to_vector<float>());
+  return result;
+}
+
+// |a - b| <= tolerance * max(|b|) over the tensor: a relative bound that does not blow up at tiny elements.
+void require_close_relative(const std::vector<float>& actual, const std::vector<float>& expected, double tolerance,
+                            const std::string& what) {
+  REQUIRE(actual.size() == expected.size());
+  double scale = 1e-30, worst = 0.0;
+  for (float value : expected) scale = std::max(scale, std::fabs(static_cast<double>(value)));
+  for (size_t i = 0; i < actual.size(); ++i)
+    worst = std::max(worst, std::fabs(static_cast<double>(actual[i]) - expected[i]) / scale);
+  INFO(what << ": max error " << worst << " of the largest magnitude, tolerance " << tolerance);
+  REQUIRE(worst <= tolerance);
+}
+
+void require_same_step(const StepResult& channels_last, const StepResult& nchw, double tolerance = 1e-5) {
+  require_close_relative(channels_last.logits, nchw.logits, tolerance, "logits");
+  REQUIRE(channels_last.grads.size() == nchw.grads.size());
+  for (size_t i = 0; i < nchw.grads.size(); ++i) {
+    REQUIRE(channels_last.grads[i].first == nchw.grads[i].first);
+    require_close_relative(channels_last.grads[i].second, nchw.grads[i].second, tolerance,
+                           nchw.grads[i].first + " grad");
+  }
+  REQUIRE(channels_last.buffers.size() == nchw.buffers.size());
+  for (size_t i = 0; i < nchw.buffers.size(); ++i)
+    require_close_relative(channels_last.buffers[i].second, nchw.buffers[i].second, tolerance,
+                           nchw.buffers[i].first);
+}
+
+}  // namespace
+
+TEST_CASE("channels-last resnet18 equals the NCHW one: logits, gradients, running statistics", "[models]") {
+  models::ModelOptions options;
+  options.arch = "resnet18";
+  options.stem = "cifar";
+  options.width = 8;
+  options.in_channels = 3;
+  Generator generator(5);
+  const Tensor images = Tensor::normal({2, 3, 12, 12}, 0.0, 1.0, generator);
+  const Tensor target = Tensor::from_vector<int64_t>({3, 7}, {2});
+  require_same_step(train_step(options, true, images, target), train_step(options, false, images, target));
+}
+
+TEST_CASE("channels-last resnet50 (bottleneck blocks, imagenet stem) equals the NCHW one", "[models]") {
+  models::ModelOptions options;
+  options.arch = "resnet50";
+  options.width = 4;
+  options.in_channels = 3;
+  Generator generator(6);
+  const Tensor images = Tensor::normal({2, 3, 32, 32}, 0.0, 1.0, generator);
+  const Tensor target = Tensor::from_vector<int64_t>({1, 9}, {2});
+  require_same_step(train_step(options, true, images, target), train_step(options, false, images, target));
+}
+
+TEST_CASE("CUDA channels-last resnet equals the NCHW one: f32 closely, bf16 loosely", "[cuda][models]") {
+  if (testing::gpu_missing("the CUDA channels-last ResNet test")) return;
+  Generator generator(7);
+  models::ModelOptions basic;
+  basic.arch = "resnet18";
+  basic.stem = "cifar";
+  basic.width = 16;
+  basic.in_channels = 3;
+  models::ModelOptions bottleneck;
+  bottleneck.arch = "resnet50";
+  bottleneck.width = 8;
+  bottleneck.in_channels = 3;
+  for (const models::ModelOptions& options : {basic, bottleneck}) {
+    INFO(options.arch);
+    const Tensor images = Tensor::normal({4, 3, 32, 32}, 0.0, 1.0, generator);
+    const Tensor target = Tensor::from_vector<int64_t>({1, 9, 4, 0}, {4});
+    // Strict f32: cuDNN's NHWC and NCHW algorithms differ in summation order only.
+    require_same_step(train_step(options, true, images, target, testing::kGpu),
+                      train_step(options, false, images, target, testing::kGpu), 1e-4);
+    // bf16 activations: both layouts round to bf16 at every layer, in different orders (and the NCHW
+    // network may lower its stem and 1x1 convolutions to GEMMs).
+    require_same_step(train_step(options, true, images, target, testing::kGpu, DType::bf16),
+                      train_step(options, false, images, target, testing::kGpu, DType::bf16), 1e-1);
+  }
+}
