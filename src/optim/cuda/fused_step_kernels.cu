@@ -107,6 +107,16 @@ __device__ __forceinline__ void report_parameter_check(const FusedBuffers& b, fl
   if (__syncthreads_or(!(check == 0.0f)) && threadIdx.x == 0) atomicMin(&b.report->bad_param_chunk, c);
 }
 
+// The end of an update pass's chunk c: the parameter check and, with stats, the chunk's g^2 sum.
+__device__ __forceinline__ void finish_chunk(const FusedBuffers& b, int c, float check, double sum, int with_stats,
+                                             double* shared) {
+  report_parameter_check(b, check, c);
+  if (with_stats) {
+    sum = block_sum(sum, shared);
+    if (threadIdx.x == 0) b.chunk_sums[0][c] = sum;
+  }
+}
+
 // A tile's group settings into the step's scalars (lr x multiplier, weight decay); returns how many of
 // its elements the 8-wide vector loop covers (the rest is the scalar tail).
 template <typename Scalars>
@@ -331,11 +341,7 @@ __global__ void __launch_bounds__(kThreads) adam_kernel(FusedBuffers b, StepCons
       if (s.amsgrad) store1(max_exp_avg_sq, i, v_max);
       if constexpr (!std::is_same_v<C, NoCopy>) store1(copy, i, p);
     }
-    report_parameter_check(b, check, c);
-    if (with_stats) {
-      sum = block_sum(sum, shared);
-      if (threadIdx.x == 0) b.chunk_sums[0][c] = sum;
-    }
+    finish_chunk(b, c, check, sum, with_stats, shared);
   }
 }
 
@@ -388,11 +394,7 @@ __global__ void __launch_bounds__(kThreads) sgd_kernel(FusedBuffers b, StepConst
       if (write_buffer) store1(buffers, i, buffer);
       if constexpr (!std::is_same_v<C, NoCopy>) store1(copy, i, p);
     }
-    report_parameter_check(b, check, c);
-    if (with_stats) {
-      sum = block_sum(sum, shared);
-      if (threadIdx.x == 0) b.chunk_sums[0][c] = sum;
-    }
+    finish_chunk(b, c, check, sum, with_stats, shared);
   }
 }
 
