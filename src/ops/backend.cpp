@@ -35,10 +35,13 @@ std::array<std::unique_ptr<Backend>, 2>& backends() {
 }
 
 std::atomic<Fp32Math> fp32_math_setting{Fp32Math::strict};
+std::atomic<bool> conv_deterministic_setting{true};
 }  // namespace
 
 void set_fp32_math(Fp32Math math) { fp32_math_setting.store(math); }
 Fp32Math fp32_math() { return fp32_math_setting.load(); }
+void set_conv_deterministic(bool deterministic) { conv_deterministic_setting.store(deterministic); }
+bool conv_deterministic() { return conv_deterministic_setting.load(); }
 
 void register_backend(DeviceType type, std::unique_ptr<Backend> backend) {
   backends()[static_cast<size_t>(type)] = std::move(backend);

@@ -48,6 +48,7 @@ struct Trainer::State {
   std::shared_ptr<spdlog::logger> file_logger;         // train.log only: periodic lines under a progress bar
   std::shared_ptr<spdlog::logger> previous_default_logger;
   std::optional<ops::Fp32Math> previous_fp32_math;  // set while train.precision tf32 has changed it
+  std::optional<bool> previous_conv_deterministic;  // set while train.deterministic has changed it
   std::ofstream metrics;
   ProgressBar progress{"plain", false};
   std::optional<double> bayes_test_loss;
@@ -75,6 +76,7 @@ struct Trainer::State {
     if (logger && spdlog::default_logger() == logger) spdlog::set_default_logger(previous_default_logger);
     // The f32 math setting is process-wide: a tf32 run hands back what it found.
     if (previous_fp32_math) ops::set_fp32_math(*previous_fp32_math);
+    if (previous_conv_deterministic) ops::set_conv_deterministic(*previous_conv_deterministic);
   }
 
   void write_metrics(nlohmann::json record) {
@@ -193,6 +195,10 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
   if (c.train.precision == "tf32") {
     s.previous_fp32_math = ops::fp32_math();
     ops::set_fp32_math(ops::Fp32Math::tf32);
+  }
+  if (c.train.deterministic != ops::conv_deterministic()) {  // process-wide, handed back at the end
+    s.previous_conv_deterministic = ops::conv_deterministic();
+    ops::set_conv_deterministic(c.train.deterministic);
   }
   s.optimizer = optim::make_optimizer(c.optimizer.name, s.model->named_parameters(),
                                       make_optimizer_options(c, s.steps_per_epoch, s.total_steps));

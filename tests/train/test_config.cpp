@@ -131,6 +131,18 @@ TEST_CASE("Config: model.channels_last is true, false or auto (the default)", "[
         "--set model.channels_last=nhwc: key 'model.channels_last': expected true, false or auto, got nhwc");
 }
 
+TEST_CASE("Config: train.deterministic is a boolean, true by default, and a run hands the setting back",
+          "[config]") {
+  REQUIRE(load_config_text("", "t.yaml").train.deterministic);
+  const TrainConfig fast = load_config_text("train:\n  deterministic: false\n", "t.yaml");
+  REQUIRE_FALSE(fast.train.deterministic);
+  REQUIRE(load_config_text(emit_config(fast), "emitted.yaml") == fast);
+  CHECK(error_of("train:\n  deterministic: mostly\n") ==
+        "test.yaml:2:18: key 'train.deterministic': expected true or false, got mostly");
+  CHECK(error_of("", {"train.deterministic=2"}) ==
+        "--set train.deterministic=2: key 'train.deterministic': expected true or false, got 2");
+}
+
 TEST_CASE("Config: out-of-range values", "[config]") {
   CHECK(error_of("optimizer:\n  name: adam\n  lr: -0.1\n") ==
         "test.yaml:3:7: key 'optimizer.lr': expected a positive number, got -0.1");

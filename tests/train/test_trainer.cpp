@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "opsnn/nn/module.h"
+#include "opsnn/ops/backend.h"
 #include "opsnn/optim/optimizer.h"
 #include "opsnn/train/trainer.h"
 
@@ -249,6 +250,18 @@ TEST_CASE("trainer: data.pin_memory true on the CPU is a config error naming the
     if (losses.empty()) losses = trainer.step_losses();
     CHECK(trainer.step_losses() == losses);
   }
+}
+
+TEST_CASE("trainer: train.deterministic false holds for the run and is handed back after it", "[trainer]") {
+  TemporaryFolder folder;
+  REQUIRE(ops::conv_deterministic());
+  {
+    Trainer trainer(make_config(kSmallCnnYaml, {"train.deterministic=false"}), quiet_options(folder.path / "fast"));
+    CHECK_FALSE(ops::conv_deterministic());
+    trainer.train_steps(1);
+    CHECK_FALSE(ops::conv_deterministic());
+  }
+  CHECK(ops::conv_deterministic());
 }
 
 TEST_CASE("trainer: model.channels_last is resolved (auto: false on the CPU), logged, and trains as NCHW does",

@@ -111,6 +111,14 @@ enum class Fp32Math : uint8_t { strict, tf32 };
 void set_fp32_math(Fp32Math math);
 Fp32Math fp32_math();
 
+// Deterministic convolutions (default true): the CUDA backend picks cuDNN algorithms only among those
+// cuDNN marks deterministic (no atomic accumulation), so a GPU run repeats bit for bit (where cuDNN has
+// none for a shape it falls back, see src/ops/cuda/conv_algorithms.h). false lets the fastest win, like
+// PyTorch's cudnn.benchmark without use_deterministic_algorithms. Process-wide; the CPU is always
+// deterministic. train.deterministic sets it for a run.
+void set_conv_deterministic(bool deterministic);
+bool conv_deterministic();
+
 void register_backend(DeviceType type, std::unique_ptr<Backend> backend);
 // The backend for the tensor's device; throws DeviceError listing what is compiled in.
 Backend& backend_for(Device device);

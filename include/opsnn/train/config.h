@@ -85,6 +85,7 @@ struct TrainLoopConfig {
   int64_t max_steps = 0;           // optimizer steps; 0 = no step limit
   std::string device = "auto";     // auto (the first GPU when there is one, else cpu) | cpu | cuda | cuda:N
   std::string precision = "fp32";  // fp32 | tf32 | bf16 | fp16
+  bool deterministic = true;       // GPU convolutions only from deterministic algorithms (ops::set_conv_deterministic)
   uint64_t seed = 0;
   int64_t grad_accumulation = 1;   // micro-batches per optimizer step
   int64_t eval_every_steps = 0;    // 0 = evaluate at the end of each epoch only

@@ -40,7 +40,6 @@ namespace {
 constexpr size_t kMaxSearchWorkspaceBytes = size_t{512} << 20;
 
 std::atomic<ConvLoweringPolicy> lowering_policy_setting{ConvLoweringPolicy::measured};
-std::atomic<bool> deterministic_setting{true};
 
 cudnnDataType_t cudnn_type(DType dtype) {
   switch (dtype) {
@@ -227,22 +226,26 @@ template <typename Search> ConvAlgorithmChoice cached_algorithm(const ConvKey& k
 }
 
 // The first (fastest) successful entry of cuDNN's measured list; with deterministic convolutions (the
-// default), the first that cuDNN also marks deterministic (no atomics: the same bits on every run).
+// default), the first that cuDNN also marks deterministic (no atomics: the same bits on every run), or,
+// where there is none, the fastest marked deterministic = false.
 template <typename Perf> ConvAlgorithmChoice first_success(const Perf* results, int count, const char* what) {
   const bool deterministic = conv_deterministic();
-  for (int i = 0; i < count; ++i)
-    if (results[i].status == CUDNN_STATUS_SUCCESS &&
-        (!deterministic || results[i].determinism == CUDNN_DETERMINISTIC)) {
-      ConvAlgorithmChoice found;
-      found.algorithm = static_cast<int>(results[i].algo);
-      found.math = static_cast<int>(results[i].mathType);
-      found.workspace_bytes = results[i].memory;
-      found.cudnn_ms = results[i].time;
-      return found;
-    }
-  throw Error(detail::concat("cuDNN found no working ", deterministic ? "deterministic " : "", what,
-                             " algorithm for this convolution",
-                             deterministic ? " (ops::set_conv_deterministic(false) allows the others)" : ""));
+  int fastest = -1;
+  for (int i = 0; i < count; ++i) {
+    if (results[i].status != CUDNN_STATUS_SUCCESS) continue;
+    if (fastest < 0) fastest = i;
+    if (deterministic && results[i].determinism != CUDNN_DETERMINISTIC) continue;
+    fastest = i;
+    break;
+  }
+  if (fastest < 0) throw Error(detail::concat("cuDNN found no working ", what, " algorithm for this convolution"));
+  ConvAlgorithmChoice found;
+  found.algorithm = static_cast<int>(results[fastest].algo);
+  found.math = static_cast<int>(results[fastest].mathType);
+  found.workspace_bytes = results[fastest].memory;
+  found.cudnn_ms = results[fastest].time;
+  found.deterministic = found.cudnn_deterministic = results[fastest].determinism == CUDNN_DETERMINISTIC;
+  return found;
 }
 
 std::shared_ptr<Storage> workspace(size_t bytes, Device device) {
@@ -597,7 +600,10 @@ ConvAlgorithmChoice search(ConvLowering lowering, FindGiven&& find_given, TimeLo
   ConvAlgorithmChoice lowered = time_lowered();
   lowered.lowering = lowering;
   lowered.cudnn_ms = cudnn.cudnn_ms;
-  if (policy == ConvLoweringPolicy::always || lowered.lowered_ms < cudnn.cudnn_ms) return lowered;
+  lowered.cudnn_deterministic = cudnn.deterministic;
+  // A deterministic lowering also wins where cuDNN had no deterministic algorithm to offer.
+  const bool for_determinism = conv_deterministic() && !cudnn.deterministic && lowered.deterministic;
+  if (policy == ConvLoweringPolicy::always || lowered.lowered_ms < cudnn.cudnn_ms || for_determinism) return lowered;
   cudnn.lowered_ms = lowered.lowered_ms;
   return cudnn;
 }
@@ -605,8 +611,6 @@ ConvAlgorithmChoice search(ConvLowering lowering, FindGiven&& find_given, TimeLo
 }  // namespace
 
 void set_conv_lowering_policy(ConvLoweringPolicy policy) { lowering_policy_setting.store(policy); }
-void set_conv_deterministic(bool deterministic) { deterministic_setting.store(deterministic); }
-bool conv_deterministic() { return deterministic_setting.load(); }
 void set_conv_column_budget(size_t bytes) { column_budget_setting.store(bytes); }
 size_t conv_column_budget() { return column_budget_setting.load(); }
 ConvLoweringPolicy conv_lowering_policy() { return lowering_policy_setting.load(); }
@@ -651,6 +655,7 @@ std::string describe(const ConvAlgorithmChoice& choice) {
   std::string text = choice.lowering == ConvLowering::gemm ? std::string("im2col gemm")
                                                            : detail::concat("algo ", choice.algorithm, " ", math);
   if (choice.lowering == ConvLowering::subsampled) text = detail::concat("subsampled, stride-1 ", text);
+  if (!choice.deterministic) text += " non-deterministic";
   if (choice.lowered_ms < 0.0f) return text;
   char times[96];
   if (choice.cudnn_ms < 0.0f) std::snprintf(times, sizeof times, " (forced: %.3f ms)", choice.lowered_ms);

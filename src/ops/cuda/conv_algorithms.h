@@ -34,11 +34,10 @@ enum class ConvLoweringPolicy : uint8_t { measured, always, never };
 void set_conv_lowering_policy(ConvLoweringPolicy policy);
 ConvLoweringPolicy conv_lowering_policy();
 
-// deterministic (default): cuDNN algorithms are chosen among those cuDNN marks deterministic (no atomic
-// accumulation), so a run repeats bit for bit; the lowerings always are. false: the fastest of all.
-// Part of the algorithm cache key.
-void set_conv_deterministic(bool deterministic);
-bool conv_deterministic();
+// ops::set_conv_deterministic (backend.h), part of the algorithm cache key: with it (the default) cuDNN
+// algorithms are chosen among those cuDNN marks deterministic; the lowerings always are. Where cuDNN
+// offers none for a shape and direction, an applicable lowering runs, else the fastest algorithm (its
+// choice then says deterministic = false).
 
 // Scratch bound of the gemm lowering (column buffers plus weight-gradient partials): the batch runs in
 // chunks of as many images as fit (at least one). Default 512 MiB; tests lower it to cover chunking.
@@ -57,6 +56,8 @@ struct ConvAlgorithmChoice {
   size_t workspace_bytes = 0;
   float cudnn_ms = 0.0f;     // cudnnFind's time of the fastest algorithm on the convolution as given; negative when not searched
   float lowered_ms = -1.0f;  // the lowering's time, its copies included; negative when not tried
+  bool deterministic = true;        // whether what runs is deterministic (see set_conv_deterministic)
+  bool cudnn_deterministic = true;  // whether cuDNN's best (cudnn_ms) is
 };
 
 // One line for reports, e.g. "gemm lowering (0.41 ms vs cudnn 4.30 ms)" or "algo 1 tensor-op".

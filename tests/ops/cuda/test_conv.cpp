@@ -140,11 +140,13 @@ void check_policies(const ConvCase& c, const Precision& p, ops::ConvLowering low
       } else if (policy == ops::ConvLoweringPolicy::never) {
         CHECK(choice->lowering == ops::ConvLowering::cudnn);
         CHECK(choice->lowered_ms < 0.0f);
-      } else {  // measured: both timed, the faster runs
+      } else {  // measured: both timed, the faster runs (or the lowering, where cuDNN had nothing deterministic)
         CHECK(choice->cudnn_ms >= 0.0f);
         CHECK(choice->lowered_ms >= 0.0f);
-        CHECK((choice->lowering == lowering) == (choice->lowered_ms < choice->cudnn_ms));
+        CHECK((choice->lowering == lowering) ==
+              (choice->lowered_ms < choice->cudnn_ms || (ops::conv_deterministic() && !choice->cudnn_deterministic)));
       }
+      if (choice->lowering == ops::ConvLowering::gemm) CHECK(choice->deterministic);
     }
   }
 }

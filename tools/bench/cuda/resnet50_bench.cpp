@@ -22,7 +22,6 @@
 #include "opsnn/ops/backend.h"
 #include "opsnn/ops/ops.h"
 #include "opsnn/optim/optimizer.h"
-#include "ops/cuda/conv_algorithms.h"
 
 
 namespace opsnn::bench {
