@@ -42,16 +42,40 @@ StepResult train_step(models::ModelOptions options, bool channels_last, const Te
   return result;
 }
 
-// |a - b| <= tolerance * max(|b|) over the tensor: a relative bound that does not blow up at tiny elements.
-void require_close_relative(const std::vector<float>& actual, const std::vector<float>& expected, double tolerance,
-                            const std::string& what) {
+// max |a - b| / max(|b|) over the tensor: a relative error that does not blow up at tiny elements.
+double relative_error(const std::vector<float>& actual, const std::vector<float>& expected) {
   REQUIRE(actual.size() == expected.size());
   double scale = 1e-30, worst = 0.0;
   for (float value : expected) scale = std::max(scale, std::fabs(static_cast<double>(value)));
   for (size_t i = 0; i < actual.size(); ++i)
     worst = std::max(worst, std::fabs(static_cast<double>(actual[i]) - expected[i]) / scale);
+  return worst;
+}
+
+void require_close_relative(const std::vector<float>& actual, const std::vector<float>& expected, double tolerance,
+                            const std::string& what) {
+  const double worst = relative_error(actual, expected);
   INFO(what << ": max error " << worst << " of the largest magnitude, tolerance " << tolerance);
   REQUIRE(worst <= tolerance);
+}
+
+// Both low-precision runs against the f32 reference, tensor by tensor: the channels-last one may be off
+// by at most twice the NCHW one's error plus `slack` (both round every layer, in different orders).
+void require_no_worse(const StepResult& channels_last, const StepResult& nchw, const StepResult& reference,
+                      double slack) {
+  auto check = [&](const std::vector<float>& mine, const std::vector<float>& theirs, const std::vector<float>& exact,
+                   const std::string& what) {
+    const double error = relative_error(mine, exact), baseline = relative_error(theirs, exact);
+    INFO(what << ": channels-last error " << error << ", NCHW error " << baseline << " (of the largest magnitude)");
+    CHECK(error <= 2.0 * baseline + slack);
+  };
+  check(channels_last.logits, nchw.logits, reference.logits, "logits");
+  for (size_t i = 0; i < reference.grads.size(); ++i)
+    check(channels_last.grads[i].second, nchw.grads[i].second, reference.grads[i].second,
+          reference.grads[i].first + " grad");
+  for (size_t i = 0; i < reference.buffers.size(); ++i)
+    check(channels_last.buffers[i].second, nchw.buffers[i].second, reference.buffers[i].second,
+          reference.buffers[i].first);
 }
 
 void require_same_step(const StepResult& channels_last, const StepResult& nchw, double tolerance = 1e-5) {
@@ -110,11 +134,12 @@ TEST_CASE("CUDA channels-last resnet equals the NCHW one: f32 closely, bf16 loos
     const Tensor images = Tensor::normal({4, 3, 32, 32}, 0.0, 1.0, generator);
     const Tensor target = Tensor::from_vector<int64_t>({1, 9, 4, 0}, {4});
     // Strict f32: cuDNN's NHWC and NCHW algorithms differ in summation order only.
-    require_same_step(train_step(options, true, images, target, testing::kGpu),
-                      train_step(options, false, images, target, testing::kGpu), 1e-4);
+    const StepResult reference = train_step(options, false, images, target, testing::kGpu);
+    require_same_step(train_step(options, true, images, target, testing::kGpu), reference, 1e-4);
     // bf16 activations: both layouts round to bf16 at every layer, in different orders (and the NCHW
-    // network may lower its stem and 1x1 convolutions to GEMMs).
-    require_same_step(train_step(options, true, images, target, testing::kGpu, DType::bf16),
-                      train_step(options, false, images, target, testing::kGpu, DType::bf16), 1e-1);
+    // network may lower its stem and 1x1 convolutions to GEMMs), so the first layers' gradients of two
+    // bf16 runs can differ by tens of percent of their largest value; each is measured against f32.
+    require_no_worse(train_step(options, true, images, target, testing::kGpu, DType::bf16),
+                     train_step(options, false, images, target, testing::kGpu, DType::bf16), reference, 0.02);
   }
 }

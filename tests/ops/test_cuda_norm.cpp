@@ -92,12 +92,14 @@ void require_within(const std::vector<double>& actual, const std::vector<double>
                     const std::vector<double>& scale, double tolerance, const std::string& what) {
   REQUIRE(actual.size() == expected.size());
   double worst = 0.0;
+  size_t worst_at = 0;
   for (size_t i = 0; i < actual.size(); ++i) {
     const double error = std::fabs(actual[i] - expected[i]) / scale[i];
-    if (!(error <= worst)) worst = error;  // a NaN sticks
+    if (!(error <= worst)) worst = error, worst_at = i;  // a NaN sticks
   }
   std::printf("cuda batch norm  %-64s max error %.2e (tolerance %.0e)\n", what.c_str(), worst, tolerance);
-  INFO(what << ": max error " << worst << ", tolerance " << tolerance);
+  INFO(what << ": max error " << worst << ", tolerance " << tolerance << "; at element " << worst_at << ": "
+            << actual[worst_at] << " vs " << expected[worst_at] << ", scale " << scale[worst_at]);
   REQUIRE(worst <= tolerance);
 }
 
