@@ -133,9 +133,11 @@ TEST_CASE("CUDA channels-last resnet equals the NCHW one: f32 closely, bf16 loos
     INFO(options.arch);
     const Tensor images = Tensor::normal({4, 3, 32, 32}, 0.0, 1.0, generator);
     const Tensor target = Tensor::from_vector<int64_t>({1, 9, 4, 0}, {4});
-    // Strict f32: cuDNN's NHWC and NCHW algorithms differ in summation order only.
+    // Strict f32: cuDNN's NHWC and NCHW algorithms differ in summation order only; the deep network's
+    // batch norms over 4 images (ResNet-50's last stage: 1x1 planes, 4 values per channel) amplify those
+    // differences to a few 1e-4 of the largest logit.
     const StepResult reference = train_step(options, false, images, target, testing::kGpu);
-    require_same_step(train_step(options, true, images, target, testing::kGpu), reference, 1e-4);
+    require_same_step(train_step(options, true, images, target, testing::kGpu), reference, 1e-3);
     // bf16 activations: both layouts round to bf16 at every layer, in different orders (and the NCHW
     // network may lower its stem and 1x1 convolutions to GEMMs), so the first layers' gradients of two
     // bf16 runs can differ by tens of percent of their largest value; each is measured against f32.

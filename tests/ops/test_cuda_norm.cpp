@@ -224,13 +224,16 @@ void check_against_reference(const Inputs& in, const Run& run, const std::string
     grad_gamma_scale[k] = magnitude_grad_centered * saved_invstd[k] + 1e-30;
     const double scale = gamma[k] * saved_invstd[k];
     const double slope = scale * sum_grad_centered * saved_invstd[k] * saved_invstd[k] / count;
+    const double slope_magnitude = std::fabs(scale) * magnitude_grad_centered * saved_invstd[k] * saved_invstd[k] / count;
     for (int64_t n = 0; n < layout.batch; ++n)
       for (int64_t i = 0; i < layout.inner; ++i) {
         const size_t at = layout.at(n, c, i);
         grad_input[at] = scale * (g[at] - sum_grad / count) - slope * (x[at] - mean[k]);
-        // The terms cancel (exactly, up to eps, when a channel has two values): errors are relative to them.
-        grad_input_scale[at] = std::fabs(scale * g[at]) + std::fabs(scale * sum_grad / count) +
-                               std::fabs(slope * (x[at] - mean[k])) + 1e-30;
+        // The terms cancel (exactly, up to eps, when a channel has two values): errors are relative to them,
+        // and the two per-channel sums' errors relative to the magnitudes summed (a masked gradient's sum
+        // can cancel to a small fraction of its terms).
+        grad_input_scale[at] = std::fabs(scale * g[at]) + std::fabs(scale) * magnitude_grad / count +
+                               std::fabs(slope_magnitude * (x[at] - mean[k])) + 1e-30;
       }
   }
   require_scaled(run.out, out, output_tolerance(dtype), name + " out");
