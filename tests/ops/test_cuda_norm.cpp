@@ -256,6 +256,18 @@ void require_identical(const Tensor& a, const Tensor& b, const std::string& what
 
 const DType kDtypes[] = {DType::f32, DType::f16, DType::bf16};
 
+// Every dtype, shape, alignment shift (0, 1 and 4 values) and relu setting against the double reference.
+void check_alignments_against_reference(const std::vector<Shape>& shapes, Generator& generator) {
+  for (DType dtype : kDtypes)
+    for (const Shape& shape : shapes)
+      for (int64_t shift : {0, 1, 4})
+        for (bool relu : {false, true}) {
+          const Inputs in = make_inputs(shape, dtype, offset_for(dtype), 1.0, generator);
+          const std::string note = std::string(relu ? " relu" : "") + " shift " + std::to_string(shift);
+          check_against_reference(in, run_on_gpu(in, shift, relu), case_name(shape, dtype, note), relu);
+        }
+}
+
 }  // namespace
 
 TEST_CASE("CUDA batch norm training matches a double reference on split, odd and tiny shapes",
@@ -286,14 +298,7 @@ TEST_CASE("CUDA batch norm vectorizes planes that are no multiple of the vector 
   // single-value map passes; f32 data: aligned again).
   const std::vector<Shape> shapes = {{16, 8, 196}, {256, 4, 196}, {8, 32, 14, 14}, {16, 8, 49}, {1024, 3, 49},
                                      {5, 3, 13},   {3, 5, 9},     {3, 7, 7},        {9, 5, 10}, {4, 3, 12}};
-  for (DType dtype : kDtypes)
-    for (const Shape& shape : shapes)
-      for (int64_t shift : {0, 1, 4})
-        for (bool relu : {false, true}) {
-          const Inputs in = make_inputs(shape, dtype, offset_for(dtype), 1.0, generator);
-          const std::string note = std::string(relu ? " relu" : "") + " shift " + std::to_string(shift);
-          check_against_reference(in, run_on_gpu(in, shift, relu), case_name(shape, dtype, note), relu);
-        }
+  check_alignments_against_reference(shapes, generator);
 }
 
 TEST_CASE("CUDA batch norm keeps precision for a large mean and for a large spread", "[cuda][ops][batch_norm]") {
@@ -506,14 +511,7 @@ TEST_CASE("CUDA batch norm on channel-innermost rows matches the double referenc
   // 8-byte units).
   const std::vector<Shape> shapes = {{392, 64}, {6272, 64}, {784, 96}, {1000, 13}, {49, 13},
                                      {20000, 8}, {64, 1000}, {2, 3}};
-  for (DType dtype : kDtypes)
-    for (const Shape& shape : shapes)
-      for (int64_t shift : {0, 1, 4})
-        for (bool relu : {false, true}) {
-          const Inputs in = make_inputs(shape, dtype, offset_for(dtype), 1.0, generator);
-          const std::string note = std::string(relu ? " relu" : "") + " shift " + std::to_string(shift);
-          check_against_reference(in, run_on_gpu(in, shift, relu), case_name(shape, dtype, note), relu);
-        }
+  check_alignments_against_reference(shapes, generator);
 }
 
 TEST_CASE("CUDA batch norm on channel-innermost rows is bit-identical run to run", "[cuda][ops][batch_norm]") {
