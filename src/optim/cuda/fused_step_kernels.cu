@@ -625,8 +625,10 @@ __device__ int lamb_next_window_item(const FusedBuffers& b) {
 }
 
 // Thread 0 picks the next item while the block works on the current one (hiding the atomics' latency;
-// see above for why the lookahead cannot deadlock).
-template <typename G, typename S, typename C>
+// see above for why the lookahead cannot deadlock). Order: b.lamb.scheduler, as a template parameter
+// (EXPERIMENT: remove after measuring): one kernel that switches among the schedulers at run time needs
+// 76-80 registers instead of at most 64, one block fewer per SM.
+template <LambScheduler Order, typename G, typename S, typename C>
 __global__ void __launch_bounds__(kThreads) lamb_kernel(FusedBuffers b, StepConstants k, int with_stats) {
   __shared__ double shared[3 * 32];
   __shared__ int items[2], last_shared;
@@ -646,11 +648,9 @@ __global__ void __launch_bounds__(kThreads) lamb_kernel(FusedBuffers b, StepCons
     pick = LambPick{true, -1};
   }
   auto next_item = [&] {
-    switch (b.lamb.scheduler) {  // EXPERIMENT: remove after measuring (keeping lamb_next_item)
-      case LambScheduler::two_queue_cas: return lamb_next_item_cas(b, known_segment, pick);
-      case LambScheduler::windows: return lamb_next_window_item(b);
-      default: return lamb_next_item(b, known_segment, pick);
-    }
+    if constexpr (Order == LambScheduler::two_queue_cas) return lamb_next_item_cas(b, known_segment, pick);
+    else if constexpr (Order == LambScheduler::windows) return lamb_next_window_item(b);
+    else return lamb_next_item(b, known_segment, pick);
   };
   if (threadIdx.x == 0) items[0] = next_item();
   __syncthreads();
@@ -694,6 +694,12 @@ int grid_size(int per_multiprocessor, const FusedBuffers& b) {
   return static_cast<int>(grid < b.chunk_count ? grid : b.chunk_count);
 }
 
+template <LambScheduler Order, typename G, typename S, typename C> void launch_lamb_kernel(const LaunchArgs& a) {
+  const FusedBuffers& b = *a.buffers;
+  static const int per_sm = blocks_per_multiprocessor(lamb_kernel<Order, G, S, C>);
+  lamb_kernel<Order, G, S, C><<<grid_size(per_sm, b), kThreads, 0, a.stream>>>(b, *a.constants, a.with_stats);
+}
+
 // One instantiation per pass and dtype combination, so each caches its own kernel's occupancy.
 template <Pass P, typename G, typename S, typename C> void launch_typed(const LaunchArgs& a) {
   const FusedBuffers& b = *a.buffers;
@@ -704,8 +710,11 @@ template <Pass P, typename G, typename S, typename C> void launch_typed(const La
     static const int per_sm = blocks_per_multiprocessor(sgd_kernel<G, S, C>);
     sgd_kernel<G, S, C><<<grid_size(per_sm, b), kThreads, 0, a.stream>>>(b, *a.constants, a.with_stats);
   } else if constexpr (P == Pass::lamb) {
-    static const int per_sm = blocks_per_multiprocessor(lamb_kernel<G, S, C>);
-    lamb_kernel<G, S, C><<<grid_size(per_sm, b), kThreads, 0, a.stream>>>(b, *a.constants, a.with_stats);
+    switch (b.lamb.scheduler) {  // EXPERIMENT: remove after measuring (keeping two_queue)
+      case LambScheduler::two_queue_cas: launch_lamb_kernel<LambScheduler::two_queue_cas, G, S, C>(a); break;
+      case LambScheduler::windows: launch_lamb_kernel<LambScheduler::windows, G, S, C>(a); break;
+      default: launch_lamb_kernel<LambScheduler::two_queue, G, S, C>(a); break;
+    }
   } else {
     static const int per_sm = blocks_per_multiprocessor(grad_sum_of_squares_kernel<G>);
     grad_sum_of_squares_kernel<G><<<grid_size(per_sm, b), kThreads, 0, a.stream>>>(b);
