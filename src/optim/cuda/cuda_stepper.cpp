@@ -5,16 +5,13 @@
 //   single pass (no clipping, no loss scaling, on_nonfinite = warn): prologue -> update with the gradient
 //             sums riding along -> segment sums -> epilogue (norm, monitor flags)
 //   LAMB:     as either of the above with the update being LAMB's one kernel (launch_lamb: phase 1 ->
-//             per-segment trust ratios -> phase 2, from two queues: phase 1 in arena order, phase 2 per
-//             segment last tile first, taken as soon as the segment's ratio is ready, so that phase 2
-//             rereads the moments phase 1 just wrote from L2)
+//             per-segment trust ratios -> phase 2, ordered by windows of segments so that phase 2 rereads
+//             the moments from L2 where a window fits)
 // No step reads anything back to the host; read() copies the state out through pinned memory.
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
-#include <string>
 #include <memory>
 #include <vector>
 
@@ -84,34 +81,11 @@ class CudaCapturedStep final : public CapturedStep {
   cudaEvent_t before_ = nullptr, after_ = nullptr;
 };
 
-// LAMB's phase-2 queue: per segment in arena order, its tiles last-first (the tiles phase 1 wrote most
-// recently come first, while their moments are still in L2). Phase 1's queue is the tiles in order.
-std::vector<LambPhase2Item> lamb_phase2_items(const std::vector<ArenaChunk>& tiles) {
-  std::vector<LambPhase2Item> items;
-  items.reserve(tiles.size());
-  for (size_t first = 0, end = 0; first < tiles.size(); first = end) {
-    for (end = first + 1; end < tiles.size() && tiles[end].segment == tiles[first].segment;) ++end;
-    for (size_t t = end; t-- > first;) items.push_back({static_cast<int32_t>(t), tiles[t].segment});
-  }
-  return items;
-}
-
-// EXPERIMENT: remove after measuring (with lamb_window_items and the uses of both): OPSNN_LAMB_SCHEDULER
-// picks how LAMB's blocks claim work (LambScheduler), for an A/B run of the schedulers in one binary:
-// two-queue (the default), two-queue-cas or windows (the previous single-queue order).
-LambScheduler lamb_scheduler_from_env() {
-  const char* value = std::getenv("OPSNN_LAMB_SCHEDULER");
-  const std::string name = value != nullptr ? value : "";
-  if (name.empty() || name == "two-queue") return LambScheduler::two_queue;
-  if (name == "two-queue-cas") return LambScheduler::two_queue_cas;
-  OPSNN_CHECK(name == "windows", "OPSNN_LAMB_SCHEDULER must be two-queue, two-queue-cas or windows, not '", name, "'");
-  return LambScheduler::windows;
-}
-
-// EXPERIMENT: remove after measuring. The window order over the tiles: windows of whole segments of at
-// least `window` elements (a larger segment is a window of its own); phase 1 of window w + 1 runs between
-// phase 1 and phase 2 of window w. Item = tile * 2 + phase.
-std::vector<int32_t> lamb_window_items(const std::vector<ArenaChunk>& tiles, int64_t window) {
+// LAMB's work order over the tiles: windows of whole segments of at least `window` elements (a larger
+// segment is a window of its own); phase 1 of window w + 1 runs between phase 1 and phase 2 of window w,
+// so a segment's last phase-1 tiles are usually done before its phase 2 starts, and phase 2 finds the
+// moments phase 1 wrote still in L2. Item = tile * 2 + phase.
+std::vector<int32_t> lamb_work_items(const std::vector<ArenaChunk>& tiles, int64_t window) {
   std::vector<std::pair<int32_t, int32_t>> windows;  // [first tile, end tile)
   int64_t elements = 0;
   for (size_t t = 0; t < tiles.size(); ++t) {
@@ -201,38 +175,27 @@ class CudaStepper final : public DeviceStepper {
     if (chunks > 0)
       OPSNN_CUDA_CHECK(cudaMemcpy(chunks_->data(), tiles.data(), chunks * sizeof(ArenaChunk), cudaMemcpyHostToDevice));
     if (constants.rule == UpdateRule::lamb) {
-      lamb_flags_ = allocate((2 + 2 * count) * sizeof(int32_t) + count * sizeof(float));
+      // A window's parameters, moments (and gradients, on the way) should fit L2 twice over: the next
+      // window's phase 1 streams through while this one's phase 2 rereads.
+      int l2_bytes = 0;
+      OPSNN_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device.index));
+      const int64_t per_element =
+          static_cast<int64_t>(4 + dtype_size(arena.grad_dtype) + 2 * dtype_size(arena.state_dtype));
+      int64_t window = std::max<int64_t>(int64_t{l2_bytes} / (2 * per_element), kMaxTileElements);
+      const std::vector<int32_t> items = lamb_work_items(tiles, window);
+      lamb_items_ = allocate(items.size() * sizeof(int32_t));
+      lamb_flags_ = allocate((1 + 2 * count) * sizeof(int32_t) + count * sizeof(float));
+      if (!items.empty())
+        OPSNN_CUDA_CHECK(cudaMemcpy(lamb_items_->data(), items.data(), items.size() * sizeof(int32_t),
+                                    cudaMemcpyHostToDevice));
       OPSNN_CUDA_CHECK(cudaMemset(lamb_flags_->data(), 0, lamb_flags_->bytes()));
       int32_t* flags = static_cast<int32_t*>(lamb_flags_->data());
-      buffers_.lamb.next_phase1 = flags;
-      buffers_.lamb.next_phase2 = flags + 1;
-      buffers_.lamb.segment_done = flags + 2;
-      buffers_.lamb.segment_ready = flags + 2 + count;
-      buffers_.lamb.trust = reinterpret_cast<float*>(flags + 2 + 2 * count);
-      buffers_.lamb.scheduler = lamb_scheduler_from_env();  // read once, here
-      if (buffers_.lamb.scheduler != LambScheduler::windows) {
-        const std::vector<LambPhase2Item> items = lamb_phase2_items(tiles);
-        lamb_items_ = allocate(items.size() * sizeof(LambPhase2Item));
-        if (!items.empty())
-          OPSNN_CUDA_CHECK(cudaMemcpy(lamb_items_->data(), items.data(), items.size() * sizeof(LambPhase2Item),
-                                      cudaMemcpyHostToDevice));
-        buffers_.lamb.phase2_items = static_cast<const LambPhase2Item*>(lamb_items_->data());
-      } else {  // EXPERIMENT: remove after measuring
-        // A window's parameters, moments (and gradients, on the way) should fit L2 twice over: the next
-        // window's phase 1 streams through while this one's phase 2 rereads.
-        int l2_bytes = 0;
-        OPSNN_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device.index));
-        const int64_t per_element =
-            static_cast<int64_t>(4 + dtype_size(arena.grad_dtype) + 2 * dtype_size(arena.state_dtype));
-        const int64_t window = std::max<int64_t>(int64_t{l2_bytes} / (2 * per_element), kMaxTileElements);
-        const std::vector<int32_t> items = lamb_window_items(tiles, window);
-        lamb_items_ = allocate(items.size() * sizeof(int32_t));
-        if (!items.empty())
-          OPSNN_CUDA_CHECK(cudaMemcpy(lamb_items_->data(), items.data(), items.size() * sizeof(int32_t),
-                                      cudaMemcpyHostToDevice));
-        buffers_.lamb.window_items = static_cast<const int32_t*>(lamb_items_->data());
-        buffers_.lamb.window_item_count = static_cast<int32_t>(items.size());
-      }
+      buffers_.lamb.items = static_cast<const int32_t*>(lamb_items_->data());
+      buffers_.lamb.item_count = static_cast<int32_t>(items.size());
+      buffers_.lamb.next_item = flags;
+      buffers_.lamb.segment_done = flags + 1;
+      buffers_.lamb.segment_ready = flags + 1 + count;
+      buffers_.lamb.trust = reinterpret_cast<float*>(flags + 1 + 2 * count);
     }
     OPSNN_CUDA_CHECK(cudaMemset(sums_->data(), 0, sums_->bytes()));
     DeviceStepReport report;

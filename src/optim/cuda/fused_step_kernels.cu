@@ -213,9 +213,9 @@ __global__ void step_prologue_kernel(FusedBuffers b, StepConstants k, int two_pa
   double total = 0.0;
   int bad = -1;
   if (two_pass) gradient_totals(b, static_cast<double>(inverse_scale) * static_cast<double>(inverse_scale), total, bad);
-  if (b.lamb.next_phase1 != nullptr) {  // LAMB's queues and segment flags start over
+  if (b.lamb.next_item != nullptr) {  // LAMB's work queue and segment flags start over
     for (int i = threadIdx.x; i < b.segment_count; i += blockDim.x) b.lamb.segment_done[i] = b.lamb.segment_ready[i] = 0;
-    if (threadIdx.x == 0) *b.lamb.next_phase1 = *b.lamb.next_phase2 = 0;
+    if (threadIdx.x == 0) *b.lamb.next_item = 0;
   }
   if (threadIdx.x != 0) return;
 
@@ -399,33 +399,12 @@ __global__ void __launch_bounds__(kThreads) sgd_kernel(FusedBuffers b, StepConst
 }
 
 // ---- LAMB: one kernel, phase 1 and phase 2 of each tile as separate work items ----
-// Two queues in device memory (LambQueue): phase 1 takes the tiles in arena order (ticket next_phase1),
-// phase 2 takes phase2_items (ticket next_phase2): per segment in arena order, its tiles last-first. The
-// block that finishes the last phase-1 tile of a segment sums the segment's chunk sums (fixed order, as
-// segment_sums_kernel) and publishes its trust ratio (segment_ready). Thread 0 picks each next item
-// (lamb_next_item):
-//   1. phase 2 when the phase-2 head's segment is ready: a ticket by atomicAdd(next_phase2, 1). Between
-//      reading the head and the ticket other blocks may have moved on into a segment that is not ready:
-//      such a ticket is kept aside (one per block, `pending`) and retried before anything else at the
-//      next choice, while the block does phase-1 work (step 2) meanwhile;
-//   2. otherwise a phase-1 ticket (atomicAdd(next_phase1, 1));
-//   3. once phase 1 is exhausted: the pending item, then phase-2 tickets by atomicAdd(next_phase2, 1),
-//      waiting for readiness;
-//   4. both exhausted: the block ends.
-// A segment's last-written tiles go first, while they are in L2, and no block idles on a segment that
-// is not ready while phase-1 work is left. Claims are plain atomicAdd tickets: a compare-and-swap on the
-// head succeeds about once per round trip to L2 under contention, far fewer claims per microsecond than
-// the blocks finish items (two_queue_cas, EXPERIMENT, is that variant, for measuring).
-// No deadlock: an item waits only when picked in step 3, i.e. after this block saw every phase-1 item
-// handed to a block (blocks holding items are resident), and phase-1 items never wait, so every
-// segment's flag gets published. The one-item lookahead of lamb_kernel keeps this: a block's next item
-// is picked after its current one, so if the current one may wait (step 3) the next one is no phase-1
-// item; a phase-1 item held as a block's next item sits behind a current item that does not wait. A
-// pending item holds nothing up: nobody waits for a phase-2 item. Which block runs which item changes
-// no result: sums are per tile and per segment in a fixed order.
-// EXPERIMENT: remove after measuring. windows: blocks take the host-built single queue instead - phase 1
-// of a window of segments, phase 1 of the next window, phase 2 of the first, ... (no deadlock: an item
-// only waits for items with smaller tickets).
+// Blocks take work items in the order of b.lamb.items (an atomic ticket each): phase 1 of a window of
+// segments, then phase 1 of the next window, then phase 2 of the first, ... The block that finishes the
+// last phase-1 tile of a segment sums the segment's chunk sums (fixed order, as segment_sums_kernel) and
+// publishes its trust ratio; a phase-2 tile waits for that. Phase 2 of a window follows its phase 1
+// closely, so the moments it rereads are still in L2 when a window fits there. No deadlock: an item
+// only waits for items with smaller tickets, held by running blocks, and phase-1 items never wait.
 
 // Phase 1 of tile c: moments, and the tile's sums of r^2 (chunk_sums[1]), p^2 (chunk_sums[2]) and, with
 // stats, g^2 (chunk_sums[0]). Returns (in every thread) whether this was the segment's last phase-1 tile.
@@ -544,120 +523,27 @@ __device__ void lamb_phase2_tile(const FusedBuffers& b, const ArenaChunk& chunk,
   report_parameter_check(b, check, c);
 }
 
-// Whether segment `segment`'s trust ratio is ready, as far as thread 0 can tell without waiting.
-// known_segment: a segment this block has seen ready (lamb_phase2_tile), so its flag needs no read.
-__device__ __forceinline__ bool lamb_ready(const FusedBuffers& b, int segment, int known_segment) {
-  return segment == known_segment || *reinterpret_cast<volatile int*>(b.lamb.segment_ready + segment) != 0;
-}
-
-// Thread 0's scheduler state: this block has not yet seen phase 1 exhausted; a phase-2 ticket kept aside
-// (step 1: its segment was not ready) or -1.
-struct LambPick {
-  bool phase1_left;
-  int pending;
-};
-
-// Thread 0's choice of the block's next item (steps 1-4 above): tile * 2 + phase, or -1 when both queues
-// are exhausted.
-__device__ int lamb_next_item(const FusedBuffers& b, int known_segment, LambPick& pick) {
-  const LambQueue& q = b.lamb;
-  const int count = b.chunk_count;
-  if (pick.phase1_left) {
-    if (pick.pending >= 0) {  // a ticket kept aside: run it once ready
-      const LambPhase2Item item = q.phase2_items[pick.pending];
-      if (lamb_ready(b, item.segment, known_segment)) {
-        pick.pending = -1;
-        return item.tile * 2 + 1;
-      }
-    } else {
-      const int head = *reinterpret_cast<volatile int*>(q.next_phase2);
-      if (head < count) {
-        const int head_segment = q.phase2_items[head].segment;
-        if (lamb_ready(b, head_segment, known_segment)) {
-          const int ticket = atomicAdd(q.next_phase2, 1);
-          if (ticket < count) {
-            const LambPhase2Item item = q.phase2_items[ticket];
-            if (item.segment == head_segment || lamb_ready(b, item.segment, known_segment)) return item.tile * 2 + 1;
-            pick.pending = ticket;
-          }
-        }
-      }
-    }
-    const int tile = atomicAdd(q.next_phase1, 1);
-    if (tile < count) return tile * 2;
-    pick.phase1_left = false;
-  }
-  if (pick.pending >= 0) {  // step 3 (may wait in lamb_phase2_tile)
-    const int tile = q.phase2_items[pick.pending].tile;
-    pick.pending = -1;
-    return tile * 2 + 1;
-  }
-  const int ticket = atomicAdd(q.next_phase2, 1);
-  return ticket < count ? q.phase2_items[ticket].tile * 2 + 1 : -1;
-}
-
-// EXPERIMENT: remove after measuring. two_queue_cas: step 1 claims a ready head with
-// atomicCAS(next_phase2, head, head + 1), looking again after a failure; no pending items.
-__device__ int lamb_next_item_cas(const FusedBuffers& b, int known_segment, LambPick& pick) {
-  const LambQueue& q = b.lamb;
-  const int count = b.chunk_count;
-  while (pick.phase1_left) {
-    const int head = *reinterpret_cast<volatile int*>(q.next_phase2);
-    if (head < count) {
-      const LambPhase2Item item = q.phase2_items[head];
-      if (lamb_ready(b, item.segment, known_segment)) {
-        if (atomicCAS(q.next_phase2, head, head + 1) == head) return item.tile * 2 + 1;
-        continue;  // another block took it: look at the new head
-      }
-    }
-    const int tile = atomicAdd(q.next_phase1, 1);
-    if (tile < count) return tile * 2;
-    pick.phase1_left = false;
-  }
-  const int ticket = atomicAdd(q.next_phase2, 1);
-  return ticket < count ? q.phase2_items[ticket].tile * 2 + 1 : -1;
-}
-
-// EXPERIMENT: remove after measuring. The window scheduler's next item: the next ticket's entry.
-__device__ int lamb_next_window_item(const FusedBuffers& b) {
-  const int ticket = atomicAdd(b.lamb.next_phase1, 1);
-  return ticket < b.lamb.window_item_count ? b.lamb.window_items[ticket] : -1;
-}
-
-// Thread 0 picks the next item while the block works on the current one (hiding the atomics' latency;
-// see above for why the lookahead cannot deadlock). Order: b.lamb.scheduler, as a template parameter
-// (EXPERIMENT: remove after measuring): one kernel that switches among the schedulers at run time needs
-// 76-80 registers instead of at most 64, one block fewer per SM.
-template <LambScheduler Order, typename G, typename S, typename C>
+// Thread 0 takes the next ticket while the block works on the current one (hiding the atomic's latency).
+// Still no deadlock: the smallest unfinished ticket is always some block's current item, and it waits
+// on nothing unfinished.
+template <typename G, typename S, typename C>
 __global__ void __launch_bounds__(kThreads) lamb_kernel(FusedBuffers b, StepConstants k, int with_stats) {
   __shared__ double shared[3 * 32];
-  __shared__ int items[2], last_shared;
+  __shared__ int tickets[2], last_shared;
   __shared__ float trust_shared;
   const StepScalars step = *b.scalars;
   if (!step.apply) return;
   AdamScalars s = adam_scalars(k, step);
   const float multiplier = step.grad_multiplier;
-  // Thread 0's scheduler state lives in shared memory, not in registers that every thread would carry
-  // through the tiles' loops (fewer registers: more resident blocks).
-  __shared__ int known_segment;
-  __shared__ float known_trust;
-  __shared__ LambPick pick;
-  if (threadIdx.x == 0) {
-    known_segment = -1;
-    known_trust = 1.0f;
-    pick = LambPick{true, -1};
-  }
-  auto next_item = [&] {
-    if constexpr (Order == LambScheduler::two_queue_cas) return lamb_next_item_cas(b, known_segment, pick);
-    else if constexpr (Order == LambScheduler::windows) return lamb_next_window_item(b);
-    else return lamb_next_item(b, known_segment, pick);
-  };
-  if (threadIdx.x == 0) items[0] = next_item();
+  int known_segment = -1;
+  float known_trust = 1.0f;
+  if (threadIdx.x == 0) tickets[0] = atomicAdd(b.lamb.next_item, 1);
   __syncthreads();
   for (int current = 0;; current ^= 1) {
-    const int item = items[current];
-    if (item < 0) break;
-    if (threadIdx.x == 0) items[current ^ 1] = next_item();
+    const int ticket = tickets[current];
+    if (ticket >= b.lamb.item_count) break;
+    if (threadIdx.x == 0) tickets[current ^ 1] = atomicAdd(b.lamb.next_item, 1);
+    const int item = b.lamb.items[ticket];
     const int c = item >> 1;
     const ArenaChunk chunk = b.chunks[c];
     const int64_t vector_count = apply_segment(b, step, chunk, s);
@@ -667,7 +553,7 @@ __global__ void __launch_bounds__(kThreads) lamb_kernel(FusedBuffers b, StepCons
     } else {
       lamb_phase2_tile<S, C>(b, chunk, c, vector_count, s, &trust_shared, known_segment, known_trust);
     }
-    __syncthreads();  // the next item is visible; everyone is done with this one and the scratch
+    __syncthreads();  // the next ticket is visible; everyone is done with this one and the scratch
   }
 }
 
@@ -694,12 +580,6 @@ int grid_size(int per_multiprocessor, const FusedBuffers& b) {
   return static_cast<int>(grid < b.chunk_count ? grid : b.chunk_count);
 }
 
-template <LambScheduler Order, typename G, typename S, typename C> void launch_lamb_kernel(const LaunchArgs& a) {
-  const FusedBuffers& b = *a.buffers;
-  static const int per_sm = blocks_per_multiprocessor(lamb_kernel<Order, G, S, C>);
-  lamb_kernel<Order, G, S, C><<<grid_size(per_sm, b), kThreads, 0, a.stream>>>(b, *a.constants, a.with_stats);
-}
-
 // One instantiation per pass and dtype combination, so each caches its own kernel's occupancy.
 template <Pass P, typename G, typename S, typename C> void launch_typed(const LaunchArgs& a) {
   const FusedBuffers& b = *a.buffers;
@@ -710,11 +590,8 @@ template <Pass P, typename G, typename S, typename C> void launch_typed(const La
     static const int per_sm = blocks_per_multiprocessor(sgd_kernel<G, S, C>);
     sgd_kernel<G, S, C><<<grid_size(per_sm, b), kThreads, 0, a.stream>>>(b, *a.constants, a.with_stats);
   } else if constexpr (P == Pass::lamb) {
-    switch (b.lamb.scheduler) {  // EXPERIMENT: remove after measuring (keeping two_queue)
-      case LambScheduler::two_queue_cas: launch_lamb_kernel<LambScheduler::two_queue_cas, G, S, C>(a); break;
-      case LambScheduler::windows: launch_lamb_kernel<LambScheduler::windows, G, S, C>(a); break;
-      default: launch_lamb_kernel<LambScheduler::two_queue, G, S, C>(a); break;
-    }
+    static const int per_sm = blocks_per_multiprocessor(lamb_kernel<G, S, C>);
+    lamb_kernel<G, S, C><<<grid_size(per_sm, b), kThreads, 0, a.stream>>>(b, *a.constants, a.with_stats);
   } else {
     static const int per_sm = blocks_per_multiprocessor(grad_sum_of_squares_kernel<G>);
     grad_sum_of_squares_kernel<G><<<grid_size(per_sm, b), kThreads, 0, a.stream>>>(b);

@@ -12,29 +12,13 @@
 
 namespace opsnn::optim::cuda {
 
-// LAMB's work queues (see launch_lamb). Phase 1 (moments and norms) takes the tiles in arena order:
-// ticket next_phase1 = tile, no table needed. Phase 2 (update) takes phase2_items in order (ticket
-// next_phase2): per segment in arena order, that segment's tiles last-first, so it starts on the tiles
-// phase 1 wrote most recently. Per segment: how many phase-1 tiles are done, whether its trust ratio is
-// ready, and the ratio. The prologue resets the counters and flags.
-struct LambPhase2Item {
-  int32_t tile;
-  int32_t segment;  // the tile's segment, so a readiness check needs no second lookup
-};
-// How blocks claim phase-2 items. EXPERIMENT: remove after measuring, keeping two_queue only
-// (OPSNN_LAMB_SCHEDULER selects one when a stepper is built: two-queue, two-queue-cas or windows).
-//   two_queue:     atomicAdd on next_phase2 once the head's segment is ready; an item that turns out not
-//                  ready is kept aside while the block does phase-1 work;
-//   two_queue_cas: atomicCAS(next_phase2, head, head + 1) on a ready head, retried on failure;
-//   windows:       the previous single queue (window_items, ticket next_phase1), phase2_items unused.
-enum class LambScheduler : int32_t { two_queue, two_queue_cas, windows };
+// LAMB's work queue (see launch_lamb): items[t] = tile * 2 + phase (0: moments and norms, 1: update),
+// taken in ticket order; per segment, how many phase-1 tiles are done, whether its trust ratio is ready
+// and the ratio. The prologue resets the counters.
 struct LambQueue {
-  LambScheduler scheduler = LambScheduler::two_queue;
-  const LambPhase2Item* phase2_items = nullptr;  // chunk_count items (two-queue schedulers)
-  const int32_t* window_items = nullptr;         // EXPERIMENT (windows): tile * 2 + phase
-  int32_t window_item_count = 0;
-  int32_t* next_phase1 = nullptr;
-  int32_t* next_phase2 = nullptr;
+  const int32_t* items = nullptr;
+  int32_t item_count = 0;
+  int32_t* next_item = nullptr;
   int32_t* segment_done = nullptr;
   int32_t* segment_ready = nullptr;
   float* trust = nullptr;
@@ -80,7 +64,7 @@ void launch_segment_sums(const FusedBuffers& b, int arrays, cudaStream_t stream)
 void launch_step_prologue(const FusedBuffers& b, const StepConstants& k, bool two_pass, cudaStream_t stream);
 // Adam/AdamW or SGD (k.rule) over every dense chunk; with_stats also writes chunk_sums[0] (g^2).
 void launch_update(const FusedBuffers& b, const StepConstants& k, bool with_stats, cudaStream_t stream);
-// LAMB in one kernel over b.lamb's queues: phase 1 (moments; chunk_sums[1] = r^2, chunk_sums[2] = p^2,
+// LAMB in one kernel over b.lamb's items: phase 1 (moments; chunk_sums[1] = r^2, chunk_sums[2] = p^2,
 // with_stats also chunk_sums[0] = g^2), per-segment trust ratios (segment_sums[1], [2]) as soon as a
 // segment's phase 1 is complete, phase 2 (parameter update). Needs the prologue's reset first.
 void launch_lamb(const FusedBuffers& b, const StepConstants& k, bool with_stats, cudaStream_t stream);
