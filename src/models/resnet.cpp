@@ -152,8 +152,8 @@ class ResNet : public nn::Module {
 
 }  // namespace
 
-bool channels_last_by_default(Device device, DType compute_dtype) {
-  return device.is_cuda() && (compute_dtype == DType::bf16 || compute_dtype == DType::f16);
+bool channels_last_by_default(Device device, DType compute_dtype, bool tf32) {
+  return device.is_cuda() && (compute_dtype == DType::bf16 || compute_dtype == DType::f16 || tf32);
 }
 
 std::shared_ptr<nn::Module> make_resnet(int depth, const ModelOptions& options, Generator& generator) {

@@ -182,11 +182,11 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
                                                             : DType::f32;
   models::ModelOptions model_options = make_model_options(c, *s.datasets.train);
   model_options.channels_last =
-      c.model.channels_last.value_or(models::channels_last_by_default(s.device, compute_dtype));
+      c.model.channels_last.value_or(models::channels_last_by_default(s.device, compute_dtype, c.train.precision == "tf32"));
   if (model_options.arch.rfind("resnet", 0) == 0)
     s.logger->info("model.channels_last: {} ({})", model_options.channels_last ? "true" : "false",
                    c.model.channels_last.has_value() ? "as configured"
-                                                     : "auto: true for bf16/fp16 on a GPU, else false");
+                                                     : "auto: true for tf32/bf16/fp16 on a GPU, else false");
   Generator init_generator(c.train.seed);
   s.model = models::build_model(model_options, init_generator);
   s.model->to(s.device);

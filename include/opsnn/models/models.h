@@ -44,10 +44,10 @@ std::shared_ptr<nn::Module> make_mlp(const ModelOptions& options, Generator& gen
 std::shared_ptr<nn::Module> make_small_cnn(const ModelOptions& options, Generator& generator);
 // depth 18, 34 (basic blocks) or 50 (bottleneck blocks), torchvision layout and initialisation.
 std::shared_ptr<nn::Module> make_resnet(int depth, const ModelOptions& options, Generator& generator);
-// What `channels_last: auto` means: NHWC residual stages on a CUDA device with f16 or bf16 activations
-// (cuDNN's tensor-core convolutions work on NHWC data; with NCHW they transpose around each one), NCHW
-// elsewhere.
-bool channels_last_by_default(Device device, DType compute_dtype);
+// What `channels_last: auto` means: NHWC residual stages on a CUDA device where the convolutions run on
+// tensor cores - f16 or bf16 activations, or f32 with tf32 math (cuDNN's tensor-core convolutions work on
+// NHWC data; with NCHW they transpose around each one) - NCHW elsewhere.
+bool channels_last_by_default(Device device, DType compute_dtype, bool tf32);
 std::shared_ptr<nn::Module> make_ctr(const ModelOptions& options, Generator& generator);
 
 int64_t count_parameters(const nn::Module& module);

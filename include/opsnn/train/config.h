@@ -27,7 +27,7 @@ struct ModelConfig {
   std::string stem = "cifar";         // resnets: imagenet (7x7/2 + max-pool) | cifar (3x3/1, no pool)
   int64_t width = 0;                  // base channel count; 0 = the architecture's default
   bool zero_init_residual = false;    // zero-init the last BatchNorm of each residual block
-  std::optional<bool> channels_last;  // resnets: NHWC residual stages; nullopt = auto: on for bf16/fp16 on a GPU
+  std::optional<bool> channels_last;  // resnets: NHWC residual stages; nullopt = auto: on for tf32/bf16/fp16 on a GPU
   std::vector<int64_t> hidden_sizes;  // mlp / ctr hidden layers; empty = the architecture's default
   int64_t embedding_dim = 16;         // ctr: width of each field's embedding
   bool sparse_embeddings = true;      // ctr: row-sparse embedding gradients (false = dense)

@@ -62,7 +62,7 @@ int run(const std::vector<std::string>& args) {
   }
   const Device gpu(DeviceType::cuda, 0);
   const DType compute_dtype = precision == "bf16" ? DType::bf16 : precision == "fp16" ? DType::f16 : DType::f32;
-  const bool channels_last = channels_last_choice == "auto" ? models::channels_last_by_default(gpu, compute_dtype)
+  const bool channels_last = channels_last_choice == "auto" ? models::channels_last_by_default(gpu, compute_dtype, precision == "tf32")
                                                             : channels_last_choice == "on";
 
   Generator generator(0);
