@@ -92,14 +92,20 @@ void require_same_step(const StepResult& channels_last, const StepResult& nchw, 
                            nchw.buffers[i].first);
 }
 
+// RGB ResNet options: `arch` at base width `width` with the given stem.
+models::ModelOptions resnet_options(const char* arch, int64_t width, const char* stem) {
+  models::ModelOptions options;
+  options.arch = arch;
+  options.stem = stem;
+  options.width = width;
+  options.in_channels = 3;
+  return options;
+}
+
 }  // namespace
 
 TEST_CASE("channels-last resnet18 equals the NCHW one: logits, gradients, running statistics", "[models]") {
-  models::ModelOptions options;
-  options.arch = "resnet18";
-  options.stem = "cifar";
-  options.width = 8;
-  options.in_channels = 3;
+  const models::ModelOptions options = resnet_options("resnet18", 8, "cifar");
   Generator generator(5);
   const Tensor images = Tensor::normal({2, 3, 12, 12}, 0.0, 1.0, generator);
   const Tensor target = Tensor::from_vector<int64_t>({3, 7}, {2});
@@ -107,10 +113,7 @@ TEST_CASE("channels-last resnet18 equals the NCHW one: logits, gradients, runnin
 }
 
 TEST_CASE("channels-last resnet50 (bottleneck blocks, imagenet stem) equals the NCHW one", "[models]") {
-  models::ModelOptions options;
-  options.arch = "resnet50";
-  options.width = 4;
-  options.in_channels = 3;
+  const models::ModelOptions options = resnet_options("resnet50", 4, "imagenet");
   Generator generator(6);
   const Tensor images = Tensor::normal({2, 3, 32, 32}, 0.0, 1.0, generator);
   const Tensor target = Tensor::from_vector<int64_t>({1, 9}, {2});
@@ -120,16 +123,8 @@ TEST_CASE("channels-last resnet50 (bottleneck blocks, imagenet stem) equals the 
 TEST_CASE("CUDA channels-last resnet equals the NCHW one: f32 closely, bf16 loosely", "[cuda][models]") {
   if (testing::gpu_missing("the CUDA channels-last ResNet test")) return;
   Generator generator(7);
-  models::ModelOptions basic;
-  basic.arch = "resnet18";
-  basic.stem = "cifar";
-  basic.width = 16;
-  basic.in_channels = 3;
-  models::ModelOptions bottleneck;
-  bottleneck.arch = "resnet50";
-  bottleneck.width = 8;
-  bottleneck.in_channels = 3;
-  for (const models::ModelOptions& options : {basic, bottleneck}) {
+  for (const models::ModelOptions& options : {resnet_options("resnet18", 16, "cifar"),
+                                              resnet_options("resnet50", 8, "imagenet")}) {
     INFO(options.arch);
     const Tensor images = Tensor::normal({4, 3, 32, 32}, 0.0, 1.0, generator);
     const Tensor target = Tensor::from_vector<int64_t>({1, 9, 4, 0}, {4});
