@@ -307,13 +307,17 @@ Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
 }
 
 Tensor Tensor::permute(const std::vector<int64_t>& order) const {
-  OPSNN_CHECK_AS(ShapeError, static_cast<int64_t>(order.size()) == dim(), "permute order of ", order.size(),
-                 " dimensions for shape ", shape_str(shape()));
+  OPSNN_CHECK_AS(ShapeError, static_cast<int64_t>(order.size()) == dim(), "permute: order ", shape_str(order), " has ",
+                 order.size(), " entries but the shape ", shape_str(shape()), " has ", dim(), " dimensions");
   auto impl = view_impl(checked());
   std::vector<bool> seen(order.size(), false);
   for (size_t i = 0; i < order.size(); ++i) {
-    size_t source = wrap_dim(order[i], dim(), shape());
-    OPSNN_CHECK_AS(ShapeError, !seen[source], "permute: dimension ", order[i], " repeated");
+    const int64_t index = order[i] < 0 ? order[i] + dim() : order[i];
+    OPSNN_CHECK_AS(ShapeError, index >= 0 && index < dim(), "permute: order ", shape_str(order), " names dimension ",
+                   order[i], ", out of range for shape ", shape_str(shape()));
+    const size_t source = static_cast<size_t>(index);
+    OPSNN_CHECK_AS(ShapeError, !seen[source], "permute: order ", shape_str(order), " names dimension ", index,
+                   " twice (repeated); it must be a permutation of 0 .. ", dim() - 1);
     seen[source] = true;
     impl->shape[i] = shape()[source];
     impl->strides[i] = strides()[source];

@@ -63,31 +63,16 @@ class PermuteNode final : public autograd::Node {
   DType dtype_;
 };
 
-// `order` with negative entries wrapped, checked to be a permutation of x's dimensions.
-std::vector<int64_t> checked_order(const Shape& shape, const std::vector<int64_t>& order) {
-  OPSNN_CHECK_AS(ShapeError, order.size() == shape.size(), "permute: order ", shape_str(order), " has ", order.size(),
-                 " entries but the input ", shape_str(shape), " has ", shape.size(), " dimensions");
-  std::vector<int64_t> wrapped(order.size());
-  std::vector<bool> seen(order.size(), false);
-  for (size_t i = 0; i < order.size(); ++i) {
-    wrapped[i] = internal::wrap_dim(order[i], shape, "permute");
-    OPSNN_CHECK_AS(ShapeError, !seen[static_cast<size_t>(wrapped[i])], "permute: order ", shape_str(order),
-                   " names dimension ", wrapped[i], " twice; it must be a permutation of 0 .. ",
-                   static_cast<int64_t>(shape.size()) - 1);
-    seen[static_cast<size_t>(wrapped[i])] = true;
-  }
-  return wrapped;
-}
-
 }  // namespace
 
 Tensor permute(const Tensor& x, const std::vector<int64_t>& order) {
-  const std::vector<int64_t> wrapped = checked_order(x.shape(), order);
-  // A new TensorImpl even where the order keeps the layout (contiguous() then returns the view).
-  Tensor out = x.detach().permute(wrapped).contiguous();
+  // Tensor::permute checks that `order` is a permutation of x's dimensions. A new TensorImpl even where
+  // the order keeps the layout (contiguous() then returns the view).
+  Tensor out = x.detach().permute(order).contiguous();
   if (!autograd::any_requires_grad({x})) return out;
-  std::vector<int64_t> inverse(wrapped.size());
-  for (size_t i = 0; i < wrapped.size(); ++i) inverse[static_cast<size_t>(wrapped[i])] = static_cast<int64_t>(i);
+  std::vector<int64_t> inverse(order.size());
+  for (size_t i = 0; i < order.size(); ++i)
+    inverse[static_cast<size_t>(order[i] < 0 ? order[i] + x.dim() : order[i])] = static_cast<int64_t>(i);
   return autograd::record(out, std::make_shared<PermuteNode>(std::move(inverse), x.dtype()), {x});
 }
 
