@@ -173,9 +173,13 @@ Tensor batch_norm_maybe_relu(const Tensor& input, const Tensor& gamma, const Ten
   return autograd::record(out, std::move(node), {input, gamma, beta});
 }
 
-// The channels-last op: the input viewed as [rows, C] (reshape records the view for autograd).
-Tensor channels_last_batch_norm(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
-                                Tensor& running_var, bool training, double momentum, double eps, bool relu) {
+// Both layouts of both ops; a channels-last input is viewed as [rows, C] (reshape records the view for
+// autograd).
+Tensor batch_norm_in_layout(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
+                            Tensor& running_var, bool training, double momentum, double eps, bool relu,
+                            bool channels_last) {
+  if (!channels_last)
+    return batch_norm_maybe_relu(input, gamma, beta, running_mean, running_var, training, momentum, eps, relu);
   OPSNN_CHECK_AS(ShapeError, input.dim() >= 2 && input.numel() > 0,
                  "batch_norm: a channels_last input must be a non-empty [N, ..., C], got ", input.str());
   const Tensor rows = reshape(input, {-1, input.size(-1)});
@@ -187,16 +191,14 @@ Tensor channels_last_batch_norm(const Tensor& input, const Tensor& gamma, const 
 
 Tensor batch_norm(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
                   Tensor& running_var, bool training, double momentum, double eps, bool channels_last) {
-  if (channels_last)
-    return channels_last_batch_norm(input, gamma, beta, running_mean, running_var, training, momentum, eps, false);
-  return batch_norm_maybe_relu(input, gamma, beta, running_mean, running_var, training, momentum, eps, false);
+  return batch_norm_in_layout(input, gamma, beta, running_mean, running_var, training, momentum, eps, false,
+                              channels_last);
 }
 
 Tensor batch_norm_relu(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
                        Tensor& running_var, bool training, double momentum, double eps, bool channels_last) {
-  if (channels_last)
-    return channels_last_batch_norm(input, gamma, beta, running_mean, running_var, training, momentum, eps, true);
-  return batch_norm_maybe_relu(input, gamma, beta, running_mean, running_var, training, momentum, eps, true);
+  return batch_norm_in_layout(input, gamma, beta, running_mean, running_var, training, momentum, eps, true,
+                              channels_last);
 }
 
 }  // namespace opsnn::ops
