@@ -254,6 +254,18 @@ void require_identical(const Tensor& a, const Tensor& b, const std::string& what
   REQUIRE(std::memcmp(left.data(), right.data(), left.size() * sizeof(float)) == 0);
 }
 
+// Every output, statistic and gradient of two runs equal bit for bit.
+void require_identical_runs(const Run& first, const Run& second, const std::string& name) {
+  require_identical(first.out, second.out, name + " out");
+  require_identical(first.save_mean, second.save_mean, name + " save_mean");
+  require_identical(first.save_invstd, second.save_invstd, name + " save_invstd");
+  require_identical(first.running_mean, second.running_mean, name + " running_mean");
+  require_identical(first.running_var, second.running_var, name + " running_var");
+  require_identical(first.grad_input, second.grad_input, name + " grad_input");
+  require_identical(first.grad_gamma, second.grad_gamma, name + " grad_gamma");
+  require_identical(first.grad_beta, second.grad_beta, name + " grad_beta");
+}
+
 const DType kDtypes[] = {DType::f32, DType::f16, DType::bf16};
 
 // Every dtype, shape, alignment shift (0, 1 and 4 values) and relu setting against the double reference.
@@ -336,16 +348,7 @@ TEST_CASE("CUDA batch norm is bit-identical run to run", "[cuda][ops][batch_norm
     for (const Shape& shape :
          std::vector<Shape>{{32, 3, 4104}, {64, 3, 3137}, {1, 1, 200003}, {64, 6, 196}, {256, 6, 49}, {5, 3, 13}}) {
       const Inputs in = make_inputs(shape, dtype, offset_for(dtype), 1.0, generator);
-      const Run first = run_on_gpu(in), second = run_on_gpu(in);
-      const std::string name = case_name(shape, dtype);
-      require_identical(first.out, second.out, name + " out");
-      require_identical(first.save_mean, second.save_mean, name + " save_mean");
-      require_identical(first.save_invstd, second.save_invstd, name + " save_invstd");
-      require_identical(first.running_mean, second.running_mean, name + " running_mean");
-      require_identical(first.running_var, second.running_var, name + " running_var");
-      require_identical(first.grad_input, second.grad_input, name + " grad_input");
-      require_identical(first.grad_gamma, second.grad_gamma, name + " grad_gamma");
-      require_identical(first.grad_beta, second.grad_beta, name + " grad_beta");
+      require_identical_runs(run_on_gpu(in), run_on_gpu(in), case_name(shape, dtype));
     }
 }
 
@@ -520,14 +523,7 @@ TEST_CASE("CUDA batch norm on channel-innermost rows is bit-identical run to run
   for (DType dtype : kDtypes)
     for (const Shape& shape : std::vector<Shape>{{6272, 64}, {784, 96}, {1000, 13}, {20000, 8}}) {
       const Inputs in = make_inputs(shape, dtype, offset_for(dtype), 1.0, generator);
-      const Run first = run_on_gpu(in, 0, true), second = run_on_gpu(in, 0, true);
-      const std::string name = case_name(shape, dtype, " relu");
-      require_identical(first.out, second.out, name + " out");
-      require_identical(first.save_invstd, second.save_invstd, name + " save_invstd");
-      require_identical(first.running_var, second.running_var, name + " running_var");
-      require_identical(first.grad_input, second.grad_input, name + " grad_input");
-      require_identical(first.grad_gamma, second.grad_gamma, name + " grad_gamma");
-      require_identical(first.grad_beta, second.grad_beta, name + " grad_beta");
+      require_identical_runs(run_on_gpu(in, 0, true), run_on_gpu(in, 0, true), case_name(shape, dtype, " relu"));
     }
 }
 
