@@ -722,16 +722,14 @@ void CudaBackend::conv2d_forward(const Tensor& input, const Tensor& weight, cons
     const int64_t filters = out.size(geometry.channels_last ? 3 : 1);
     OPSNN_CHECK_AS(ShapeError, bias.numel() == filters, "CUDA conv2d_forward: bias ", bias.str(),
                    " does not match ", filters, " output channels");
-    // out += bias over [N, C, H*W] (NHWC: [N*H*W, C] as [1, N*H*W, C]) with the bias broadcast (stride 0)
-    // along the other axes; in place is safe as every element reads only itself.
+    // out += bias over out viewed as [outer, C, inner] - NCHW: [N, C, H*W]; NHWC: [N*H*W, C, 1] - with
+    // the bias broadcast (stride 0) along outer and inner; in place is safe as every element reads only itself.
+    const int64_t inner = geometry.channels_last ? 1 : out.size(2) * out.size(3);
+    const int64_t outer = filters * inner == 0 ? 0 : out.numel() / (filters * inner);
     cuda::BinaryLayout layout;
     layout.dim = 3;
-    const int64_t extents_nchw[3] = {out.size(0), filters, out.size(2) * out.size(3)},
-                  extents_nhwc[3] = {1, out.size(0) * out.size(1) * out.size(2), filters};
-    const int64_t* extents = geometry.channels_last ? extents_nhwc : extents_nchw;
-    const int64_t out_strides[3] = {extents[1] * extents[2], extents[2], 1};
-    const int64_t bias_strides_nchw[3] = {0, 1, 0}, bias_strides_nhwc[3] = {0, 0, 1};
-    const int64_t* bias_strides = geometry.channels_last ? bias_strides_nhwc : bias_strides_nchw;
+    const int64_t extents[3] = {outer, filters, inner}, out_strides[3] = {filters * inner, inner, 1},
+                  bias_strides[3] = {0, 1, 0};
     for (int d = 0; d < 3; ++d) {
       layout.extents[d] = extents[d];
       layout.a_strides[d] = out_strides[d];
