@@ -67,6 +67,7 @@ TEST_CASE("opsnn-bench: the GPU kernel benchmarks check their options before loo
       {{"conv", "--dtype", "int8"}, "--dtype: expected f32, tf32, bf16 or f16, got 'int8'"},
       {{"conv", "--lowering", "sometimes"}, "--lowering: expected measured, always or never, got 'sometimes'"},
       {{"conv", "--layer", "layer9"}, "--layer: no layer name starts with 'layer9'"},
+      {{"conv", "--layout", "nchwc"}, "--layout: expected nchw or nhwc, got 'nchwc'"},
       {{"conv", "--repeats", "0"}, "--repeats"},
       {{"resnet50", "--precision", "fp8"}, "--precision: expected fp32, tf32, bf16 or fp16, got 'fp8'"},
       {{"resnet50", "--channels-last", "sometimes"}, "--channels-last: expected auto, on or off, got 'sometimes'"},

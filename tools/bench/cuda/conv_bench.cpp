@@ -2,6 +2,8 @@
 // conv shapes (batch 256 by default): milliseconds and TFLOP/s of the forward, input gradient and weight
 // gradient through the Backend, each with what the search picked (and, where a lowering applies - the
 // few-channel RGB stem, the strided 1x1 projections - the lowered and cuDNN times it compared).
+// --layout nhwc runs them channels-last (NHWC activations, KRSC filter copy, no lowering), as the
+// ResNet residual stages do with model.channels_last.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -47,10 +49,11 @@ int run(const std::vector<std::string>& args) {
     if (arg == "--help" || arg == "-h") {
       std::printf(
           "usage: opsnn-bench conv [--dtype f32|tf32|bf16|f16] [--batch 256] [--repeats 10] "
-          "[--lowering measured|always|never] [--layer PREFIX]\n"
+          "[--lowering measured|always|never] [--layout nchw|nhwc] [--layer PREFIX]\n"
           "  f32: strict FMA math; tf32: f32 data with TF32 tensor cores allowed\n"
           "  --lowering: the im2col-GEMM / subsampled lowerings of the stem and strided 1x1 convolutions,\n"
           "             see src/ops/cuda/conv_algorithms.h\n"
+          "  --layout: activations NCHW, or NHWC (channels-last: cuDNN's NHWC descriptors, never lowered)\n"
           "  --layer: only the layers whose name starts with PREFIX (e.g. stem, layer2)\n");
       return 0;
     }
@@ -62,6 +65,10 @@ int run(const std::vector<std::string>& args) {
                  "--dtype: expected f32, tf32, bf16 or f16, got '", dtype_text, "'");
   const DType dtype = dtype_text == "bf16" ? DType::bf16 : dtype_text == "f16" ? DType::f16 : DType::f32;
   const ops::ConvLoweringPolicy lowering = parse_lowering(option(args, "--lowering", "measured"));
+  const std::string layout = option(args, "--layout", "nchw");
+  OPSNN_CHECK_AS(ConfigError, layout == "nchw" || layout == "nhwc", "--layout: expected nchw or nhwc, got '", layout,
+                 "'");
+  const bool channels_last = layout == "nhwc";
   const std::string only = option(args, "--layer", "");
   OPSNN_CHECK_AS(ConfigError,
                  std::any_of(kLayers.begin(), kLayers.end(),
@@ -85,19 +92,23 @@ int run(const std::vector<std::string>& args) {
   cudaDeviceProp properties{};
   BENCH_CUDA_CHECK(cudaGetDeviceProperties(&properties, 0));
   std::printf(
-      "opsnn-bench conv: %s, %s, batch %d, mean of %d calls after the search; TFLOP/s counts 2*N*K*C*R*S*P*Q "
-      "with the real C\n",
-      properties.name, dtype_text.c_str(), batch, repeats);
+      "opsnn-bench conv: %s, %s, %s, batch %d, mean of %d calls after the search; TFLOP/s counts "
+      "2*N*K*C*R*S*P*Q with the real C\n",
+      properties.name, dtype_text.c_str(), layout.c_str(), batch, repeats);
   Generator generator(0);
   for (const Layer& layer : kLayers) {
     if (!std::string(layer.name).starts_with(only)) continue;
     ops::Conv2dGeometry geometry;
     geometry.stride_h = geometry.stride_w = layer.stride;
     geometry.pad_h = geometry.pad_w = layer.kernel / 2;
+    geometry.channels_last = channels_last;
     const int64_t out_side = (layer.side + 2 * geometry.pad_h - layer.kernel) / layer.stride + 1;
-    const Shape input_shape{batch, layer.in_channels, layer.side, layer.side};
+    auto activation = [&](int64_t channels, int64_t side) {
+      return channels_last ? Shape{batch, side, side, channels} : Shape{batch, channels, side, side};
+    };
+    const Shape input_shape = activation(layer.in_channels, layer.side);
     const Shape weight_shape{layer.out_channels, layer.in_channels, layer.kernel, layer.kernel};
-    const Shape output_shape{batch, layer.out_channels, out_side, out_side};
+    const Shape output_shape = activation(layer.out_channels, out_side);
     const Tensor input = Tensor::uniform(input_shape, -1.0, 1.0, generator, dtype, gpu);
     const Tensor weight = Tensor::uniform(weight_shape, -0.1, 0.1, generator, dtype, gpu);
     const Tensor grad_out = Tensor::uniform(output_shape, -1.0, 1.0, generator, dtype, gpu);
