@@ -8,11 +8,12 @@
 //   - input channels off the tensor-core granule (the RGB stem): im2col + batched cuBLAS GEMMs;
 //   - 1x1 stride 1: batched cuBLAS GEMMs on the NCHW data as it lies (no im2col, no layout transposes).
 // A lowering runs when its measured time, copies included, beats cudnnFind's best (policy `measured`).
-// Channels-last convolutions (geometry.channels_last) always run cuDNN, on NHWC data descriptors and a
-// KRSC copy of the weight (an NHWC filter descriptor: the configuration cuDNN documents for its NHWC
-// tensor-core kernels and the one PyTorch's channels_last convolutions use); the weight gradient is
-// computed in KRSC and transposed back. None of the lowerings applies: they exist to avoid the NCHW
-// transposes cuDNN does inside, and NHWC data needs none.
+// Channels-last convolutions (geometry.channels_last) run cuDNN on NHWC data descriptors and a KRSC copy
+// of the weight (an NHWC filter descriptor: the configuration cuDNN documents for its NHWC tensor-core
+// kernels and the one PyTorch's channels_last convolutions use); the weight gradient is computed in KRSC
+// and transposed back. The NCHW lowerings do not apply (they avoid transposes NHWC data needs none of),
+// except that a 1x1 stride-1 convolution is timed as plain cuBLAS GEMMs on the [N*H*W, C] data (cuDNN's
+// NHWC kernels took ~0.2 ms for each of ResNet-50's 1x1 shapes on an H200, whatever their size).
 // f32 math is restricted to FMA kernels so results match the CPU twin (src/ops/cpu/conv.cpp) to rounding,
 // unless the f32 math setting is tf32 (TF32 tensor cores allowed). f16 and bf16 data compute in f32
 // (cuDNN's pseudo-half configurations, cuBLAS's 32F compute) on tensor cores.
@@ -409,10 +410,21 @@ struct GemmPlan {
   // A 1x1 stride-1 convolution without padding on channels that need no row padding: each image's
   // [C, H*W] input already is its column matrix, and the input gradient is the GEMM's output.
   bool direct = false;
+  // Channels-last (always 1x1, stride 1, no padding): the NHWC input is an [N*H*W, C] matrix and the
+  // [K, C, 1, 1] weight a [K, C] one (KRSC and KCRS agree for 1x1), so each direction is plain GEMMs.
+  bool channels_last = false;
 };
 
 GemmPlan gemm_plan(const Shape& input, const Shape& weight, const Shape& output, const Conv2dGeometry& g) {
   GemmPlan plan;
+  if (g.channels_last) {
+    plan.filters = weight[0];
+    plan.rows = plan.rows_padded = weight[1];
+    plan.pixels = output[1] * output[2];
+    plan.in_plane = input[1] * input[2];
+    plan.direct = plan.channels_last = true;
+    return plan;
+  }
   plan.filters = weight[0];
   plan.rows = input[1] * weight[2] * weight[3];
   plan.rows_padded = (plan.rows + 7) / 8 * 8;  // 16-byte aligned rows for the tensor-core GEMMs
@@ -489,8 +501,16 @@ void im2col(const Tensor& input, int64_t first, int64_t count, const GemmPlan& p
 }
 
 // Per image: out[K, P] = W[K, rows] * columns[rows, P] (row-major; cuBLAS sees the transposes).
+// Channels-last: out[N*P, K] = X[N*P, C] * W[K, C]^T in one GEMM.
 void gemm_forward(cublasHandle_t handle, const Tensor& input, const Tensor& weight, Tensor& out, const GemmPlan& plan) {
   const DType dtype = out.dtype();
+  if (plan.channels_last) {
+    const cudaDataType_t type = cuda_data_type(dtype);
+    batched_gemm(handle, dtype, CUBLAS_OP_T, CUBLAS_OP_N, plan.filters, input.size(0) * plan.pixels, plan.rows,
+                 {weight.data_ptr(), type, plan.rows, 0}, {input.data_ptr(), type, plan.rows, 0}, out.data_ptr(), type,
+                 plan.filters, 0, 1);
+    return;
+  }
   const size_t element = dtype_size(dtype);
   const Tensor w = padded_weight(weight, plan);
   const int64_t images = input.size(0);
@@ -513,13 +533,20 @@ void gemm_forward(cublasHandle_t handle, const Tensor& input, const Tensor& weig
 
 // Per image: dcolumns[rows, P] = W^T * dY[K, P] in f32, then col2im into grad_input; a direct plan's
 // GEMM writes grad_input itself.
+// Channels-last: grad_input[N*P, C] = dY[N*P, K] * W[K, C] in one GEMM.
 void gemm_backward_input(cublasHandle_t handle, const Tensor& grad_out, const Tensor& weight, Tensor& grad_input,
                          const GemmPlan& plan) {
   const DType dtype = grad_input.dtype();
   const size_t element = dtype_size(dtype);
-  const Tensor w = padded_weight(weight, plan);
   const cudaDataType_t type = cuda_data_type(dtype);
   const int64_t images = grad_input.size(0);
+  if (plan.channels_last) {
+    batched_gemm(handle, dtype, CUBLAS_OP_N, CUBLAS_OP_N, plan.rows, images * plan.pixels, plan.filters,
+                 {weight.data_ptr(), type, plan.rows, 0}, {grad_out.data_ptr(), type, plan.filters, 0},
+                 grad_input.data_ptr(), type, plan.rows, 0, 1);
+    return;
+  }
+  const Tensor w = padded_weight(weight, plan);
   if (plan.direct) {
     batched_gemm(handle, dtype, CUBLAS_OP_N, CUBLAS_OP_T, plan.pixels, plan.rows_padded, plan.filters,
                  {grad_out.data_ptr(), type, plan.pixels, plan.filters * plan.pixels},
@@ -547,8 +574,9 @@ void gemm_backward_input(cublasHandle_t handle, const Tensor& grad_out, const Te
   }
 }
 
-// Per image: partial[K, rows_padded] = dY[K, P] * columns[rows, P]^T in f32; the partials summed over the
-// images in order (double) into an f32 [K, rows] result, converted to the weight's dtype.
+// Per image: partial[K, rows_padded] = dY[K, P] * columns[rows, P]^T in f32 (channels-last: dY[P, K]^T *
+// X[P, C]); the partials summed over the images in order (double) into an f32 [K, rows] result, converted
+// to the weight's dtype.
 void gemm_backward_weight(cublasHandle_t handle, const Tensor& grad_out, const Tensor& input, Tensor& grad_weight,
                           const GemmPlan& plan) {
   const DType dtype = grad_weight.dtype();
@@ -572,10 +600,15 @@ void gemm_backward_weight(cublasHandle_t handle, const Tensor& grad_out, const T
     if (!plan.direct) im2col(input, first, count, plan, columns->data());
     const char* dy = static_cast<const char*>(grad_out.data_ptr()) +
                      static_cast<size_t>(first * plan.filters * plan.pixels) * element;
-    batched_gemm(handle, dtype, CUBLAS_OP_T, CUBLAS_OP_N, plan.rows_padded, plan.filters, plan.pixels,
-                 {a, type, plan.pixels, plan.rows_padded * plan.pixels},
-                 {dy, type, plan.pixels, plan.filters * plan.pixels}, partials.data(), CUDA_R_32F, plan.rows_padded,
-                 plan.filters * plan.rows_padded, count);
+    if (plan.channels_last)
+      batched_gemm(handle, dtype, CUBLAS_OP_N, CUBLAS_OP_T, plan.rows, plan.filters, plan.pixels,
+                   {a, type, plan.rows, plan.rows * plan.pixels}, {dy, type, plan.filters, plan.filters * plan.pixels},
+                   partials.data(), CUDA_R_32F, plan.rows, plan.filters * plan.rows, count);
+    else
+      batched_gemm(handle, dtype, CUBLAS_OP_T, CUBLAS_OP_N, plan.rows_padded, plan.filters, plan.pixels,
+                   {a, type, plan.pixels, plan.rows_padded * plan.pixels},
+                   {dy, type, plan.pixels, plan.filters * plan.pixels}, partials.data(), CUDA_R_32F, plan.rows_padded,
+                   plan.filters * plan.rows_padded, count);
     cuda::launch_sum_partials(static_cast<const float*>(partials.data()), count, plan.filters, plan.rows,
                               plan.rows_padded, sums.data<float>(), first > 0);
     OPSNN_CUDA_CHECK(cudaGetLastError());
@@ -618,8 +651,14 @@ ConvLoweringPolicy conv_lowering_policy() { return lowering_policy_setting.load(
 ConvLowering applicable_lowering(const Shape& input, const Shape& weight, const Conv2dGeometry& g, DType dtype) {
   constexpr int64_t kMax31 = 0x7fffffff;
   if (input.size() != 4 || weight.size() != 4) return ConvLowering::cudnn;
-  // The lowerings work on NCHW data; cuDNN runs NHWC natively, without the transposes they avoid.
-  if (g.channels_last) return ConvLowering::cudnn;
+  const bool one_by_one = weight[2] == 1 && weight[3] == 1 && g.pad_h == 0 && g.pad_w == 0;
+  // Channels-last: cuDNN runs NHWC natively, without the transposes the NCHW lowerings avoid; only a 1x1
+  // stride-1 convolution, a plain GEMM on NHWC data, is worth timing against it.
+  if (g.channels_last)
+    return one_by_one && g.stride_h == 1 && g.stride_w == 1 && input[0] >= 1 && input[1] * input[2] >= 1 &&
+                   input[0] * input[1] * input[2] <= kMax31
+               ? ConvLowering::gemm
+               : ConvLowering::cudnn;
   const int64_t out_h = (input[2] + 2 * g.pad_h - weight[2]) / g.stride_h + 1;
   const int64_t out_w = (input[3] + 2 * g.pad_w - weight[3]) / g.stride_w + 1;
   const int64_t rows = input[1] * weight[2] * weight[3];

@@ -24,7 +24,9 @@ enum class ConvDirection : uint8_t { forward, backward_input, backward_weight };
 //     otherwise; the RGB stem), and 1x1 stride-1 convolutions: im2col into per-image column matrices
 //     (rows C*R*S padded to a multiple of 8; a 1x1 stride-1 input whose C needs no padding is used as it
 //     lies) and batched cuBLAS GEMMs; the weight gradient sums per-image partials in a fixed order, the
-//     input gradient gathers the column gradients back (col2im).
+//     input gradient gathers the column gradients back (col2im). Channels-last 1x1 stride-1 convolutions
+//     too: the NHWC input is an [N*H*W, C] matrix, so forward and input gradient are one GEMM each and
+//     the weight gradient per-image GEMMs summed the same way.
 enum class ConvLowering : uint8_t { cudnn, subsampled, gemm };
 
 // measured: where a lowering applies, it runs only when its measured time (its copies included) beats
@@ -45,8 +47,8 @@ void set_conv_column_budget(size_t bytes);
 size_t conv_column_budget();
 
 // The lowering that applies to a convolution of this input / weight shape and geometry in dtype under
-// the current f32 math setting, or ConvLowering::cudnn when none does (always for channels_last: the
-// lowerings are NCHW-only, and cuDNN runs NHWC without layout transposes).
+// the current f32 math setting, or ConvLowering::cudnn when none does. For channels_last only a 1x1
+// stride-1 unpadded convolution has one (gemm: plain GEMMs on the NHWC data); the others are NCHW-only.
 ConvLowering applicable_lowering(const Shape& input, const Shape& weight, const Conv2dGeometry& geometry, DType dtype);
 
 struct ConvAlgorithmChoice {

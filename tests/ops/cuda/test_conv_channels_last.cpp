@@ -2,10 +2,11 @@
 // the KRSC weight copy and the weight gradient transposed back) against the CPU's channels-last conv2d
 // (the NCHW kernels on permuted operands), forward, input gradient, weight gradient and bias gradient,
 // in strict f32, bf16 and f16, with the tolerances of the NCHW tests (test_conv.cpp). Shapes: 3x3 pad 1,
-// 3x3 stride 2, 1x1, strided 1x1 (which NCHW lowers by subsampling), input channels no multiple of 8,
-// and a 7x7/2 stem-like one with 3 channels. Whatever the lowering policy, no lowering is tried: the
-// cached choice is cuDNN in every direction. Compiled in CUDA builds only; tagged [cuda]: skipped
-// without a GPU.
+// 3x3 stride 2, 1x1 (also on 13 channels), strided 1x1 (which NCHW lowers by subsampling), input
+// channels no multiple of 8, and a 7x7/2 stem-like one with 3 channels. Only the 1x1 stride-1 shapes
+// have a lowering (one GEMM per direction on the NHWC data, which policy `always` runs); every other
+// shape stays with cuDNN in every direction, the lowering never tried. Compiled in CUDA builds only;
+// tagged [cuda]: skipped without a GPU.
 #include <catch2/catch.hpp>
 
 #include <string>
@@ -89,7 +90,7 @@ const ops::ConvDirection kDirections[] = {ops::ConvDirection::forward, ops::Conv
 
 }  // namespace
 
-TEST_CASE("CUDA channels-last conv2d matches the CPU, forward and all gradients, and never lowers",
+TEST_CASE("CUDA channels-last conv2d matches the CPU, forward and all gradients, lowering only 1x1 stride 1 to GEMMs",
           "[cuda][ops][conv]") {
   if (gpu_missing()) return;
   SettingsReset reset;
@@ -102,6 +103,7 @@ TEST_CASE("CUDA channels-last conv2d matches the CPU, forward and all gradients,
   const Shapes cases[] = {{"3x3 pad 1 C=16", {2, 9, 7, 16}, {24, 16, 3, 3}, 1, 1},
                           {"3x3 stride 2 C=32", {2, 10, 9, 32}, {16, 32, 3, 3}, 2, 1},
                           {"1x1 C=24", {3, 7, 5, 24}, {32, 24, 1, 1}, 1, 0},
+                          {"1x1 C=13", {3, 5, 6, 13}, {7, 13, 1, 1}, 1, 0},
                           {"1x1 stride 2 C=16", {2, 9, 11, 16}, {24, 16, 1, 1}, 2, 0},
                           {"3x3 pad 1 C=13", {2, 6, 5, 13}, {8, 13, 3, 3}, 1, 1},
                           {"1x1 stride 2 C=12", {2, 8, 7, 12}, {8, 12, 1, 1}, 2, 0},
@@ -109,8 +111,10 @@ TEST_CASE("CUDA channels-last conv2d matches the CPU, forward and all gradients,
   for (const Precision& precision : kPrecisions)
     for (const Shapes& s : cases) {
       const Case c = make_case(s.input, s.weight, s.stride, s.pad, precision.dtype, generator);
+      // Only a 1x1 stride-1 unpadded convolution has a lowering in NHWC: one GEMM per direction.
+      const bool gemm = s.weight[2] == 1 && s.stride == 1 && s.pad == 0;
       REQUIRE(ops::applicable_lowering(c.input.shape(), c.weight.shape(), c.geometry, precision.dtype) ==
-              ops::ConvLowering::cudnn);
+              (gemm ? ops::ConvLowering::gemm : ops::ConvLowering::cudnn));
       const Results expected = run(c, DType::f32, kCPU);
       for (ops::ConvLoweringPolicy policy : {ops::ConvLoweringPolicy::measured, ops::ConvLoweringPolicy::always}) {
         ops::set_conv_lowering_policy(policy);
@@ -126,8 +130,14 @@ TEST_CASE("CUDA channels-last conv2d matches the CPU, forward and all gradients,
                                                          c.geometry, precision.dtype);
           REQUIRE(choice.has_value());
           INFO(name << ", direction " << static_cast<int>(direction) << ": " << ops::describe(*choice));
-          CHECK(choice->lowering == ops::ConvLowering::cudnn);
-          CHECK(choice->lowered_ms < 0.0f);  // never tried
+          if (!gemm) {
+            CHECK(choice->lowering == ops::ConvLowering::cudnn);
+            CHECK(choice->lowered_ms < 0.0f);  // never tried
+          } else if (policy == ops::ConvLoweringPolicy::always) {
+            CHECK(choice->lowering == ops::ConvLowering::gemm);
+          } else {
+            CHECK(choice->lowered_ms >= 0.0f);  // timed against cuDNN
+          }
         }
       }
     }
