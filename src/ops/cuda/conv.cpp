@@ -656,7 +656,7 @@ ConvLowering applicable_lowering(const Shape& input, const Shape& weight, const 
   // stride-1 convolution, a plain GEMM on NHWC data, is worth timing against it.
   if (g.channels_last)
     return one_by_one && g.stride_h == 1 && g.stride_w == 1 && input[0] >= 1 && input[1] * input[2] >= 1 &&
-                   input[0] * input[1] * input[2] <= kMax31
+                   input[3] >= 1 && weight[0] >= 1 && input[0] * input[1] * input[2] <= kMax31
                ? ConvLowering::gemm
                : ConvLowering::cudnn;
   const int64_t out_h = (input[2] + 2 * g.pad_h - weight[2]) / g.stride_h + 1;
