@@ -2,8 +2,9 @@
 // conv shapes (batch 256 by default): milliseconds and TFLOP/s of the forward, input gradient and weight
 // gradient through the Backend, each with what the search picked (and, where a lowering applies - the
 // few-channel RGB stem, the strided 1x1 projections - the lowered and cuDNN times it compared).
-// --layout nhwc runs them channels-last (NHWC activations, KRSC filter copy, no lowering), as the
-// ResNet residual stages do with model.channels_last.
+// --layout nhwc runs them channels-last (NHWC activations, KRSC filter copy; only the 1x1 stride-1 shapes
+// have a lowering, plain GEMMs on the NHWC data), as the ResNet residual stages do with
+// model.channels_last.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -53,7 +54,8 @@ int run(const std::vector<std::string>& args) {
           "  f32: strict FMA math; tf32: f32 data with TF32 tensor cores allowed\n"
           "  --lowering: the im2col-GEMM / subsampled lowerings of the stem and strided 1x1 convolutions,\n"
           "             see src/ops/cuda/conv_algorithms.h\n"
-          "  --layout: activations NCHW, or NHWC (channels-last: cuDNN's NHWC descriptors, never lowered)\n"
+          "  --layout: activations NCHW, or NHWC (channels-last: cuDNN's NHWC descriptors; 1x1 stride-1\n"
+          "            shapes also timed as plain GEMMs)\n"
           "  --layer: only the layers whose name starts with PREFIX (e.g. stem, layer2)\n");
       return 0;
     }
