@@ -68,63 +68,92 @@ template <typename S> __device__ S sum_down(S value, S* scratch) {
   return total;
 }
 
-// Moments of each (split, channel) into partials, from the sums of deviations from the split's first row.
-template <typename T, int V>
-__global__ void __launch_bounds__(kRowThreads)
-    row_moments_kernel(const T* x, int64_t rows, int64_t units, int64_t chunk, Moments* partials) {
+// The rows of the split blockIdx.y (rows [begin, end)) and the unit of this thread.
+struct SplitRows {
+  int64_t unit, begin, end;
+  bool active;  // the unit exists (the last unit block may stick out of the row)
+};
+
+__device__ SplitRows split_rows(int64_t rows, int64_t units, int64_t chunk) {
+  SplitRows s;
+  s.unit = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  s.active = s.unit < units;
+  s.begin = blockIdx.y * chunk;
+  s.end = std::min(rows, s.begin + chunk);
+  return s;
+}
+
+// The reductions' walk: two terms per value, summed per channel of the thread's unit over its rows of
+// the split (begin + threadIdx.y, then every U * blockDim.y rows: U loaded at once, their float terms
+// grouped and added in double), then over the block's rows in sum_down's fixed tree. terms(offset, a, b)
+// loads the unit at element offset `offset` and writes its V values' two terms. totals (x: the a sums,
+// y: the b sums) are valid in row 0's threads. Every thread must call it (it contains __syncthreads).
+template <int V, typename Terms>
+__device__ void sum_split_terms(const SplitRows& s, int64_t units, Terms terms, double2 (&totals)[V]) {
   __shared__ double2 scratch[kRowThreads];
   constexpr int U = kRowUnroll<V>;
-  const int64_t unit = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  const bool active = unit < units;
-  const int64_t begin = blockIdx.y * chunk, end = std::min(rows, begin + chunk);
-  float shift[V];
+  double first[V], second[V];
 #pragma unroll
-  for (int k = 0; k < V; ++k) shift[k] = 0.0f;
-  if (active && begin < end) load_unit<T, V>(x, begin * units + unit, shift);
-  double sum[V], squares[V];
-#pragma unroll
-  for (int k = 0; k < V; ++k) sum[k] = squares[k] = 0.0;
-  if (active) {
-    for (int64_t row = begin + threadIdx.y; row < end; row += U * static_cast<int64_t>(blockDim.y)) {
-      float deviations[U * V];
+  for (int k = 0; k < V; ++k) first[k] = second[k] = 0.0;
+  if (s.active) {
+    for (int64_t row = s.begin + threadIdx.y; row < s.end; row += U * static_cast<int64_t>(blockDim.y)) {
+      float a[U * V], b[U * V];
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        float* d = deviations + u * V;
         const int64_t r = row + u * static_cast<int64_t>(blockDim.y);
-        if (r < end) {
-          load_unit<T, V>(x, r * units + unit, d);
-#pragma unroll
-          for (int k = 0; k < V; ++k) d[k] -= shift[k];
+        if (r < s.end) {
+          terms(r * units + s.unit, a + u * V, b + u * V);
         } else {
 #pragma unroll
-          for (int k = 0; k < V; ++k) d[k] = 0.0f;
+          for (int k = 0; k < V; ++k) a[u * V + k] = b[u * V + k] = 0.0f;
         }
       }
 #pragma unroll
       for (int k = 0; k < V; ++k) {
-        float terms[U], squared[U];
+        float a_terms[U], b_terms[U];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-          terms[u] = deviations[u * V + k];
-          squared[u] = terms[u] * terms[u];
+          a_terms[u] = a[u * V + k];
+          b_terms[u] = b[u * V + k];
         }
-        sum[k] += grouped_sum<U>(terms);
-        squares[k] += grouped_sum<U>(squared);
+        first[k] += grouped_sum<U>(a_terms);
+        second[k] += grouped_sum<U>(b_terms);
       }
     }
   }
-  const double count = static_cast<double>(std::max<int64_t>(end - begin, 0));
+#pragma unroll
+  for (int k = 0; k < V; ++k) totals[k] = sum_down(make_double2(first[k], second[k]), scratch);
+}
+
+// Moments of each (split, channel) into partials, from the sums of deviations from the split's first row.
+template <typename T, int V>
+__global__ void __launch_bounds__(kRowThreads)
+    row_moments_kernel(const T* x, int64_t rows, int64_t units, int64_t chunk, Moments* partials) {
+  const SplitRows s = split_rows(rows, units, chunk);
+  float shift[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) shift[k] = 0.0f;
+  if (s.active && s.begin < s.end) load_unit<T, V>(x, s.begin * units + s.unit, shift);
+  double2 totals[V];
+  sum_split_terms<V>(s, units, [&](int64_t offset, float* deviations, float* squares) {
+    load_unit<T, V>(x, offset, deviations);
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      deviations[k] -= shift[k];
+      squares[k] = deviations[k] * deviations[k];
+    }
+  }, totals);
+  if (threadIdx.y != 0 || !s.active) return;
+  const double count = static_cast<double>(std::max<int64_t>(s.end - s.begin, 0));
   const int64_t channels = units * V;
 #pragma unroll
   for (int k = 0; k < V; ++k) {
-    const double2 total = sum_down(make_double2(sum[k], squares[k]), scratch);
-    if (threadIdx.y != 0 || !active) continue;
     Moments m{0.0, 0.0, 0.0};
     if (count > 0.0) {
-      const double shifted_mean = total.x / count;
-      m = {count, static_cast<double>(shift[k]) + shifted_mean, std::max(total.y - total.x * shifted_mean, 0.0)};
+      const double shifted_mean = totals[k].x / count;
+      m = {count, static_cast<double>(shift[k]) + shifted_mean, std::max(totals[k].y - totals[k].x * shifted_mean, 0.0)};
     }
-    partials[blockIdx.y * channels + unit * V + k] = m;
+    partials[blockIdx.y * channels + s.unit * V + k] = m;
   }
 }
 
@@ -133,54 +162,21 @@ template <typename T, int V, bool kMasked>
 __global__ void __launch_bounds__(kRowThreads)
     row_gradient_sums_kernel(const T* grad_out, const T* relu_output, const T* x, const float* save_mean,
                              int64_t rows, int64_t units, int64_t chunk, double2* partials) {
-  __shared__ double2 scratch[kRowThreads];
-  constexpr int U = kRowUnroll<V>;
-  const int64_t unit = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  const bool active = unit < units;
-  const int64_t begin = blockIdx.y * chunk, end = std::min(rows, begin + chunk);
+  const SplitRows s = split_rows(rows, units, chunk);
   float mean[V];
 #pragma unroll
-  for (int k = 0; k < V; ++k) mean[k] = active ? save_mean[unit * V + k] : 0.0f;
-  double sum_grad[V], sum_grad_centered[V];
+  for (int k = 0; k < V; ++k) mean[k] = s.active ? save_mean[s.unit * V + k] : 0.0f;
+  double2 totals[V];
+  sum_split_terms<V>(s, units, [&](int64_t offset, float* grads, float* centered) {
+    load_gradient_unit<T, V, kMasked>(grad_out, relu_output, offset, grads);
+    load_unit<T, V>(x, offset, centered);
 #pragma unroll
-  for (int k = 0; k < V; ++k) sum_grad[k] = sum_grad_centered[k] = 0.0;
-  if (active) {
-    for (int64_t row = begin + threadIdx.y; row < end; row += U * static_cast<int64_t>(blockDim.y)) {
-      float grads[U * V], centered[U * V];
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        float* gu = grads + u * V;
-        float* cu = centered + u * V;
-        const int64_t r = row + u * static_cast<int64_t>(blockDim.y);
-        if (r < end) {
-          load_gradient_unit<T, V, kMasked>(grad_out, relu_output, r * units + unit, gu);
-          load_unit<T, V>(x, r * units + unit, cu);
-#pragma unroll
-          for (int k = 0; k < V; ++k) cu[k] = gu[k] * (cu[k] - mean[k]);
-        } else {
-#pragma unroll
-          for (int k = 0; k < V; ++k) gu[k] = cu[k] = 0.0f;
-        }
-      }
-#pragma unroll
-      for (int k = 0; k < V; ++k) {
-        float g_terms[U], c_terms[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          g_terms[u] = grads[u * V + k];
-          c_terms[u] = centered[u * V + k];
-        }
-        sum_grad[k] += grouped_sum<U>(g_terms);
-        sum_grad_centered[k] += grouped_sum<U>(c_terms);
-      }
-    }
-  }
+    for (int k = 0; k < V; ++k) centered[k] = grads[k] * (centered[k] - mean[k]);
+  }, totals);
+  if (threadIdx.y != 0 || !s.active) return;
   const int64_t channels = units * V;
 #pragma unroll
-  for (int k = 0; k < V; ++k) {
-    const double2 total = sum_down(make_double2(sum_grad[k], sum_grad_centered[k]), scratch);
-    if (threadIdx.y == 0 && active) partials[blockIdx.y * channels + unit * V + k] = total;
-  }
+  for (int k = 0; k < V; ++k) partials[blockIdx.y * channels + s.unit * V + k] = totals[k];
 }
 
 // out = (x - center) * scale + shift (relu'd with kRelu) with each value's channel's coefficients, which
