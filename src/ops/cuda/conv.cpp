@@ -692,7 +692,8 @@ std::string describe(const ConvAlgorithmChoice& choice) {
   const char* math = "fma";
   if (choice.math == CUDNN_DEFAULT_MATH) math = "default-math";
   if (choice.math == CUDNN_TENSOR_OP_MATH || choice.math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) math = "tensor-op";
-  std::string text = choice.lowering == ConvLowering::gemm ? std::string("im2col gemm")
+  // "gemm": im2col + GEMMs, or plain GEMMs where the data already is the column matrix (1x1 stride 1).
+  std::string text = choice.lowering == ConvLowering::gemm ? std::string("gemm")
                                                            : detail::concat("algo ", choice.algorithm, " ", math);
   if (choice.lowering == ConvLowering::subsampled) text = detail::concat("subsampled, stride-1 ", text);
   if (!choice.deterministic) text += " non-deterministic";
@@ -847,9 +848,15 @@ void CudaBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& i
   const cuda::LibraryHandles& handles = cuda::handles_for(device.index);
   const ConvLowering lowering = applicable_lowering(input.shape(), grad_weight.shape(), geometry, dtype);
   const Shape sampled_shape = subsampled_shape(input.shape(), grad_out.shape());
-  // cuDNN writes the gradient in its filter descriptor's layout: KRSC for channels_last, copied back below.
-  const Shape& k = grad_weight.shape();
-  Tensor filter_grad = geometry.channels_last ? Tensor::empty({k[0], k[2], k[3], k[1]}, dtype, device) : grad_weight;
+  // cuDNN writes the gradient in its filter descriptor's layout: KRSC for channels_last, in a buffer made
+  // only when cuDNN runs (the lowerings write grad_weight itself) and copied back below.
+  Tensor krsc_grad;
+  auto filter_grad = [&]() -> void* {
+    if (!geometry.channels_last) return grad_weight.data_ptr();
+    const Shape& k = grad_weight.shape();
+    if (!krsc_grad.defined()) krsc_grad = Tensor::empty({k[0], k[2], k[3], k[1]}, dtype, device);
+    return krsc_grad.data_ptr();
+  };
   const ConvAlgorithmChoice chosen = cached_algorithm(
       make_key(ConvDirection::backward_weight, device.index, input.shape(), grad_weight.shape(), geometry, dtype),
       [&] {
@@ -858,7 +865,7 @@ void CudaBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& i
             [&] {
               return find_backward_weight(
                   handles.cudnn, ConvDescriptors(input.shape(), grad_weight.shape(), grad_out.shape(), geometry, dtype),
-                  input.data_ptr(), grad_out.data_ptr(), filter_grad.data_ptr(), device);
+                  input.data_ptr(), grad_out.data_ptr(), filter_grad(), device);
             },
             [&] {
               ConvAlgorithmChoice lowered;
@@ -893,8 +900,8 @@ void CudaBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& i
     }
     case ConvLowering::cudnn:
       cudnn_backward_weight(run, ConvDescriptors(input.shape(), grad_weight.shape(), grad_out.shape(), geometry, dtype),
-                            input.data_ptr(), grad_out.data_ptr(), filter_grad.data_ptr());
-      if (geometry.channels_last) copy_from_krsc(filter_grad, grad_weight);
+                            input.data_ptr(), grad_out.data_ptr(), filter_grad());
+      if (geometry.channels_last) copy_from_krsc(krsc_grad, grad_weight);
       break;
   }
 }
