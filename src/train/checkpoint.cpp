@@ -14,6 +14,8 @@
 #include <limits>
 #include <nlohmann/json.hpp>  // state.json (kept out of the public header)
 
+#include "core/json_reader.h"
+
 namespace opsnn::train {
 
 using Json = nlohmann::json;  // sorted keys: the canonical form the state CRC is computed over
@@ -117,63 +119,9 @@ std::string hex32(uint32_t value) {
 }
 
 // Typed access to state.json fields; every problem is a DataError naming the file and the field.
-class StateReader {
+class StateReader : public JsonReader {
  public:
-  explicit StateReader(std::string source) : source_(std::move(source)) {}
-
-  template <typename... Parts>
-  [[noreturn]] void fail(const std::string& field, Parts&&... parts) const {
-    throw DataError(detail::concat(source_, ": field \"", field, "\": ", std::forward<Parts>(parts)...));
-  }
-
-  const Json& member(const Json& object, const std::string& parent, const char* key) const {
-    auto found = object.find(key);
-    if (found == object.end()) fail(join(parent, key), "missing");
-    return *found;
-  }
-
-  const Json& object(const Json& parent_object, const std::string& parent, const char* key) const {
-    const Json& value = member(parent_object, parent, key);
-    if (!value.is_object()) fail(join(parent, key), "expected an object, found ", value.type_name());
-    return value;
-  }
-
-  template <typename Int>
-  Int integer(const Json& object, const std::string& parent, const char* key) const {
-    const Json& value = member(object, parent, key);
-    return integer_value<Int>(value, join(parent, key));
-  }
-
-  template <typename Int>
-  Int integer_value(const Json& value, const std::string& field) const {
-    bool fits = false;
-    if (value.is_number_unsigned()) {
-      fits = value.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<Int>::max());
-    } else if (value.is_number_integer()) {
-      int64_t number = value.get<int64_t>();
-      fits = std::numeric_limits<Int>::is_signed && number >= static_cast<int64_t>(std::numeric_limits<Int>::min()) &&
-             number <= static_cast<int64_t>(std::numeric_limits<Int>::max());
-    } else {
-      fail(field, "expected an integer, found ", value.dump());
-    }
-    if (!fits) fail(field, "integer ", value.dump(), " is out of range");
-    return value.get<Int>();
-  }
-
-  double real(const Json& object, const std::string& parent, const char* key) const {
-    const Json& value = member(object, parent, key);
-    if (value.is_number()) return value.get<double>();
-    if (value == "nan") return std::numeric_limits<double>::quiet_NaN();
-    if (value == "inf") return std::numeric_limits<double>::infinity();
-    if (value == "-inf") return -std::numeric_limits<double>::infinity();
-    fail(join(parent, key), "expected a number, \"nan\", \"inf\" or \"-inf\", found ", value.dump());
-  }
-
-  std::string text(const Json& object, const std::string& parent, const char* key) const {
-    const Json& value = member(object, parent, key);
-    if (!value.is_string()) fail(join(parent, key), "expected a string, found ", value.dump());
-    return value.get<std::string>();
-  }
+  using JsonReader::JsonReader;
 
   optim::StepState step_state(const Json& root) const {
     const std::string parent = "step_state";
@@ -203,12 +151,6 @@ class StateReader {
     return FileDigest{integer<uint64_t>(record, parent, "size_bytes"), integer<uint32_t>(record, parent, "crc32")};
   }
 
-  static std::string join(const std::string& parent, const char* key) {
-    return parent.empty() ? key : parent + "." + key;
-  }
-
- private:
-  std::string source_;
 };
 
 // Reads one tensor file of a checkpoint, checking it against the size and CRC that state.json recorded.
