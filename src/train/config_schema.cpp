@@ -452,6 +452,7 @@ std::vector<KeySpec> build_schema() {
       device_key("train.device", OPSNN_FIELD(train.device)),
       choice_key("train.precision", OPSNN_FIELD(train.precision), fixed({"fp32", "tf32", "bf16", "fp16"})),
       bool_key("train.deterministic", OPSNN_FIELD(train.deterministic)),
+      string_key("train.conv_algorithms", OPSNN_FIELD(train.conv_algorithms), false),
       integer_key("train.seed", OPSNN_FIELD(train.seed), non_negative),
       integer_key("train.grad_accumulation", OPSNN_FIELD(train.grad_accumulation), count),
       integer_key("train.eval_every_steps", OPSNN_FIELD(train.eval_every_steps), non_negative),

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <iterator>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/sinks/basic_file_sink.h>
@@ -106,6 +107,44 @@ Tensor class_targets(const Tensor& labels) {
 
 std::string run_name_of(const TrainConfig& config) { return config.run.name.empty() ? "run" : config.run.name; }
 
+// The run folder's record of the GPU convolution choices (ops::save_conv_algorithms).
+constexpr const char* kConvAlgorithmsFile = "conv_algorithms.json";
+
+// train.conv_algorithms: the choices of an earlier run (this folder's with auto, or the file named) are
+// used instead of timing those shapes, so the run computes with the same algorithms and repeats its bits.
+// Read and checked on any device (a bad file is an error even where no GPU would use it).
+void load_conv_algorithm_choices(const TrainConfig& c, const fs::path& run_dir, spdlog::logger& logger) {
+  const std::string& setting = c.train.conv_algorithms;
+  if (setting == "search") return;
+  const fs::path path = setting == "auto" ? run_dir / kConvAlgorithmsFile : fs::path(setting);
+  std::error_code error;
+  if (!fs::exists(path, error)) {
+    if (setting == "auto") return;
+    throw DataError(detail::concat(c.source, ": key 'train.conv_algorithms': ", path.string(),
+                                   " does not exist (expected auto, search or a conv_algorithms.json file)"));
+  }
+  std::ifstream file(path, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  if (!file && !file.eof()) throw DataError(detail::concat("cannot read ", path.string()));
+  const ops::ConvAlgorithmLoad load = ops::load_conv_algorithms(text, path.string());
+  logger.info("convolution algorithms from {}: {} used, {} skipped (another GPU or cuDNN version, or decided already)",
+              path.string(), load.applied, load.skipped);
+}
+
+// Writes this process's GPU convolution choices into the run folder (whole file or none: a temporary
+// file renamed over the old one).
+void save_conv_algorithm_choices(const fs::path& run_dir) {
+  const fs::path path = run_dir / kConvAlgorithmsFile, temporary = run_dir / ".conv_algorithms.json.tmp";
+  {
+    std::ofstream file(temporary, std::ios::binary | std::ios::trunc);
+    file << ops::save_conv_algorithms();
+    if (!file.flush()) throw DataError(detail::concat("cannot write ", temporary.string()));
+  }
+  std::error_code error;
+  fs::rename(temporary, path, error);
+  if (error) throw DataError(detail::concat("cannot write ", path.string(), ": ", error.message()));
+}
+
 }  // namespace
 
 Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_unique<State>()) {
@@ -200,6 +239,7 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
     s.previous_conv_deterministic = ops::conv_deterministic();
     ops::set_conv_deterministic(c.train.deterministic);
   }
+  load_conv_algorithm_choices(c, s.run_dir, *s.logger);
   s.optimizer = optim::make_optimizer(c.optimizer.name, s.model->named_parameters(),
                                       make_optimizer_options(c, s.steps_per_epoch, s.total_steps));
   s.sparse_updater = install_row_sparse_updater(*s.optimizer);
@@ -360,6 +400,7 @@ fs::path Trainer::save_checkpoint() {
   if (s.sparsifier)
     for (auto& entry : s.sparsifier->state_tensors()) data.optimizer_tensors.push_back(std::move(entry));
   fs::path folder = train::save_checkpoint(s.run_dir, data, static_cast<int>(s.config.checkpoint.keep_last));
+  if (s.device.is_cuda()) save_conv_algorithm_choices(s.run_dir);
   s.last_checkpoint_step = s.step;
   s.last_checkpoint = folder;
   s.progress.clear();
@@ -494,6 +535,7 @@ TrainSummary Trainer::fit() {
   // A run that stops inside an epoch (max_steps) still ends with an evaluation of its final weights.
   if (!summary.interrupted && s.last_eval_step != s.step) evaluate();
   if ((c.checkpoint.enabled || summary.interrupted) && s.last_checkpoint_step != s.step) save_checkpoint();
+  if (s.device.is_cuda()) save_conv_algorithm_choices(s.run_dir);
   summary.last_checkpoint = s.last_checkpoint.string();
   summary.steps = s.step;
   summary.epochs_completed = s.epochs_completed;

@@ -141,6 +141,8 @@ TEST_CASE("cli: each class of bad input exits 2 with the key and the line", "[cl
       {"flag without its value", {"--config"}, {"--config"}},
       {"a stray argument", {"tiny.yaml"}, {"tiny.yaml"}},
       {"bf16 on the cpu", {"--config", "tiny.yaml", "--set", "train.precision=bf16"}, {"train.precision", "bf16"}},
+      {"empty train.conv_algorithms", {"--config", "tiny.yaml", "--set", "train.conv_algorithms="},
+       {"train.conv_algorithms"}},
   };
   for (const BadCall& call : calls) {
     INFO(call.what);
@@ -183,6 +185,50 @@ TEST_CASE("cli: a missing data root exits 1 naming the path", "[cli]") {
   INFO(outcome.output);
   CHECK(outcome.exit_code == 1);
   CHECK_THAT(outcome.output, Catch::Contains("/nonexistent/fashion-data"));
+}
+
+TEST_CASE("cli: a missing or corrupt train.conv_algorithms file exits 1 naming it; auto without one trains",
+          "[cli]") {
+  TemporaryFolder folder;
+  write_text(folder.path / "tiny.yaml", kTinyRunYaml);
+  write_text(folder.path / "corrupt.json", "{\"format\": \"opsnn-conv-algorithms\", \"format_version\": 1, \"entr");
+  write_text(folder.path / "foreign.json", "{\"format\": \"opsnn-checkpoint\", \"format_version\": 1, \"entries\": []}");
+  struct BadFile {
+    const char* what;
+    std::string value;
+    std::vector<std::string> expected;
+  };
+  const std::vector<BadFile> files = {
+      {"missing", "no-such-algorithms.json", {"train.conv_algorithms", "no-such-algorithms.json", "does not exist"}},
+      {"truncated", "corrupt.json", {"corrupt.json", "not valid JSON"}},
+      {"another format", "foreign.json", {"foreign.json", "field \"format\"", "opsnn-conv-algorithms"}},
+  };
+  for (const BadFile& bad : files) {
+    INFO(bad.what);
+    Outcome outcome =
+        run_train({"--config", "tiny.yaml", "--set", "train.conv_algorithms=" + bad.value, "--out", "run"}, folder.path);
+    INFO(outcome.output);
+    CHECK(outcome.exit_code == 1);
+    for (const std::string& piece : bad.expected) CHECK_THAT(outcome.output, Catch::Contains(piece));
+    CHECK_THAT(outcome.output, !Catch::Contains("terminate called"));
+  }
+  // auto with no file in the run folder and search both train; a CPU run writes no choices.
+  for (const char* setting : {"auto", "search"}) {
+    INFO(setting);
+    const std::string out = std::string("run-") + setting;
+    Outcome outcome = run_train(
+        {"--config", "tiny.yaml", "--set", std::string("train.conv_algorithms=") + setting, "--out", out}, folder.path);
+    INFO(outcome.output);
+    CHECK(outcome.exit_code == 0);
+    CHECK_FALSE(fs::exists(folder.path / out / "conv_algorithms.json"));
+  }
+  // A well-formed file is read on the CPU too (its GPU entries are skipped there).
+  write_text(folder.path / "empty.json", "{\"format\": \"opsnn-conv-algorithms\", \"format_version\": 1, \"entries\": []}");
+  Outcome outcome =
+      run_train({"--config", "tiny.yaml", "--set", "train.conv_algorithms=empty.json", "--out", "run-file"}, folder.path);
+  INFO(outcome.output);
+  CHECK(outcome.exit_code == 0);
+  CHECK_THAT(outcome.output, Catch::Contains("convolution algorithms from empty.json: 0 used, 0 skipped"));
 }
 
 TEST_CASE("cli: a run writes config.yaml, train.log, metrics.jsonl and checkpoints; bad checkpoints exit 1",

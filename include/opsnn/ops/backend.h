@@ -5,6 +5,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <string_view>
 
 #include "opsnn/core/tensor.h"
 
@@ -112,12 +114,28 @@ void set_fp32_math(Fp32Math math);
 Fp32Math fp32_math();
 
 // Deterministic convolutions (default true): the CUDA backend picks cuDNN algorithms only among those
-// cuDNN marks deterministic (no atomic accumulation), so a GPU run repeats bit for bit (where cuDNN has
-// none for a shape it falls back, see src/ops/cuda/conv_algorithms.h). false lets the fastest win, like
+// cuDNN marks deterministic (no atomic accumulation), so a convolution repeats bit for bit with the same
+// choice (the choices are timed: a whole run repeats with save/load_conv_algorithms below; where cuDNN
+// has no deterministic algorithm for a shape it falls back, see src/ops/cuda/conv_algorithms.h). false lets the fastest win, like
 // PyTorch's cudnn.benchmark without use_deterministic_algorithms. Process-wide; the CPU is always
 // deterministic. train.deterministic sets it for a run.
 void set_conv_deterministic(bool deterministic);
 bool conv_deterministic();
+
+// The GPU convolution choices. Each shape and direction is decided by timing at its first use (cuDNN's
+// algorithms, opsnn's lowerings), and timings vary: two processes may choose differently, and each
+// deterministic choice rounds its own way. save_conv_algorithms() gives this process's choices as JSON
+// text (format "opsnn-conv-algorithms"; no entries without a GPU); load_conv_algorithms() makes this
+// process use the given ones instead of timing those shapes, so a run repeats another's bits. Entries
+// recorded on another GPU model or cuDNN version are skipped (counted), and choices already made here
+// are kept. Malformed text is a DataError naming `origin` and the field. train.conv_algorithms drives
+// both for opsnn-train.
+struct ConvAlgorithmLoad {
+  size_t applied = 0;   // entries this process will use
+  size_t skipped = 0;   // entries for another GPU model / cuDNN version, or a shape already decided here
+};
+std::string save_conv_algorithms();
+ConvAlgorithmLoad load_conv_algorithms(std::string_view json, const std::string& origin);
 
 void register_backend(DeviceType type, std::unique_ptr<Backend> backend);
 // The backend for the tensor's device; throws DeviceError listing what is compiled in.

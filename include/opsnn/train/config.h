@@ -86,6 +86,9 @@ struct TrainLoopConfig {
   std::string device = "auto";     // auto (the first GPU when there is one, else cpu) | cpu | cuda | cuda:N
   std::string precision = "fp32";  // fp32 | tf32 | bf16 | fp16
   bool deterministic = true;       // GPU convolutions only from deterministic algorithms (ops::set_conv_deterministic)
+  // GPU convolution choices: auto (reuse the run folder's conv_algorithms.json when there is one) |
+  // search (time every shape anew) | a conv_algorithms.json to reuse (another run's, to repeat its bits)
+  std::string conv_algorithms = "auto";
   uint64_t seed = 0;
   int64_t grad_accumulation = 1;   // micro-batches per optimizer step
   int64_t eval_every_steps = 0;    // 0 = evaluate at the end of each epoch only

@@ -20,6 +20,7 @@
 // (cuDNN's pseudo-half configurations, cuBLAS's 32F compute) on tensor cores.
 #include <algorithm>
 #include <array>
+#include <compare>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -30,6 +31,7 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_guard.h"
+#include "ops/conv_algorithm_store.h"
 #include "ops/cuda/conv_algorithms.h"
 #include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/device_context.h"
@@ -182,18 +184,26 @@ template <typename Work> float measured_ms(Work&& work) {
   return elapsed_ms;
 }
 
-using ConvKey = std::array<int64_t, 15>;
+// What a decision depends on: the convolution, and the settings an algorithm found for one may not run
+// under (dtype, math, layout) or a forced policy must not reuse a measured decision for.
+struct ConvKey {
+  ConvDirection direction;
+  int device;
+  std::array<int64_t, 4> input, weight, geometry;  // geometry: stride_h, stride_w, pad_h, pad_w
+  bool channels_last;
+  DType dtype;
+  int math;  // allowed_math(dtype)
+  ConvLoweringPolicy policy;
+  bool deterministic;
+  auto operator<=>(const ConvKey&) const = default;
+};
 
-// The last entry tells dtypes, math, lowering policies, layouts and the determinism setting apart: an
-// algorithm found for one may not run another, and a forced policy must not reuse a measured decision.
+std::array<int64_t, 4> four(const Shape& shape) { return {shape[0], shape[1], shape[2], shape[3]}; }
+
 ConvKey make_key(ConvDirection direction, int device, const Shape& input, const Shape& weight,
                  const Conv2dGeometry& g, DType dtype) {
-  const int64_t variant =
-      ((static_cast<int64_t>(dtype) * 8 + static_cast<int64_t>(allowed_math(dtype))) * 4 +
-       static_cast<int64_t>(conv_lowering_policy())) * 4 +
-      (g.channels_last ? 2 : 0) + (conv_deterministic() ? 1 : 0);
-  return {static_cast<int64_t>(direction), device, input[0], input[1], input[2], input[3], weight[0], weight[1],
-          weight[2], weight[3], g.stride_h, g.stride_w, g.pad_h, g.pad_w, variant};
+  return {direction, device, four(input), four(weight), {g.stride_h, g.stride_w, g.pad_h, g.pad_w},
+          g.channels_last, dtype, static_cast<int>(allowed_math(dtype)), conv_lowering_policy(), conv_deterministic()};
 }
 
 struct AlgorithmCache {
@@ -649,7 +659,10 @@ void set_conv_column_budget(size_t bytes) { column_budget_setting.store(bytes); 
 size_t conv_column_budget() { return column_budget_setting.load(); }
 ConvLoweringPolicy conv_lowering_policy() { return lowering_policy_setting.load(); }
 
-ConvLowering applicable_lowering(const Shape& input, const Shape& weight, const Conv2dGeometry& g, DType dtype) {
+namespace {
+
+// applicable_lowering with the tensor-core granule given (tensor_core_granule's value under some math).
+ConvLowering lowering_for(const Shape& input, const Shape& weight, const Conv2dGeometry& g, int64_t tensor_core_granule) {
   constexpr int64_t kMax31 = 0x7fffffff;
   if (input.size() != 4 || weight.size() != 4) return ConvLowering::cudnn;
   const bool one_by_one = weight[2] == 1 && weight[3] == 1 && g.pad_h == 0 && g.pad_w == 0;
@@ -669,13 +682,25 @@ ConvLowering applicable_lowering(const Shape& input, const Shape& weight, const 
     return ConvLowering::cudnn;
   if (weight[2] == 1 && weight[3] == 1 && g.pad_h == 0 && g.pad_w == 0 && (g.stride_h > 1 || g.stride_w > 1))
     return ConvLowering::subsampled;
-  const int64_t granule = tensor_core_granule(dtype) == 0 ? 8 : tensor_core_granule(dtype);
+  const int64_t granule = tensor_core_granule == 0 ? 8 : tensor_core_granule;
   if (input[1] % granule != 0) return ConvLowering::gemm;
   // 1x1 stride 1 without padding: in NCHW a batched GEMM on the data as it lies, where cuDNN's tensor-core
   // kernels transpose to NHWC and back around the product.
   if (weight[2] == 1 && weight[3] == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_h == 0 && g.pad_w == 0)
     return ConvLowering::gemm;
   return ConvLowering::cudnn;
+}
+
+}  // namespace
+
+ConvLowering applicable_lowering(const Shape& input, const Shape& weight, const Conv2dGeometry& g, DType dtype) {
+  return lowering_for(input, weight, g, tensor_core_granule(dtype));
+}
+
+void clear_conv_algorithm_cache() {
+  AlgorithmCache& cache = algorithm_cache();
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  cache.entries.clear();
 }
 
 std::optional<ConvAlgorithmChoice> cached_conv_algorithm(ConvDirection direction, Device device, const Shape& input,
@@ -905,5 +930,102 @@ void CudaBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& i
       break;
   }
 }
+
+// ---- the algorithm cache as records (ops::save_conv_algorithms / load_conv_algorithms) ----
+namespace {
+
+std::string device_name(int index) {
+  cudaDeviceProp properties{};
+  OPSNN_CUDA_CHECK(cudaGetDeviceProperties(&properties, index));
+  return properties.name;
+}
+
+int algorithm_count(ConvDirection direction) {
+  switch (direction) {
+    case ConvDirection::forward: return CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
+    case ConvDirection::backward_input: return CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
+    case ConvDirection::backward_weight: return CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+  }
+  return 0;
+}
+
+class CudaConvAlgorithmStore final : public ConvAlgorithmStore {
+ public:
+  std::vector<ConvAlgorithmRecord> records() override {
+    std::vector<std::pair<ConvKey, ConvAlgorithmChoice>> entries;
+    {
+      AlgorithmCache& cache = algorithm_cache();
+      std::lock_guard<std::mutex> lock(cache.mutex);
+      entries.assign(cache.entries.begin(), cache.entries.end());
+    }
+    std::vector<ConvAlgorithmRecord> out;
+    out.reserve(entries.size());
+    for (const auto& [key, choice] : entries) {
+      ConvAlgorithmRecord r;
+      r.device = device_name(key.device);
+      r.cudnn_version = static_cast<int64_t>(cudnnGetVersion());
+      r.direction = key.direction;
+      r.input = Shape(key.input.begin(), key.input.end());
+      r.weight = Shape(key.weight.begin(), key.weight.end());
+      r.geometry = {key.geometry[0], key.geometry[1], key.geometry[2], key.geometry[3], key.channels_last};
+      r.dtype = key.dtype;
+      r.math = key.math;
+      r.policy = key.policy;
+      r.deterministic_setting = key.deterministic;
+      r.choice = choice;
+      out.push_back(std::move(r));
+    }
+    return out;
+  }
+
+  ConvAlgorithmLoad insert(const std::vector<ConvAlgorithmRecord>& records, const std::string& origin) override {
+    const int devices = cuda_device_count();
+    std::vector<std::string> names;
+    std::vector<size_t> memory;
+    for (int d = 0; d < devices; ++d) {
+      names.push_back(device_name(d));
+      size_t free_bytes = 0, total_bytes = 0;
+      cuda::DeviceGuard guard(d);
+      OPSNN_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+      memory.push_back(total_bytes);
+    }
+    const int64_t cudnn_version = static_cast<int64_t>(cudnnGetVersion());
+    ConvAlgorithmLoad load;
+    AlgorithmCache& cache = algorithm_cache();
+    for (size_t i = 0; i < records.size(); ++i) {
+      const ConvAlgorithmRecord& r = records[i];
+      const ConvAlgorithmChoice& c = r.choice;
+      auto fail = [&](const char* field, auto&&... parts) {
+        throw DataError(detail::concat(origin, ": field \"entries[", i, "].", field, "\": ", parts...));
+      };
+      // What would run wrongly rather than fail: a lowering where it does not apply (the granule follows
+      // the math the entry was decided under: TF32 tensor cores for f32 only with CUDNN_DEFAULT_MATH).
+      const int64_t granule = r.dtype != DType::f32 ? 8 : (r.math == CUDNN_DEFAULT_MATH ? 4 : 0);
+      if (c.lowering != ConvLowering::cudnn && lowering_for(r.input, r.weight, r.geometry, granule) != c.lowering)
+        fail("lowering", "this lowering does not apply to the entry's convolution");
+      if (c.algorithm >= algorithm_count(r.direction))
+        fail("algorithm", c.algorithm, " is not a cuDNN algorithm of this direction (there are ",
+             algorithm_count(r.direction), ")");
+      if (c.math > CUDNN_FMA_MATH) fail("math_type", c.math, " is not a cudnnMathType_t");
+      bool applied = false;
+      for (int d = 0; d < devices; ++d) {
+        if (names[d] != r.device || cudnn_version != r.cudnn_version) continue;
+        if (c.workspace_bytes > memory[d])
+          fail("workspace_bytes", c.workspace_bytes, " is more than the GPU's ", memory[d], " bytes");
+        const ConvKey key{r.direction, d, four(r.input), four(r.weight),
+                          {r.geometry.stride_h, r.geometry.stride_w, r.geometry.pad_h, r.geometry.pad_w},
+                          r.geometry.channels_last, r.dtype, r.math, r.policy, r.deterministic_setting};
+        std::lock_guard<std::mutex> lock(cache.mutex);
+        applied = cache.entries.emplace(key, c).second || applied;
+      }
+      (applied ? load.applied : load.skipped) += 1;
+    }
+    return load;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<ConvAlgorithmStore> make_cuda_conv_algorithm_store() { return std::make_unique<CudaConvAlgorithmStore>(); }
 
 }  // namespace opsnn::ops

@@ -62,6 +62,9 @@ struct ConvAlgorithmChoice {
   bool cudnn_deterministic = true;  // whether cuDNN's best (cudnn_ms) is
 };
 
+// Forgets every decision made or loaded so far, as in a fresh process (tests).
+void clear_conv_algorithm_cache();
+
 // One line for reports, e.g. "gemm lowering (0.41 ms vs cudnn 4.30 ms)" or "algo 1 tensor-op".
 std::string describe(const ConvAlgorithmChoice& choice);
 

@@ -14,6 +14,10 @@ std::unique_ptr<DeviceServices> make_cuda_services();
 
 namespace opsnn::ops {
 
+class ConvAlgorithmStore;
+// The algorithm cache of conv.cpp as ops::save_conv_algorithms / load_conv_algorithms see it.
+std::unique_ptr<ConvAlgorithmStore> make_cuda_conv_algorithm_store();
+
 class CudaBackend final : public Backend {
  public:
   void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& out, double alpha,

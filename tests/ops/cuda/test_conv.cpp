@@ -11,9 +11,11 @@
 // cache); tagged [cuda]: skipped without a GPU.
 #include <catch2/catch.hpp>
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "opsnn/core/error.h"
 #include "opsnn/core/rng.h"
 #include "opsnn/ops/ops.h"
 #include "ops/cuda/conv_algorithms.h"
@@ -297,4 +299,90 @@ TEST_CASE("CUDA conv2d chooses deterministic cuDNN algorithms by default and rep
   for (ops::ConvDirection direction : kDirections)
     CHECK(ops::cached_conv_algorithm(direction, kGpu, c.input.shape(), c.weight.shape(), c.geometry, DType::f32)
               .has_value());
+}
+
+TEST_CASE("CUDA conv2d choices saved as JSON are used where they are loaded; entries that cannot run are refused",
+          "[conv][cuda][ops]") {
+  if (gpu_missing()) return;
+  SettingsReset reset;
+  using Json = nlohmann::json;
+  Generator generator(23);
+  const ConvCase saved_case = conv_case({3, 16, 11, 11}, {24, 16, 3, 3}, geometry_of(1, 1, 1), DType::f32, generator);
+  const ConvCase one_by_one = conv_case({3, 16, 7, 7}, {8, 16, 1, 1}, geometry_of(1, 1, 0), DType::f32, generator);
+  REQUIRE(ops::applicable_lowering(one_by_one.input.shape(), one_by_one.weight.shape(), one_by_one.geometry,
+                                   DType::f32) == ops::ConvLowering::gemm);
+  ops::set_conv_lowering_policy(ops::ConvLoweringPolicy::always);  // a lowering entry too
+  run_conv(one_by_one, DType::f32, kGpu);
+  ops::set_conv_lowering_policy(ops::ConvLoweringPolicy::measured);
+  run_conv(saved_case, DType::f32, kGpu);
+
+  // This process's entries for the two shapes, marked with a cuDNN time no search gives, loaded into an
+  // empty cache (as a new process would): where they show up, they came from the file.
+  const Json saved = Json::parse(ops::save_conv_algorithms());
+  Json marked = Json::array();
+  for (const ConvCase* c : {&saved_case, &one_by_one})
+    for (Json entry : saved.at("entries"))
+      if (entry.at("input") == Json(c->input.shape()) && entry.at("weight") == Json(c->weight.shape())) {
+        entry["cudnn_ms"] = 123.5;
+        marked.push_back(entry);
+      }
+  REQUIRE(marked.size() == 6);
+  Json document = saved;
+  document["entries"] = marked;
+  ops::clear_conv_algorithm_cache();
+  const ops::ConvAlgorithmLoad load = ops::load_conv_algorithms(document.dump(), "marked.json");
+  CHECK(load.applied == 6);
+  CHECK(load.skipped == 0);
+
+  // Each shape under the policy its entries were recorded with: the loaded choices are in the cache
+  // before anything runs, they compute the convolution, and no search replaces them.
+  const std::pair<const ConvCase*, ops::ConvLoweringPolicy> recorded[] = {
+      {&saved_case, ops::ConvLoweringPolicy::measured}, {&one_by_one, ops::ConvLoweringPolicy::always}};
+  for (const auto& [c, policy] : recorded) {
+    ops::set_conv_lowering_policy(policy);
+    auto check_loaded = [&](const char* when) {
+      for (ops::ConvDirection direction : kDirections) {
+        INFO(when << ", direction " << static_cast<int>(direction));
+        const auto choice =
+            ops::cached_conv_algorithm(direction, kGpu, c->input.shape(), c->weight.shape(), c->geometry, DType::f32);
+        REQUIRE(choice.has_value());
+        CHECK(choice->cudnn_ms == 123.5f);  // the file's, not a search's
+      }
+    };
+    check_loaded("before running");
+    require_results_close(run_conv(*c, DType::f32, kGpu), run_conv(*c, DType::f32, kCPU), kPrecisions[0].tolerance,
+                          "loaded choices");
+    check_loaded("after running");
+  }
+  ops::set_conv_lowering_policy(ops::ConvLoweringPolicy::measured);
+  const ops::ConvAlgorithmLoad again = ops::load_conv_algorithms(document.dump(), "marked.json");
+  CHECK(again.applied == 0);  // decided already: kept
+  CHECK(again.skipped == 6);
+
+  // Entries for this GPU that could not run are refused, naming the field.
+  struct Bad {
+    const char* key;
+    Json value;
+    const char* expected;
+  };
+  const Bad bad[] = {{"algorithm", 99, "field \"entries[0].algorithm\": 99 is not a cuDNN algorithm"},
+                     {"math_type", 9, "field \"entries[0].math_type\": 9 is not a cudnnMathType_t"},
+                     {"lowering", "subsampled", "field \"entries[0].lowering\": this lowering does not apply"},
+                     {"workspace_bytes", Json(uint64_t{1} << 60), "field \"entries[0].workspace_bytes\": "}};
+  for (const Bad& b : bad) {
+    INFO(b.key);
+    Json entry = marked.at(0);
+    REQUIRE(entry.at("lowering") == "cudnn");
+    entry["input"][0] = 7;
+    entry[b.key] = b.value;
+    Json one = saved;
+    one["entries"] = Json::array({entry});
+    try {
+      ops::load_conv_algorithms(one.dump(), "bad.json");
+      FAIL("accepted an entry with a bad " << b.key);
+    } catch (const DataError& error) {
+      CHECK_THAT(std::string(error.what()), Catch::Matchers::StartsWith("bad.json: ") &&
+                                                Catch::Matchers::Contains(b.expected));
+    }
+  }
 }
