@@ -155,6 +155,23 @@ std::optional<int64_t> parse_integer(const YAML::Node& node) {
   return std::nullopt;
 }
 
+// An integer parse_integer refuses only for its size (18446744073709551615, 1e19): the message says so
+// rather than calling a whole number "not an integer >= 0".
+bool integer_out_of_range(const YAML::Node& node) {
+  if (!is_plain_scalar(node)) return false;
+  const std::string& text = node.Scalar();
+  const char* begin = text.data() + (text.size() > 1 && text[0] == '+' ? 1 : 0);
+  int64_t value = 0;
+  auto result = std::from_chars(begin, text.data() + text.size(), value);
+  if (result.ptr == text.data() + text.size()) return result.ec == std::errc::result_out_of_range;
+  std::optional<double> number = parse_number(node);
+  return number && std::isfinite(*number) && std::floor(*number) == *number && std::abs(*number) >= 9.2e18;
+}
+
+std::string describe_integer(const YAML::Node& node) {
+  return describe(node) + (integer_out_of_range(node) ? ", which is out of range for a 64-bit integer" : "");
+}
+
 std::optional<bool> parse_bool(const YAML::Node& node) {
   if (!is_plain_scalar(node)) return std::nullopt;
   bool value = false;
@@ -239,7 +256,7 @@ KeySpec integer_key(std::string path, Field field, Range range) {
           [path, expected, field, range](const YAML::Node& node, const Origin& origin, TrainConfig& config) {
             std::optional<int64_t> value = parse_integer(node);
             if (!value || !range.contains(static_cast<double>(*value))) {
-              fail(origin, path, "expected " + expected + ", got " + describe(node));
+              fail(origin, path, "expected " + expected + ", got " + describe_integer(node));
             }
             using Target = std::remove_reference_t<decltype(field(config))>;
             field(config) = static_cast<Target>(*value);
@@ -349,7 +366,7 @@ KeySpec integer_list_key(std::string path, Field field, Range range, bool allow_
               std::optional<int64_t> value = parse_integer(node[i]);
               if (!value || !range.contains(static_cast<double>(*value))) {
                 fail(origin_of(node[i], origin), path + "[" + std::to_string(i) + "]",
-                     "expected " + range.text("integer") + ", got " + describe(node[i]));
+                     "expected " + range.text("integer") + ", got " + describe_integer(node[i]));
               }
               values.push_back(*value);
             }

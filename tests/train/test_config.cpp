@@ -158,6 +158,15 @@ TEST_CASE("Config: out-of-range values", "[config]") {
         "test.yaml:3:18: key 'data.ctr.vocab_sizes': expected a non-empty list of integers, each >= 1, got a list (empty)");
   // Integers written as exact floating-point numbers are fine.
   REQUIRE(load_config_text("train:\n  max_steps: 1e6\n", "t.yaml").train.max_steps == 1000000);
+  // Whole numbers beyond 64 bits are said to be out of range, not "not an integer".
+  CHECK(error_of("", {"train.seed=18446744073709551615"}) ==
+        "--set train.seed=18446744073709551615: key 'train.seed': expected an integer >= 0, got "
+        "18446744073709551615, which is out of range for a 64-bit integer");
+  CHECK(error_of("train:\n  seed: 1e19\n") ==
+        "test.yaml:2:9: key 'train.seed': expected an integer >= 0, got 1e19, which is out of range for a 64-bit integer");
+  CHECK(error_of("model:\n  hidden_sizes: [10, -99999999999999999999]\n") ==
+        "test.yaml:2:22: key 'model.hidden_sizes[1]': expected an integer >= 1, got -99999999999999999999, which is "
+        "out of range for a 64-bit integer");
 }
 
 TEST_CASE("Config: unknown model, optimizer and dataset names list the known ones", "[config]") {
