@@ -201,17 +201,20 @@ struct Range {
     const bool below_high = high_open ? value < high : value <= high;
     return above_low && below_high;  // false for NaN
   }
-  // "a positive number", "an integer >= 1", "a number in [0, 1)".
+  // "a positive number", "an integer >= 1", "a number in [0, 1)", "an integer in [0, 1000000]".
   std::string text(const char* noun) const {
     const std::string article = noun[0] == 'i' ? "an " : "a ";
+    const bool integer = noun[0] == 'i';  // integer bounds in digits: 1000000, not 1e+06
+    auto bound = [integer](double value) {
+      return integer ? std::to_string(static_cast<long long>(value)) : format_number(value);
+    };
     const bool bounded_low = std::isfinite(low), bounded_high = std::isfinite(high);
     if (bounded_low && low == 0.0 && low_open && !bounded_high) return "a positive " + std::string(noun);
     if (bounded_low && bounded_high) {
-      return article + noun + " in " + (low_open ? "(" : "[") + format_number(low) + ", " + format_number(high) +
-             (high_open ? ")" : "]");
+      return article + noun + " in " + (low_open ? "(" : "[") + bound(low) + ", " + bound(high) + (high_open ? ")" : "]");
     }
-    if (bounded_low) return article + noun + (low_open ? " > " : " >= ") + format_number(low);
-    if (bounded_high) return article + noun + (high_open ? " < " : " <= ") + format_number(high);
+    if (bounded_low) return article + noun + (low_open ? " > " : " >= ") + bound(low);
+    if (bounded_high) return article + noun + (high_open ? " < " : " <= ") + bound(high);
     return article + noun;
   }
 };
@@ -414,6 +417,10 @@ KeySpec name_key(std::string path, Field field) {
           [field](const TrainConfig& config) { return format_string(field(config)); }};
 }
 
+// Limits on run lengths: far beyond any real run, and small enough that step counts derived from them
+// (epochs x steps per epoch, warm-up epochs x steps per epoch) are exact in double and fit 64 bits.
+constexpr double kMaxEpochs = 1e6, kMaxSteps = 1e12;
+
 std::vector<KeySpec> build_schema() {
 #define OPSNN_FIELD(member) [](auto& config) -> auto& { return config.member; }
   auto models = [] { return known_model_names(); };
@@ -464,14 +471,14 @@ std::vector<KeySpec> build_schema() {
       number_key("data.ctr.value_skew", OPSNN_FIELD(data.ctr.value_skew), Range::positive()),
       integer_key("data.ctr.seed", OPSNN_FIELD(data.ctr.seed), non_negative),
 
-      integer_key("train.epochs", OPSNN_FIELD(train.epochs), non_negative),
-      integer_key("train.max_steps", OPSNN_FIELD(train.max_steps), non_negative),
+      integer_key("train.epochs", OPSNN_FIELD(train.epochs), Range::closed(0, kMaxEpochs)),
+      integer_key("train.max_steps", OPSNN_FIELD(train.max_steps), Range::closed(0, kMaxSteps)),
       device_key("train.device", OPSNN_FIELD(train.device)),
       choice_key("train.precision", OPSNN_FIELD(train.precision), fixed({"fp32", "tf32", "bf16", "fp16"})),
       bool_key("train.deterministic", OPSNN_FIELD(train.deterministic)),
       string_key("train.conv_algorithms", OPSNN_FIELD(train.conv_algorithms), false),
       integer_key("train.seed", OPSNN_FIELD(train.seed), non_negative),
-      integer_key("train.grad_accumulation", OPSNN_FIELD(train.grad_accumulation), count),
+      integer_key("train.grad_accumulation", OPSNN_FIELD(train.grad_accumulation), Range::closed(1, 65536)),
       integer_key("train.eval_every_steps", OPSNN_FIELD(train.eval_every_steps), non_negative),
       number_key("train.label_smoothing", OPSNN_FIELD(train.label_smoothing), Range::half_open(0, 1)),
 
@@ -517,8 +524,8 @@ std::vector<KeySpec> build_schema() {
                OPSNN_FIELD(optimizer.settings.sparsification.lr_compensation)),
 
       choice_key("scheduler.name", OPSNN_FIELD(scheduler.name), fixed({"constant", "warmup_cosine", "step", "linear"})),
-      integer_key("scheduler.warmup_steps", OPSNN_FIELD(scheduler.warmup_steps), non_negative),
-      number_key("scheduler.warmup_epochs", OPSNN_FIELD(scheduler.warmup_epochs), Range::at_least(0)),
+      integer_key("scheduler.warmup_steps", OPSNN_FIELD(scheduler.warmup_steps), Range::closed(0, kMaxSteps)),
+      number_key("scheduler.warmup_epochs", OPSNN_FIELD(scheduler.warmup_epochs), Range::closed(0, kMaxEpochs)),
       number_key("scheduler.min_lr", OPSNN_FIELD(scheduler.min_lr), Range::at_least(0)),
       integer_key("scheduler.step_size", OPSNN_FIELD(scheduler.step_size), count),
       number_key("scheduler.gamma", OPSNN_FIELD(scheduler.gamma), Range::open_closed(0, 1)),
@@ -533,7 +540,8 @@ std::vector<KeySpec> build_schema() {
       bool_key("checkpoint.enabled", OPSNN_FIELD(checkpoint.enabled)),
       integer_key("checkpoint.every_steps", OPSNN_FIELD(checkpoint.every_steps), non_negative),
       integer_key("checkpoint.every_epochs", OPSNN_FIELD(checkpoint.every_epochs), non_negative),
-      integer_key("checkpoint.keep_last", OPSNN_FIELD(checkpoint.keep_last), non_negative),
+      // save_checkpoint takes an int; a million checkpoints is far more than any disk holds anyway.
+      integer_key("checkpoint.keep_last", OPSNN_FIELD(checkpoint.keep_last), Range::closed(0, 1000000)),
   };
 #undef OPSNN_FIELD
 }

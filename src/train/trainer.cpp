@@ -10,6 +10,7 @@
 #include <cmath>
 #include <fstream>
 #include <iterator>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/sinks/basic_file_sink.h>
@@ -209,10 +210,27 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
   s.loader = std::make_unique<data::DeviceLoader>(std::make_unique<data::DataLoader>(s.datasets.train, loader_options),
                                                   s.device);
 
+  // Run lengths. The schema bounds these keys, but a Trainer may be handed a config built in code, so the
+  // arithmetic is checked here too rather than wrapping around into negative step counts.
   int64_t batches = s.loader->batches_per_epoch(), accumulation = c.train.grad_accumulation;
-  s.steps_per_epoch = (batches + accumulation - 1) / accumulation;  // the last step of an epoch may be short
-  int64_t by_epochs = c.train.epochs > 0 ? c.train.epochs * s.steps_per_epoch : 0;
+  if (accumulation < 1 || accumulation > batches)
+    // More micro-batches than an epoch holds would end every step early at the epoch end while the loss
+    // is still divided by grad_accumulation: each step one epoch, with a gradient scaled down.
+    throw ConfigError(detail::concat(c.source, ": key 'train.grad_accumulation': ", accumulation,
+                                     " must be in [1, ", batches, "], the batches in an epoch (", s.datasets.train->size(),
+                                     " training samples at data.batch_size ", c.data.batch_size, ")"));
+  s.steps_per_epoch = batches / accumulation + (batches % accumulation != 0);  // the last step may be short
+  int64_t by_epochs = 0;
+  if (c.train.epochs < 0 || __builtin_mul_overflow(c.train.epochs, s.steps_per_epoch, &by_epochs))
+    throw ConfigError(detail::concat(c.source, ": key 'train.epochs': ", c.train.epochs, " epochs of ",
+                                     s.steps_per_epoch, " steps each is more steps than a 64-bit count holds"));
+  if (c.train.max_steps < 0)
+    throw ConfigError(detail::concat(c.source, ": key 'train.max_steps': ", c.train.max_steps, " must be >= 0"));
   s.total_steps = c.train.max_steps > 0 && (by_epochs == 0 || c.train.max_steps < by_epochs) ? c.train.max_steps : by_epochs;
+  // save_checkpoint counts in int; checked here, before training, rather than narrowed at the first save.
+  if (c.checkpoint.keep_last < 0 || c.checkpoint.keep_last > std::numeric_limits<int>::max())
+    throw ConfigError(detail::concat(c.source, ": key 'checkpoint.keep_last': ", c.checkpoint.keep_last,
+                                     " must be in [0, ", std::numeric_limits<int>::max(), "]"));
 
   // Mixed precision: activations in bf16/fp16 (master weights, BatchNorm statistics and the loss in fp32);
   // tf32: fp32 tensors, TF32 tensor cores for the GEMMs and convolutions.
@@ -399,7 +417,8 @@ fs::path Trainer::save_checkpoint() {
     for (auto& entry : s.sparse_updater->state_tensors()) data.optimizer_tensors.push_back(std::move(entry));
   if (s.sparsifier)
     for (auto& entry : s.sparsifier->state_tensors()) data.optimizer_tensors.push_back(std::move(entry));
-  fs::path folder = train::save_checkpoint(s.run_dir, data, static_cast<int>(s.config.checkpoint.keep_last));
+  const int keep_last = static_cast<int>(s.config.checkpoint.keep_last);  // in int range: checked in the constructor
+  fs::path folder = train::save_checkpoint(s.run_dir, data, keep_last);
   if (s.device.is_cuda()) save_conv_algorithm_choices(s.run_dir);
   s.last_checkpoint_step = s.step;
   s.last_checkpoint = folder;

@@ -158,6 +158,24 @@ TEST_CASE("Config: out-of-range values", "[config]") {
         "test.yaml:3:18: key 'data.ctr.vocab_sizes': expected a non-empty list of integers, each >= 1, got a list (empty)");
   // Integers written as exact floating-point numbers are fine.
   REQUIRE(load_config_text("train:\n  max_steps: 1e6\n", "t.yaml").train.max_steps == 1000000);
+  // Run lengths and counts are bounded so the step arithmetic built on them cannot overflow.
+  CHECK(error_of("", {"checkpoint.keep_last=4294967297"}) ==
+        "--set checkpoint.keep_last=4294967297: key 'checkpoint.keep_last': expected an integer in [0, 1000000], got "
+        "4294967297");
+  CHECK(error_of("train:\n  epochs: 5e15\n") ==
+        "test.yaml:2:11: key 'train.epochs': expected an integer in [0, 1000000], got 5e15");
+  CHECK(error_of("train:\n  max_steps: 1e13\n") ==
+        "test.yaml:2:14: key 'train.max_steps': expected an integer in [0, 1000000000000], got 1e13");
+  CHECK(error_of("", {"train.grad_accumulation=9223372036854775807"}) ==
+        "--set train.grad_accumulation=9223372036854775807: key 'train.grad_accumulation': expected an integer in "
+        "[1, 65536], got 9223372036854775807");
+  CHECK(error_of("", {"scheduler.warmup_epochs=1e16"}) ==
+        "--set scheduler.warmup_epochs=1e16: key 'scheduler.warmup_epochs': expected a number in [0, 1e+06], got 1e16");
+  CHECK(error_of("", {"scheduler.warmup_steps=1e13"}) ==
+        "--set scheduler.warmup_steps=1e13: key 'scheduler.warmup_steps': expected an integer in [0, 1000000000000], "
+        "got 1e13");
+  REQUIRE(load_config_text("train:\n  epochs: 1e6\n  grad_accumulation: 65536\ncheckpoint:\n  keep_last: 1e6\n",
+                           "t.yaml").checkpoint.keep_last == 1000000);
   // Whole numbers beyond 64 bits are said to be out of range, not "not an integer".
   CHECK(error_of("", {"train.seed=18446744073709551615"}) ==
         "--set train.seed=18446744073709551615: key 'train.seed': expected an integer >= 0, got "

@@ -312,6 +312,26 @@ TEST_CASE("trainer: epochs, grad accumulation, evaluation, checkpoints and the s
   CHECK(fs::file_size(folder.path / "train.log") > 0);
 }
 
+TEST_CASE("trainer: run lengths that would overflow or degenerate are config errors naming the key", "[trainer]") {
+  TemporaryFolder folder;
+  // 6 batches per epoch: 7 micro-batches per step would end every step at the epoch end with the
+  // gradient divided by 7.
+  CHECK_THROWS_MATCHES(Trainer(make_config(kSmallCnnYaml, {"train.grad_accumulation=7"}), quiet_options(folder.path)),
+                       ConfigError,
+                       Catch::Matchers::Message("test.yaml: key 'train.grad_accumulation': 7 must be in [1, 6], the "
+                                                "batches in an epoch (96 training samples at data.batch_size 16)"));
+  CHECK_NOTHROW(Trainer(make_config(kSmallCnnYaml, {"train.grad_accumulation=6"}), quiet_options(folder.path)));
+  // Configs built in code skip the schema's bounds; the trainer still refuses what would wrap around.
+  TrainConfig epochs = make_config(kSmallCnnYaml, {"train.epochs=1", "train.max_steps=0"});
+  epochs.train.epochs = int64_t{1} << 62;
+  CHECK_THROWS_WITH(Trainer(epochs, quiet_options(folder.path)),
+                    Catch::StartsWith("test.yaml: key 'train.epochs': 4611686018427387904 epochs of 6 steps each"));
+  TrainConfig keep = make_config(kSmallCnnYaml);
+  keep.checkpoint.keep_last = 4294967297;  // was narrowed to int: 1
+  CHECK_THROWS_WITH(Trainer(keep, quiet_options(folder.path)),
+                    "test.yaml: key 'checkpoint.keep_last': 4294967297 must be in [0, 2147483647]");
+}
+
 TEST_CASE("trainer: a stop request saves a checkpoint and --resume auto continues from it", "[trainer]") {
   TemporaryFolder folder;
   std::atomic<bool> stop{true};
