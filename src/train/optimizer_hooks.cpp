@@ -100,13 +100,13 @@ bool topk_enabled(const TrainConfig& config) { return config.optimizer.settings.
 
 GradientSparsifier::GradientSparsifier(const TrainConfig& config, const optim::Optimizer& optimizer) {
   const SparsificationConfig& settings = config.optimizer.settings.sparsification;
-  OPSNN_CHECK_AS(ConfigError, !config.loss_scaling_enabled(),
-                 "key 'optimizer.settings.sparsification.method': topk works on unscaled gradients and cannot be "
+  OPSNN_CHECK_AS(ConfigError, !config.loss_scaling_enabled(), config.source,
+                 ": key 'optimizer.settings.sparsification.method': topk works on unscaled gradients and cannot be "
                  "combined with loss scaling (optimizer.settings.loss_scaling.enabled / train.precision fp16)");
   if (settings.momentum_correction) {
     OPSNN_CHECK_AS(ConfigError, config.optimizer.name == "sgd" && config.optimizer.momentum > 0.0 &&
                                     !config.optimizer.nesterov,
-                   "key 'optimizer.settings.sparsification.momentum_correction': DGC momentum correction moves SGD's "
+                   config.source, ": key 'optimizer.settings.sparsification.momentum_correction': DGC momentum correction moves SGD's "
                    "momentum into the sparsifier, so it needs optimizer.name sgd with momentum > 0 and nesterov "
                    "false (got ", config.optimizer.name, ", momentum ", config.optimizer.momentum,
                    "); set momentum_correction: false for other optimizers");

@@ -113,9 +113,24 @@ optim::OptimizerOptions make_optimizer_options(const TrainConfig& config, int64_
   schedule.kind = schedule_kind(config.scheduler.name);
   schedule.base_lr = o.lr;
   schedule.min_lr = config.scheduler.min_lr;
+  // The checks the optimizer would make on the schedule are made here first, so the message names the
+  // config file and the keys the user wrote rather than the optimizer's own schedule.* fields.
   schedule.warmup_steps = config.scheduler.warmup_steps;
-  if (schedule.warmup_steps == 0 && config.scheduler.warmup_epochs > 0)
-    schedule.warmup_steps = static_cast<long long>(std::llround(config.scheduler.warmup_epochs * static_cast<double>(steps_per_epoch)));
+  const char* warmup_key = "scheduler.warmup_steps";
+  if (schedule.warmup_steps == 0 && config.scheduler.warmup_epochs > 0) {
+    warmup_key = "scheduler.warmup_epochs";
+    const double steps = std::round(config.scheduler.warmup_epochs * static_cast<double>(steps_per_epoch));
+    if (!(steps < 9.2e18))  // llround would overflow
+      throw ConfigError(detail::concat(config.source, ": key 'scheduler.warmup_epochs': ", config.scheduler.warmup_epochs,
+                                       " epochs of ", steps_per_epoch, " steps each is more steps than a 64-bit count holds"));
+    schedule.warmup_steps = static_cast<long long>(steps);
+  }
+  const bool ends_at_last_step =
+      schedule.kind == optim::ScheduleKind::warmup_cosine || schedule.kind == optim::ScheduleKind::linear_decay;
+  if (ends_at_last_step && total_steps <= schedule.warmup_steps)
+    throw ConfigError(detail::concat(
+        config.source, ": key '", warmup_key, "': the warm-up (", schedule.warmup_steps, " steps) must end before the run does (",
+        total_steps, " steps from train.epochs and train.max_steps) for scheduler.name ", config.scheduler.name));
   schedule.total_steps = total_steps;
   schedule.step_size = config.scheduler.step_size;
   schedule.gamma = config.scheduler.gamma;

@@ -258,8 +258,12 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
     ops::set_conv_deterministic(c.train.deterministic);
   }
   load_conv_algorithm_choices(c, s.run_dir, *s.logger);
-  s.optimizer = optim::make_optimizer(c.optimizer.name, s.model->named_parameters(),
-                                      make_optimizer_options(c, s.steps_per_epoch, s.total_steps));
+  optim::OptimizerOptions optimizer_options = make_optimizer_options(c, s.steps_per_epoch, s.total_steps);
+  try {
+    s.optimizer = optim::make_optimizer(c.optimizer.name, s.model->named_parameters(), optimizer_options);
+  } catch (const ConfigError& error) {  // the optimizer's own checks know no file: say which config it was
+    throw ConfigError(detail::concat(c.source, ": ", error.what()));
+  }
   s.sparse_updater = install_row_sparse_updater(*s.optimizer);
   // Mixed precision on the GPU: the optimizer keeps the bf16/fp16 copy of the weights (written in its
   // update pass) and Conv2d/Linear compute with it instead of casting the fp32 masters every forward.

@@ -332,6 +332,28 @@ TEST_CASE("trainer: run lengths that would overflow or degenerate are config err
                     "test.yaml: key 'checkpoint.keep_last': 4294967297 must be in [0, 2147483647]");
 }
 
+TEST_CASE("trainer: schedule and top-k errors found at setup name the config file and the keys written",
+          "[trainer]") {
+  TemporaryFolder folder;
+  // kSmallCnnYaml: warmup_cosine over max_steps 8, 6 steps per epoch.
+  CHECK_THROWS_MATCHES(Trainer(make_config(kSmallCnnYaml, {"scheduler.warmup_steps=8"}), quiet_options(folder.path)),
+                       ConfigError,
+                       Catch::Matchers::Message("test.yaml: key 'scheduler.warmup_steps': the warm-up (8 steps) must end "
+                                                "before the run does (8 steps from train.epochs and train.max_steps) for "
+                                                "scheduler.name warmup_cosine"));
+  CHECK_THROWS_WITH(Trainer(make_config(kSmallCnnYaml, {"scheduler.warmup_steps=0", "scheduler.warmup_epochs=2"}),
+                            quiet_options(folder.path)),
+                    Catch::StartsWith("test.yaml: key 'scheduler.warmup_epochs': the warm-up (12 steps)"));
+  TrainConfig huge = make_config(kSmallCnnYaml, {"scheduler.warmup_steps=0"});
+  huge.scheduler.warmup_epochs = 1e19;  // beyond the schema's bound; llround used to give INT64_MIN
+  CHECK_THROWS_WITH(Trainer(huge, quiet_options(folder.path)),
+                    Catch::StartsWith("test.yaml: key 'scheduler.warmup_epochs': ") &&
+                        Catch::Contains("more steps than a 64-bit count holds"));
+  CHECK_THROWS_WITH(Trainer(make_config(kSmallCnnYaml, {"optimizer.settings.sparsification.method=topk"}),
+                            quiet_options(folder.path)),
+                    Catch::StartsWith("test.yaml: key 'optimizer.settings.sparsification.momentum_correction': "));
+}
+
 TEST_CASE("trainer: a stop request saves a checkpoint and --resume auto continues from it", "[trainer]") {
   TemporaryFolder folder;
   std::atomic<bool> stop{true};
