@@ -56,6 +56,12 @@ models::ModelOptions make_model_options(const TrainConfig& config, const data::D
     throw ConfigError(detail::concat(config.source, ": key 'model.arch': model '", model.arch, "' cannot train on ",
                                      dataset.name(), " (", dataset.is_image() ? "images" : "categorical rows",
                                      "); ctr goes with ctr_synthetic, image models with image datasets"));
+  // Fewer outputs than the dataset has classes would only fail at the first loss, on a label out of range.
+  if (model.num_classes > 0 && model.num_classes < dataset.num_classes())
+    throw ConfigError(detail::concat(config.source, ": key 'model.num_classes': ", model.num_classes, " is fewer than the ",
+                                     dataset.num_classes(), " classes of ", dataset.name(),
+                                     " (its labels go up to ", dataset.num_classes() - 1,
+                                     "); use 0 to take the dataset's count"));
   options.num_classes = model.num_classes > 0 ? model.num_classes : dataset.num_classes();
   if (dataset.is_image()) {
     Shape sample = dataset.sample_shape();

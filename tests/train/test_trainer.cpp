@@ -332,6 +332,18 @@ TEST_CASE("trainer: run lengths that would overflow or degenerate are config err
                     "test.yaml: key 'checkpoint.keep_last': 4294967297 must be in [0, 2147483647]");
 }
 
+TEST_CASE("trainer: model.num_classes below the dataset's class count is a config error before training",
+          "[trainer]") {
+  TemporaryFolder folder;
+  // kSmallCnnYaml's synthetic images have 4 classes; 3 outputs failed only at the first loss.
+  CHECK_THROWS_MATCHES(Trainer(make_config(kSmallCnnYaml, {"model.num_classes=3"}), quiet_options(folder.path)),
+                       ConfigError,
+                       Catch::Matchers::Message("test.yaml: key 'model.num_classes': 3 is fewer than the 4 classes of "
+                                                "synthetic (its labels go up to 3); use 0 to take the dataset's "
+                                                "count"));
+  CHECK_NOTHROW(Trainer(make_config(kSmallCnnYaml, {"model.num_classes=6"}), quiet_options(folder.path)));
+}
+
 TEST_CASE("trainer: schedule and top-k errors found at setup name the config file and the keys written",
           "[trainer]") {
   TemporaryFolder folder;
