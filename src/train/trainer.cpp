@@ -197,6 +197,12 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
   }
 
   s.datasets = make_datasets(c);
+  // The loader would refuse this as a data failure at construction; it is a choice of two config keys.
+  if (c.data.drop_last && c.data.batch_size > s.datasets.train->size())
+    throw ConfigError(detail::concat(c.source, ": key 'data.batch_size': ", c.data.batch_size, " is more than the ",
+                                     s.datasets.train->size(), " training samples of ", s.datasets.train->name(),
+                                     ", and data.drop_last: true drops the one partial batch, leaving none; use a "
+                                     "smaller batch_size or drop_last: false"));
   data::LoaderOptions loader_options;
   loader_options.batch_size = c.data.batch_size;
   loader_options.shuffle = c.data.shuffle;

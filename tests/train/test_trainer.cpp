@@ -344,6 +344,18 @@ TEST_CASE("trainer: model.num_classes below the dataset's class count is a confi
   CHECK_NOTHROW(Trainer(make_config(kSmallCnnYaml, {"model.num_classes=6"}), quiet_options(folder.path)));
 }
 
+TEST_CASE("trainer: a batch larger than the training set with drop_last is a config error", "[trainer]") {
+  TemporaryFolder folder;
+  CHECK_THROWS_MATCHES(Trainer(make_config(kSmallCnnYaml, {"data.batch_size=97", "data.drop_last=true"}),
+                               quiet_options(folder.path)),
+                       ConfigError,
+                       Catch::Matchers::Message("test.yaml: key 'data.batch_size': 97 is more than the 96 training "
+                                                "samples of synthetic, and data.drop_last: true drops the one partial "
+                                                "batch, leaving none; use a smaller batch_size or drop_last: false"));
+  // Without drop_last the one short batch trains.
+  CHECK_NOTHROW(Trainer(make_config(kSmallCnnYaml, {"data.batch_size=97"}), quiet_options(folder.path)));
+}
+
 TEST_CASE("trainer: schedule and top-k errors found at setup name the config file and the keys written",
           "[trainer]") {
   TemporaryFolder folder;
