@@ -19,6 +19,8 @@ Device Device::parse(std::string_view text) {
     auto [end, error] = std::from_chars(number.data(), number.data() + number.size(), index);
     if (error == std::errc() && end == number.data() + number.size() && index >= 0 && !number.empty())
       return Device(DeviceType::cuda, index);
+    if (error == std::errc::result_out_of_range)
+      throw DeviceError(detail::concat("device index out of range in '", text, "' (accepted: cpu, cuda, cuda:N)"));
   }
   throw DeviceError(detail::concat("unknown device '", text, "' (accepted: cpu, cuda, cuda:N)"));
 }

@@ -385,7 +385,10 @@ KeySpec integer_list_key(std::string path, Field field, Range range, bool allow_
 bool valid_device(const std::string& text) {
   if (text == "auto" || text == "cpu" || text == "cuda") return true;
   if (text.rfind("cuda:", 0) != 0 || text.size() == 5) return false;
-  return std::all_of(text.begin() + 5, text.end(), [](unsigned char c) { return std::isdigit(c); });
+  if (!std::all_of(text.begin() + 5, text.end(), [](unsigned char c) { return std::isdigit(c); })) return false;
+  int index = 0;  // the index must fit Device's int (cuda:99999999999 is no device either)
+  auto result = std::from_chars(text.data() + 5, text.data() + text.size(), index);
+  return result.ec == std::errc() && result.ptr == text.data() + text.size();
 }
 
 template <typename Field>

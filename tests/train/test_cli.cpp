@@ -141,6 +141,8 @@ TEST_CASE("cli: each class of bad input exits 2 with the key and the line", "[cl
       {"flag without its value", {"--config"}, {"--config"}},
       {"a stray argument", {"tiny.yaml"}, {"tiny.yaml"}},
       {"bf16 on the cpu", {"--config", "tiny.yaml", "--set", "train.precision=bf16"}, {"train.precision", "bf16"}},
+      {"a device index beyond int", {"--config", "tiny.yaml", "--set", "train.device=cuda:99999999999"},
+       {"key 'train.device'", "cuda:99999999999"}},
       {"empty train.conv_algorithms", {"--config", "tiny.yaml", "--set", "train.conv_algorithms="},
        {"train.conv_algorithms"}},
   };

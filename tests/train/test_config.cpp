@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "opsnn/core/device.h"
 #include "opsnn/core/error.h"
 #include "opsnn/train/config.h"
 
@@ -93,6 +94,10 @@ TEST_CASE("Config: wrong types name the key, the expected type and the position"
              Catch::StartsWith("test.yaml:1:12: key 'optimizer': expected a section (a mapping of name, lr,") &&
                  Catch::EndsWith("got adam"));
   CHECK(error_of("train:\n  device: gpu\n") == "test.yaml:2:11: key 'train.device': expected auto, cpu, cuda or cuda:N, got gpu");
+  // An index no int holds is no device either (it used to pass here and fail later as 'unknown device', exit 1).
+  CHECK(error_of("train:\n  device: cuda:99999999999\n") ==
+        "test.yaml:2:11: key 'train.device': expected auto, cpu, cuda or cuda:N, got cuda:99999999999");
+  CHECK_THROWS_WITH(Device::parse("cuda:99999999999"), Catch::Contains("device index out of range in 'cuda:99999999999'"));
   CHECK(error_of("data:\n  pin_memory: sometimes\n") ==
         "test.yaml:2:15: key 'data.pin_memory': expected true, false or auto, got sometimes");
   CHECK(error_of("data:\n  pin_memory: [true]\n") ==
