@@ -430,6 +430,10 @@ std::vector<KeySpec> build_schema() {
   auto optimizers = [] { return known_optimizer_names(); };
   auto datasets = [] { return known_dataset_names(); };
   const Range count = Range::at_least(1), non_negative = Range::at_least(0);
+  // Optimizer and loss-scaling numbers reach the update kernels as float: bounded so they stay finite
+  // there (FLT_MAX is 3.4e38: eps 1e300 became inf) and, where 0 is not allowed, so they do not
+  // underflow to 0 (FLT_MIN is 1.2e-38: eps 1e-50 became 0 and the first step divided by it).
+  const Range float_positive = Range::closed(1e-30, 1e30), float_non_negative = Range::closed(0, 1e30);
   return {
       name_key("run.name", OPSNN_FIELD(run.name)),
       string_key("run.out_dir", OPSNN_FIELD(run.out_dir)),
@@ -486,31 +490,31 @@ std::vector<KeySpec> build_schema() {
       number_key("train.label_smoothing", OPSNN_FIELD(train.label_smoothing), Range::half_open(0, 1)),
 
       choice_key("optimizer.name", OPSNN_FIELD(optimizer.name), optimizers),
-      number_key("optimizer.lr", OPSNN_FIELD(optimizer.lr), Range::positive()),
+      number_key("optimizer.lr", OPSNN_FIELD(optimizer.lr), float_positive),
       pair_key("optimizer.betas", OPSNN_FIELD(optimizer.betas), Range::half_open(0, 1)),
-      number_key("optimizer.eps", OPSNN_FIELD(optimizer.eps), Range::positive()),
+      number_key("optimizer.eps", OPSNN_FIELD(optimizer.eps), float_positive),
       number_key("optimizer.momentum", OPSNN_FIELD(optimizer.momentum), Range::half_open(0, 1)),
       number_key("optimizer.dampening", OPSNN_FIELD(optimizer.dampening), Range::closed(0, 1)),
       bool_key("optimizer.nesterov", OPSNN_FIELD(optimizer.nesterov)),
-      number_key("optimizer.weight_decay", OPSNN_FIELD(optimizer.weight_decay), Range::at_least(0)),
+      number_key("optimizer.weight_decay", OPSNN_FIELD(optimizer.weight_decay), float_non_negative),
       optional_number_key("optimizer.settings.fp32_weight_decay", OPSNN_FIELD(optimizer.settings.fp32_weight_decay),
-                          Range::at_least(0)),
+                          float_non_negative),
       bool_key("optimizer.settings.fp16_momentum", OPSNN_FIELD(optimizer.settings.fp16_momentum)),
       choice_key("optimizer.settings.state_dtype", OPSNN_FIELD(optimizer.settings.state_dtype), fixed({"f32", "f16", "bf16"})),
-      number_key("optimizer.settings.eps_relative", OPSNN_FIELD(optimizer.settings.eps_relative), Range::at_least(0)),
+      number_key("optimizer.settings.eps_relative", OPSNN_FIELD(optimizer.settings.eps_relative), float_non_negative),
       bool_key("optimizer.settings.amsgrad", OPSNN_FIELD(optimizer.settings.amsgrad)),
-      number_key("optimizer.settings.max_grad_norm", OPSNN_FIELD(optimizer.settings.max_grad_norm), Range::at_least(0)),
-      pair_key("optimizer.settings.lamb_trust_bounds", OPSNN_FIELD(optimizer.settings.lamb_trust_bounds), Range::at_least(0)),
+      number_key("optimizer.settings.max_grad_norm", OPSNN_FIELD(optimizer.settings.max_grad_norm), float_non_negative),
+      pair_key("optimizer.settings.lamb_trust_bounds", OPSNN_FIELD(optimizer.settings.lamb_trust_bounds), float_non_negative),
       bool_key("optimizer.settings.decay_bias_and_norm", OPSNN_FIELD(optimizer.settings.decay_bias_and_norm)),
       auto_bool_key("optimizer.settings.loss_scaling.enabled", OPSNN_FIELD(optimizer.settings.loss_scaling.enabled)),
       number_key("optimizer.settings.loss_scaling.initial_scale", OPSNN_FIELD(optimizer.settings.loss_scaling.initial_scale),
-                 Range::positive()),
+                 float_positive),
       number_key("optimizer.settings.loss_scaling.growth_factor", OPSNN_FIELD(optimizer.settings.loss_scaling.growth_factor),
-                 Range::above(1)),
+                 Range::open_closed(1, 1e30)),
       number_key("optimizer.settings.loss_scaling.backoff_factor",
                  OPSNN_FIELD(optimizer.settings.loss_scaling.backoff_factor), Range::open(0, 1)),
-      integer_key("optimizer.settings.loss_scaling.growth_interval",
-                  OPSNN_FIELD(optimizer.settings.loss_scaling.growth_interval), count),
+      integer_key("optimizer.settings.loss_scaling.growth_interval",  // counted in int32
+                  OPSNN_FIELD(optimizer.settings.loss_scaling.growth_interval), Range::closed(1, 2147483647)),
       choice_key("optimizer.settings.sparsification.method", OPSNN_FIELD(optimizer.settings.sparsification.method),
                  fixed({"none", "topk"})),
       number_key("optimizer.settings.sparsification.density", OPSNN_FIELD(optimizer.settings.sparsification.density),

@@ -83,11 +83,11 @@ TEST_CASE("Config: wrong types name the key, the expected type and the position"
   CHECK(error_of("data:\n  batch_size: 6.5\n") ==
         "test.yaml:2:15: key 'data.batch_size': expected an integer >= 1, got 6.5");
   CHECK(error_of("optimizer:\n  lr: \"0.1\"\n") ==
-        "test.yaml:2:7: key 'optimizer.lr': expected a positive number, got the quoted string '0.1'");
+        "test.yaml:2:7: key 'optimizer.lr': expected a number in [1e-30, 1e+30], got the quoted string '0.1'");
   CHECK(error_of("optimizer:\n  nesterov: maybe\n") ==
         "test.yaml:2:13: key 'optimizer.nesterov': expected true or false, got maybe");
-  CHECK(error_of("optimizer:\n  lr: [1, 2]\n") == "test.yaml:2:7: key 'optimizer.lr': expected a positive number, got a list");
-  CHECK(error_of("optimizer:\n  lr:\n") == "test.yaml:2:3: key 'optimizer.lr': expected a positive number, got an empty value");
+  CHECK(error_of("optimizer:\n  lr: [1, 2]\n") == "test.yaml:2:7: key 'optimizer.lr': expected a number in [1e-30, 1e+30], got a list");
+  CHECK(error_of("optimizer:\n  lr:\n") == "test.yaml:2:3: key 'optimizer.lr': expected a number in [1e-30, 1e+30], got an empty value");
   CHECK(error_of("optimizer:\n  betas: 0.9\n") ==
         "test.yaml:2:10: key 'optimizer.betas': expected a list of 2 numbers, each a number in [0, 1), got 0.9");
   CHECK_THAT(error_of("optimizer: adam\n"),
@@ -150,11 +150,11 @@ TEST_CASE("Config: train.deterministic is a boolean, true by default, and a run 
 
 TEST_CASE("Config: out-of-range values", "[config]") {
   CHECK(error_of("optimizer:\n  name: adam\n  lr: -0.1\n") ==
-        "test.yaml:3:7: key 'optimizer.lr': expected a positive number, got -0.1");
+        "test.yaml:3:7: key 'optimizer.lr': expected a number in [1e-30, 1e+30], got -0.1");
   CHECK(error_of("optimizer:\n  betas: [0.9, 1.0]\n") ==
         "test.yaml:2:16: key 'optimizer.betas[1]': expected a number in [0, 1), got 1.0");
   CHECK(error_of("data:\n  batch_size: 0\n") == "test.yaml:2:15: key 'data.batch_size': expected an integer >= 1, got 0");
-  CHECK(error_of("optimizer:\n  eps: .nan\n") == "test.yaml:2:8: key 'optimizer.eps': expected a positive number, got .nan");
+  CHECK(error_of("optimizer:\n  eps: .nan\n") == "test.yaml:2:8: key 'optimizer.eps': expected a number in [1e-30, 1e+30], got .nan");
   CHECK(error_of("optimizer:\n  settings:\n    loss_scaling:\n      backoff_factor: 1\n") ==
         "test.yaml:4:23: key 'optimizer.settings.loss_scaling.backoff_factor': expected a number in (0, 1), got 1");
   CHECK(error_of("data:\n  ctr:\n    vocab_sizes: [10, 0]\n") ==
@@ -163,6 +163,22 @@ TEST_CASE("Config: out-of-range values", "[config]") {
         "test.yaml:3:18: key 'data.ctr.vocab_sizes': expected a non-empty list of integers, each >= 1, got a list (empty)");
   // Integers written as exact floating-point numbers are fine.
   REQUIRE(load_config_text("train:\n  max_steps: 1e6\n", "t.yaml").train.max_steps == 1000000);
+  // Optimizer numbers are used as float: they must stay finite there and, where 0 is invalid, above 0.
+  CHECK(error_of("", {"optimizer.settings.loss_scaling.initial_scale=1e300"}) ==
+        "--set optimizer.settings.loss_scaling.initial_scale=1e300: key 'optimizer.settings.loss_scaling.initial_scale': "
+        "expected a number in [1e-30, 1e+30], got 1e300");
+  CHECK(error_of("optimizer:\n  eps: 1e-50\n") ==
+        "test.yaml:2:8: key 'optimizer.eps': expected a number in [1e-30, 1e+30], got 1e-50");
+  for (const char* set : {"optimizer.lr=1e-40", "optimizer.lr=1e39", "optimizer.weight_decay=1e39",
+                          "optimizer.settings.fp32_weight_decay=1e39", "optimizer.settings.eps_relative=1e39",
+                          "optimizer.settings.max_grad_norm=1e39", "optimizer.settings.lamb_trust_bounds=[0, 1e39]",
+                          "optimizer.settings.loss_scaling.growth_factor=1e39",
+                          "optimizer.settings.loss_scaling.growth_interval=3e9"}) {
+    INFO(set);
+    CHECK_THAT(error_of("", {set}), Catch::Contains("expected") && Catch::Contains("1e+30") ||
+                                        Catch::Contains("2147483647"));
+  }
+  REQUIRE(load_config_text("optimizer:\n  eps: 1e-30\n  lr: 1e30\n", "t.yaml").optimizer.eps == 1e-30);
   // Run lengths and counts are bounded so the step arithmetic built on them cannot overflow.
   CHECK(error_of("", {"checkpoint.keep_last=4294967297"}) ==
         "--set checkpoint.keep_last=4294967297: key 'checkpoint.keep_last': expected an integer in [0, 1000000], got "
@@ -280,7 +296,7 @@ TEST_CASE("Config: --set overrides keys, lists and whole sections", "[config]") 
 
 TEST_CASE("Config: --set errors name the --set argument", "[config]") {
   CHECK(error_of("", {"optimizer.lrr=1"}) == "--set optimizer.lrr=1: unknown key 'optimizer.lrr' (did you mean 'optimizer.lr'?)");
-  CHECK(error_of("", {"optimizer.lr=-1"}) == "--set optimizer.lr=-1: key 'optimizer.lr': expected a positive number, got -1");
+  CHECK(error_of("", {"optimizer.lr=-1"}) == "--set optimizer.lr=-1: key 'optimizer.lr': expected a number in [1e-30, 1e+30], got -1");
   CHECK(error_of("", {"optimizer.betas=[0.9, 2]"}) ==
         "--set optimizer.betas=[0.9, 2]: key 'optimizer.betas[1]': expected a number in [0, 1), got 2");
   CHECK(error_of("", {"optimizer.lr"}) == "--set optimizer.lr: expected key.path=value, e.g. --set optimizer.lr=0.01");
