@@ -70,7 +70,15 @@ class ConfigReader {
 
   YAML::Node parse(const std::string& text) const {
     try {
-      return YAML::Load(text);
+      // All documents are parsed so that a second one is refused rather than silently ignored (YAML::Load
+      // reads the first only): a config is one mapping.
+      std::vector<YAML::Node> documents = YAML::LoadAll(text);
+      if (documents.size() > 1) {
+        Origin origin = detail::origin_of(documents[1], file_origin_);
+        throw ConfigError(origin.text() + ": a second YAML document (after '---'); a config file holds one mapping of "
+                          "sections, so merge the documents or split them into separate files");
+      }
+      return documents.empty() ? YAML::Node() : documents[0];
     } catch (const YAML::Exception& error) {
       Origin origin = file_origin_;
       origin.line = error.mark.is_null() ? 0 : error.mark.line;
@@ -114,7 +122,10 @@ class ConfigReader {
     } catch (const YAML::Exception& error) {
       throw ConfigError(origin.text() + ": key '" + path + "': malformed value: " + error.msg);
     }
-    if (!root.IsMap()) root = YAML::Node(YAML::NodeType::Map);
+    // An empty file gets its first section here; a file whose top level is a list or a scalar is refused
+    // as read() refuses it without --set, not replaced by a mapping of the overrides alone.
+    if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+    if (!root.IsMap()) throw_not_a_mapping(root);
     YAML::Node current = root;
     std::string walked;
     for (size_t i = 0; i + 1 < components.size(); ++i) {
@@ -137,11 +148,13 @@ class ConfigReader {
 
   void read(const YAML::Node& root, TrainConfig& config) {
     if (!root.IsDefined() || root.IsNull()) return;  // an empty file: all defaults
-    if (!root.IsMap()) {
-      throw ConfigError(detail::origin_of(root, file_origin_).text() +
-                        ": expected a mapping of sections (run, model, data, train, ...), got " + detail::describe(root));
-    }
+    if (!root.IsMap()) throw_not_a_mapping(root);
     walk(root, "", config);
+  }
+
+  [[noreturn]] void throw_not_a_mapping(const YAML::Node& root) const {
+    throw ConfigError(detail::origin_of(root, file_origin_).text() +
+                      ": expected a mapping of sections (run, model, data, train, ...), got " + detail::describe(root));
   }
 
   // Where the value of `path` came from: an override covering it, or its place in the file.
@@ -285,12 +298,28 @@ std::string run_name_from(const std::string& source) {
   return name.empty() || name == "." || name == ".." ? "run" : name;
 }
 
-std::string read_text_file(const std::string& path) {
+// Config and architecture files: regular files of at most 16 MiB (far above any real config), so that
+// --config /dev/zero or a FIFO cannot make the loader read without end.
+constexpr std::uintmax_t kMaxConfigBytes = 16u << 20;
+
+std::string read_text_file(const std::string& path, const char* what) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  const fs::file_status status = fs::status(path, error);
+  if (fs::is_directory(status)) throw ConfigError(path + ": is a folder, not a " + what);
+  if (fs::exists(status) && !fs::is_regular_file(status))
+    throw ConfigError(path + ": is not a regular file (a device, pipe or socket); expected a " + what);
   std::ifstream file(path, std::ios::binary);
-  if (!file) return {};
-  std::ostringstream text;
-  text << file.rdbuf();
-  return text.str();
+  if (!file) throw ConfigError(path + ": cannot read " + what + " (" + std::strerror(errno) + ")");
+  std::string text;
+  char buffer[1 << 16];
+  while (file.read(buffer, sizeof buffer) || file.gcount() > 0) {
+    text.append(buffer, static_cast<size_t>(file.gcount()));
+    if (text.size() > kMaxConfigBytes)
+      throw ConfigError(path + ": is larger than 16 MiB; a " + what + " is a small YAML file");
+  }
+  if (file.bad()) throw ConfigError(path + ": cannot read " + what + " (" + std::strerror(errno) + ")");
+  return text;
 }
 
 // model.file names an architecture YAML holding model keys (models/*.yaml). Its keys are read first, so
@@ -321,7 +350,7 @@ std::string load_model_file(const YAML::Node& root, const std::string& source, C
     if (!fs::is_regular_file(candidate, error)) continue;
     const std::string path = fs::absolute(candidate, error).lexically_normal().string();
     ConfigReader model_reader(path);
-    model_reader.read_model_file(model_reader.parse(read_text_file(path)), config);
+    model_reader.read_model_file(model_reader.parse(read_text_file(path, "architecture file")), config);
     reader.inherit_leaf_origins(model_reader.leaf_origins());
     return path;
   }
@@ -349,13 +378,7 @@ TrainConfig load(const std::string& text, const std::string& source, const std::
 }  // namespace
 
 TrainConfig load_config(const std::string& path, const std::vector<std::string>& set_overrides) {
-  std::error_code error;
-  if (std::filesystem::is_directory(path, error)) throw ConfigError(path + ": is a folder, not a config file");
-  std::ifstream file(path, std::ios::binary);
-  if (!file) throw ConfigError(path + ": cannot read config file (" + std::strerror(errno) + ")");
-  std::ostringstream text;
-  text << file.rdbuf();
-  return load(text.str(), path, run_name_from(path), set_overrides);
+  return load(read_text_file(path, "config file"), path, run_name_from(path), set_overrides);
 }
 
 TrainConfig load_config_text(const std::string& yaml_text, const std::string& source_name,

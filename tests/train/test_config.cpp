@@ -58,6 +58,40 @@ TEST_CASE("Config: malformed YAML names file, line and column", "[config]") {
   CHECK_THAT(error_of("- just\n- a list\n"), Catch::StartsWith("test.yaml:1:1: expected a mapping of sections"));
 }
 
+TEST_CASE("Config: a second YAML document is refused at its line, not ignored", "[config]") {
+  CHECK(error_of("train:\n  epochs: 1\n---\ntrain:\n  epochs: 5\n") ==
+        "test.yaml:4:1: a second YAML document (after '---'); a config file holds one mapping of sections, so merge "
+        "the documents or split them into separate files");
+  // One document with explicit markers is fine.
+  REQUIRE(load_config_text("---\ntrain:\n  epochs: 2\n...\n", "t.yaml").train.epochs == 2);
+}
+
+TEST_CASE("Config: a top level that is not a mapping is refused with --set too", "[config]") {
+  // Without --set these were refused; with one, the list or scalar was replaced by the overrides alone.
+  CHECK_THAT(error_of("- just\n- a list\n", {"train.seed=1"}),
+             Catch::StartsWith("test.yaml:1:1: expected a mapping of sections"));
+  CHECK(error_of("just a sentence\n", {"train.seed=1"}) ==
+        "test.yaml:1:1: expected a mapping of sections (run, model, data, train, ...), got just a sentence");
+  // An empty file still takes overrides.
+  REQUIRE(load_config_text("", "t.yaml", {"train.seed=4"}).train.seed == 4);
+}
+
+TEST_CASE("Config: --config refuses devices, pipes and files over 16 MiB, naming the file", "[config]") {
+  REQUIRE_THROWS_MATCHES(load_config("/dev/zero"), ConfigError,
+                         Catch::Matchers::Message("/dev/zero: is not a regular file (a device, pipe or socket); "
+                                                  "expected a config file"));
+  const std::filesystem::path big =
+      std::filesystem::temp_directory_path() / ("opsnn-config-test-big-" + std::to_string(::getpid()) + ".yaml");
+  {
+    std::ofstream out(big, std::ios::binary);
+    const std::string comment = "# " + std::string(1022, 'x') + "\n";
+    for (int i = 0; i < 16 * 1024 + 1; ++i) out << comment;
+  }
+  CHECK_THROWS_MATCHES(load_config(big.string()), ConfigError,
+                       Catch::Matchers::Message(big.string() + ": is larger than 16 MiB; a config file is a small YAML file"));
+  std::filesystem::remove(big);
+}
+
 TEST_CASE("Config: unknown keys are refused with a did-you-mean", "[config]") {
   CHECK(error_of("optimizer:\n  name: adam\n  lrr: 0.1\n") ==
         "test.yaml:3:3: unknown key 'optimizer.lrr' (did you mean 'optimizer.lr'?)");
