@@ -62,14 +62,25 @@ Arguments parse_arguments(int argc, char** argv) {
       inline_value = true;
     }
     auto take_value = [&](const char* flag) {
-      if (inline_value) return value;
-      if (i + 1 >= argc) throw opsnn::UsageError(std::string(flag) + " needs a value");
-      return std::string(argv[++i]);
+      if (!inline_value) {
+        if (i + 1 >= argc) throw opsnn::UsageError(std::string(flag) + " needs a value");
+        value = argv[++i];
+      }
+      // An empty value would read as "not given": --config "" would train the embedded quickstart.
+      if (value.empty()) throw opsnn::UsageError(std::string(flag) + " needs a value, got an empty one");
+      return value;
     };
-    if (arg == "--config") args.config_path = take_value("--config");
+    // --config, --out and --resume name one thing each: a second one would silently replace the first.
+    auto take_once = [&](const char* flag, std::string& target) {
+      std::string given = take_value(flag);
+      if (!target.empty())
+        throw opsnn::UsageError(std::string(flag) + " given twice ('" + target + "' and '" + given + "'); give it once");
+      target = given;
+    };
+    if (arg == "--config") take_once("--config", args.config_path);
     else if (arg == "--set") args.overrides.push_back(take_value("--set"));
-    else if (arg == "--out") args.out_dir = take_value("--out");
-    else if (arg == "--resume") args.resume = take_value("--resume");
+    else if (arg == "--out") take_once("--out", args.out_dir);
+    else if (arg == "--resume") take_once("--resume", args.resume);
     else if (arg == "--print-config" && !inline_value) args.print_config = true;
     else throw opsnn::UsageError("unknown argument '" + std::string(argv[i]) + "' (see opsnn-train --help)");
   }

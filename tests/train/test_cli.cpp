@@ -139,6 +139,17 @@ TEST_CASE("cli: each class of bad input exits 2 with the key and the line", "[cl
       {"--set of a wrong type", {"--config", "tiny.yaml", "--set", "train.epochs=many"}, {"train.epochs", "many"}},
       {"unknown flag", {"--config", "tiny.yaml", "--frobnicate"}, {"--frobnicate", "--help"}},
       {"flag without its value", {"--config"}, {"--config"}},
+      // Empty values used to count as not given: the embedded quickstart, a fresh start, the default folder.
+      {"empty --config", {"--config", ""}, {"--config needs a value, got an empty one"}},
+      {"empty --config=", {"--config="}, {"--config needs a value, got an empty one"}},
+      {"empty --resume=", {"--config", "tiny.yaml", "--resume="}, {"--resume needs a value, got an empty one"}},
+      {"empty --out=", {"--config", "tiny.yaml", "--out="}, {"--out needs a value, got an empty one"}},
+      {"empty --set", {"--config", "tiny.yaml", "--set", ""}, {"--set needs a value, got an empty one"}},
+      // A repeated flag used to take the last value silently.
+      {"--config twice", {"--config", "tiny.yaml", "--config=other.yaml"},
+       {"--config given twice ('tiny.yaml' and 'other.yaml')"}},
+      {"--out twice", {"--config", "tiny.yaml", "--out", "a", "--out", "b"}, {"--out given twice"}},
+      {"--resume twice", {"--config", "tiny.yaml", "--resume", "auto", "--resume", "auto"}, {"--resume given twice"}},
       {"a stray argument", {"tiny.yaml"}, {"tiny.yaml"}},
       {"bf16 on the cpu", {"--config", "tiny.yaml", "--set", "train.precision=bf16"}, {"train.precision", "bf16"}},
       {"a device index beyond int", {"--config", "tiny.yaml", "--set", "train.device=cuda:99999999999"},
