@@ -1,7 +1,10 @@
 // opsnn-bench: performance measurements, each a subcommand (ops, optim, ...) registered from tools/bench/.
 // Every number is printed next to a baseline measured in the same run.
+#include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <exception>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,6 +24,52 @@ std::string option(const std::vector<std::string>& args, const std::string& key,
   for (size_t i = 0; i + 1 < args.size(); ++i)
     if (args[i] == key) return args[i + 1];
   return fallback;
+}
+
+void check_options(const std::vector<std::string>& args, const std::vector<std::string>& with_value,
+                   const std::vector<std::string>& flags) {
+  auto listed = [](const std::vector<std::string>& names, const std::string& name) {
+    return std::find(names.begin(), names.end(), name) != names.end();
+  };
+  std::string known;
+  for (const auto* names : {&with_value, &flags})
+    for (const std::string& name : *names) known += (known.empty() ? "" : ", ") + name;
+  std::set<std::string> seen;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    const bool takes_value = listed(with_value, arg);
+    if (!takes_value && !listed(flags, arg))
+      throw ConfigError((arg.rfind('-', 0) == 0 ? "unknown option '" : "unexpected argument '") + arg +
+                        "' (options: " + known + ")");
+    if (!seen.insert(arg).second) throw ConfigError(arg + " given twice");
+    if (!takes_value) continue;
+    // A missing value would leave the default in place: "optim --sizes" ran the whole default benchmark.
+    if (i + 1 >= args.size() || args[i + 1].rfind("--", 0) == 0) throw ConfigError(arg + " needs a value");
+    if (args[i + 1].empty()) throw ConfigError(arg + " needs a value, got an empty one");
+    ++i;
+  }
+}
+
+int parse_positive(const std::vector<std::string>& args, const std::string& key, int fallback) {
+  const std::string text = option(args, key, std::to_string(fallback));
+  int value = 0;
+  // The whole text must be the number: stoi read 1e9 as 1 and 2abc as 2.
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  OPSNN_CHECK_AS(ConfigError, error == std::errc() && end == text.data() + text.size() && value > 0, key,
+                 " must be a positive integer, got '", text, "'");
+  return value;
+}
+
+std::vector<std::string> split(const std::string& text, const std::string& key) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (;;) {
+    const size_t end = std::min(text.find(',', start), text.size());
+    OPSNN_CHECK_AS(ConfigError, end > start, key, ": empty entry in '", text, "' (expected a comma-separated list)");
+    parts.push_back(text.substr(start, end - start));
+    if (end == text.size()) return parts;
+    start = end + 1;
+  }
 }
 
 }  // namespace opsnn::bench

@@ -43,6 +43,24 @@ TEST_CASE("opsnn-bench: usage errors exit 2 with a message naming the option", "
   REQUIRE(help.output.find("--device cpu|cuda") != std::string::npos);
 }
 
+TEST_CASE("opsnn-bench: unknown options, partial numbers, missing values and empty lists exit 2", "[cli][bench]") {
+  // Each of these used to run (or measure the defaults) and exit 0.
+  require_usage_error({"optim", "--sizes", "1e3", "--bogus", "x"}, "unknown option '--bogus' (options: --device, --sizes");
+  require_usage_error({"optim", "--sizes", "1e3", "stray"}, "unexpected argument 'stray'");
+  require_usage_error({"optim", "--sizes", "1e3", "--repeats", "1e9"}, "--repeats must be a positive integer, got '1e9'");
+  require_usage_error({"optim", "--sizes", "1e3", "--repeats", "2abc"}, "--repeats must be a positive integer, got '2abc'");
+  require_usage_error({"optim", "--sizes", "1e3junk"}, "--sizes: '1e3junk' is neither a number of parameters");
+  require_usage_error({"optim", "--sizes", "1e6x2junk"}, "the tensor count after 'x' must be in [1, 100000]");
+  require_usage_error({"optim", "--sizes"}, "--sizes needs a value");
+  require_usage_error({"optim", "--sizes", "--repeats", "1"}, "--sizes needs a value");
+  require_usage_error({"optim", "--sizes", ""}, "--sizes needs a value, got an empty one");
+  require_usage_error({"optim", "--sizes", "1e3,"}, "--sizes: empty entry in '1e3,'");
+  require_usage_error({"optim", "--sizes", "1e3", "--repeats", "1", "--repeats", "2"}, "--repeats given twice");
+  require_usage_error({"optim", "--sizes", "1e3", "--json", "out.json"}, "--json applies to --device cuda only");
+  require_usage_error({"ops", "--repeats", "2abc"}, "--repeats must be a positive integer, got '2abc'");
+  require_usage_error({"ops", "--bogus", "1"}, "unknown option '--bogus' (options: --threads, --repeats)");
+}
+
 TEST_CASE("opsnn-bench: GPU benchmarks without a GPU fail cleanly", "[cli][bench]") {
   if (opsnn::cuda_device_count() > 0) {
     // With a GPU they would measure; only the argument checks run here.
@@ -70,6 +88,14 @@ TEST_CASE("opsnn-bench: the GPU kernel benchmarks check their options before loo
       {{"conv", "--layout", "nchwc"}, "--layout: expected nchw or nhwc, got 'nchwc'"},
       {{"conv", "--repeats", "0"}, "--repeats"},
       {{"resnet50", "--precision", "fp8"}, "--precision: expected fp32, tf32, bf16 or fp16, got 'fp8'"},
+      {{"resnet50", "--precison", "bf16"}, "unknown option '--precison'"},
+      {{"resnet50", "--steps", "1e9"}, "--steps must be a positive integer, got '1e9'"},
+      {{"batchnorm", "--bogus", "1"}, "unknown option '--bogus'"},
+      {{"conv", "--layer"}, "--layer needs a value"},
+      {{"memory-bound", "--dtype", "garbage"}, "--dtype: expected f32, bf16 or f16, got 'garbage'"},
+      {{"memory-bound", "--size", "56x"}, "--size must be a positive integer, got '56x'"},
+      {{"optim", "--device", "cuda", "--sizes", ""}, "--sizes needs a value, got an empty one"},
+      {{"optim", "--device", "cuda", "--variants", "adamw,,lamb"}, "--variants: empty entry in 'adamw,,lamb'"},
       {{"resnet50", "--channels-last", "sometimes"}, "--channels-last: expected auto, on or off, got 'sometimes'"},
       {{"resnet50", "--conv-deterministic", "maybe"}, "--conv-deterministic: expected on or off, got 'maybe'"},
       {{"optim", "--device", "cuda", "--variants", "adamw,adamax"},

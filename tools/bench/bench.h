@@ -45,9 +45,16 @@ struct Problem {
   int64_t total() const;
 };
 Problem make_problem(const std::string& text);  // ConfigError for text it cannot read
-std::vector<std::string> split(const std::string& text);  // comma-separated
-// `--key N` as a positive int (ConfigError otherwise), fallback when absent.
+// The comma-separated entries of option `key`'s value; ConfigError naming `key` for an empty entry.
+std::vector<std::string> split(const std::string& text, const std::string& key);
+// `--key N` as a positive int written in full (ConfigError for 1e9, 2abc, 0), fallback when absent.
 int parse_positive(const std::vector<std::string>& args, const std::string& key, int fallback);
+
+// Every subcommand calls this first (after --help), before it measures anything or looks for a GPU:
+// ConfigError (exit 2) naming the option for an option not in `with_value` or `flags`, a stray word,
+// an option given twice, and a value option whose value is missing or empty.
+void check_options(const std::vector<std::string>& args, const std::vector<std::string>& with_value,
+                   const std::vector<std::string>& flags = {});
 
 // Reads `--key value` from args; returns fallback when absent.
 std::string option(const std::vector<std::string>& args, const std::string& key, const std::string& fallback);

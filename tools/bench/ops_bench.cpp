@@ -32,18 +32,6 @@ const std::vector<ConvLayer> kLayers = {
     {"7x7/2 3->64 224x224 (stem)", 8, 3, 64, 224, 7, 2, 3},
 };
 
-int parse_positive(const std::vector<std::string>& args, const std::string& key, int fallback) {
-  const std::string text = option(args, key, std::to_string(fallback));
-  int value = 0;
-  try {
-    value = std::stoi(text);
-  } catch (const std::exception&) {
-    value = 0;
-  }
-  OPSNN_CHECK_AS(ConfigError, value >= 1, key, " needs a positive integer, got '", text, "'");
-  return value;
-}
-
 double gflops(double flops, double seconds) { return flops / seconds * 1e-9; }
 
 void print_row(const std::string& what, double rate, double reference) {
@@ -108,6 +96,12 @@ std::pair<double, double> bench_layer(const ConvLayer& layer, ops::Backend& back
 }
 
 int run(const std::vector<std::string>& args) {
+  for (const std::string& arg : args)
+    if (arg == "--help" || arg == "-h") {
+      std::printf("usage: opsnn-bench ops [--threads N] [--repeats 5]\n");
+      return 0;
+    }
+  check_options(args, {"--threads", "--repeats"});
   const int threads = parse_positive(args, "--threads", omp_get_max_threads());
   const int repeats = parse_positive(args, "--repeats", 5);
   omp_set_num_threads(threads);

@@ -6,6 +6,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -58,11 +59,9 @@ Problem make_problem(const std::string& text) {
   if (size_t x = text.find('x'); x != std::string::npos && text != "resnet50") {
     Problem whole = make_problem(text.substr(0, x));
     int64_t pieces = 0;
-    try {
-      pieces = std::stoll(text.substr(x + 1));
-    } catch (const std::exception&) {
-      pieces = 0;
-    }
+    const std::string count = text.substr(x + 1);
+    auto [end, error] = std::from_chars(count.data(), count.data() + count.size(), pieces);
+    if (error != std::errc() || end != count.data() + count.size()) pieces = 0;  // whole text only: not 2junk
     OPSNN_CHECK_AS(ConfigError, pieces >= 1 && pieces <= 100000, "--sizes: '", text,
                    "': the tensor count after 'x' must be in [1, 100000]");
     int64_t each = whole.total() / pieces;
@@ -76,11 +75,9 @@ Problem make_problem(const std::string& text) {
     return problem;
   }
   double value = 0.0;
-  try {
-    value = std::stod(text);
-  } catch (const std::exception&) {
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size())  // whole text only: stod took 1e3junk as 1e3
     throw ConfigError("--sizes: '" + text + "' is neither a number of parameters (1e6) nor 'resnet50'");
-  }
   OPSNN_CHECK_AS(ConfigError, value >= 1000 && value <= 4e9, "--sizes: ", text, " must be in [1e3, 4e9]");
   int64_t count = static_cast<int64_t>(value);
   Shape shape = count % 1000 == 0 ? Shape{count / 1000, 1000} : Shape{count};  // 2-d: weight decay applies
@@ -224,30 +221,6 @@ double fused_step_seconds(const Problem& problem, const Variant& variant, int wa
 
 }  // namespace
 
-std::vector<std::string> split(const std::string& text) {
-  std::vector<std::string> parts;
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t end = text.find(',', start);
-    if (end == std::string::npos) end = text.size();
-    if (end > start) parts.push_back(text.substr(start, end - start));
-    start = end + 1;
-  }
-  return parts;
-}
-
-int parse_positive(const std::vector<std::string>& args, const std::string& key, int fallback) {
-  std::string text = option(args, key, std::to_string(fallback));
-  int value = 0;
-  try {
-    value = std::stoi(text);
-  } catch (const std::exception&) {
-    value = 0;
-  }
-  OPSNN_CHECK_AS(ConfigError, value > 0, key, " must be a positive integer, got '", text, "'");
-  return value;
-}
-
 namespace {
 
 int run(const std::vector<std::string>& args) {
@@ -257,6 +230,7 @@ int run(const std::vector<std::string>& args) {
                   "[--repeats 10] [--threads N] [--json FILE (cuda)] [--variants adamw,lamb,... (cuda)]\n");
       return 0;
     }
+  check_options(args, {"--device", "--sizes", "--repeats", "--threads", "--json", "--variants"});
   std::string device = option(args, "--device", "cpu");
   if (device == "cuda") {  // tools/bench/cuda/, built with the CUDA backend
     for (const Command& command : commands())
@@ -265,8 +239,10 @@ int run(const std::vector<std::string>& args) {
     return 2;
   }
   OPSNN_CHECK_AS(ConfigError, device == "cpu", "--device: expected cpu or cuda, got '", device, "'");
+  for (const char* cuda_only : {"--json", "--variants"})
+    OPSNN_CHECK_AS(ConfigError, option(args, cuda_only, "").empty(), cuda_only, " applies to --device cuda only");
   std::vector<Problem> problems;
-  for (const std::string& size : split(option(args, "--sizes", "1e6,1e7,1e8,resnet50")))
+  for (const std::string& size : split(option(args, "--sizes", "1e6,1e7,1e8,resnet50"), "--sizes"))
     problems.push_back(make_problem(size));
   int repeats = parse_positive(args, "--repeats", 10);
   int threads = parse_positive(args, "--threads", omp_get_max_threads());

@@ -42,6 +42,7 @@ int run(const std::vector<std::string>& args) {
       std::printf("usage: opsnn-bench batchnorm [--batch 256] [--repeats 20] [--dtype f32|bf16|f16]\n");
       return 0;
     }
+  check_options(args, {"--batch", "--repeats", "--dtype"});
   const int batch = parse_positive(args, "--batch", 256);
   const int repeats = parse_positive(args, "--repeats", 20);
   const DType dtype = parse_dtype(option(args, "--dtype", "f32"));

@@ -59,6 +59,7 @@ int run(const std::vector<std::string>& args) {
           "  --layer: only the layers whose name starts with PREFIX (e.g. stem, layer2)\n");
       return 0;
     }
+  check_options(args, {"--dtype", "--batch", "--repeats", "--lowering", "--layout", "--layer"});
   const int batch = parse_positive(args, "--batch", 256);
   const int repeats = parse_positive(args, "--repeats", 10);
   const std::string dtype_text = option(args, "--dtype", "f32");

@@ -12,6 +12,7 @@
 
 #include "bench/bench.h"
 #include "bench/cuda/cuda_bench.h"
+#include "opsnn/core/error.h"
 #include "opsnn/core/rng.h"
 #include "opsnn/core/tensor.h"
 #include "opsnn/ops/backend.h"
@@ -22,19 +23,24 @@ namespace {
 int run(const std::vector<std::string>& args) {
   for (const std::string& arg : args)
     if (arg == "--help" || arg == "-h") {
-      std::printf("usage: opsnn-bench memory-bound [--batch 256] [--channels 256] [--size 56] [--dtype f32] "
+      std::printf("usage: opsnn-bench memory-bound [--batch 256] [--channels 256] [--size 56] [--dtype f32|bf16|f16] "
                   "[--repeats 20]\n");
       return 0;
     }
+  // The options first (exit 2), then the GPU (exit 1), as the other GPU benchmarks do.
+  check_options(args, {"--batch", "--channels", "--size", "--dtype", "--repeats"});
+  const int64_t batch = parse_positive(args, "--batch", 256), channels = parse_positive(args, "--channels", 256);
+  const int64_t size = parse_positive(args, "--size", 56);
+  const int repeats = parse_positive(args, "--repeats", 20);
+  const std::string dtype_text = option(args, "--dtype", "f32");
+  OPSNN_CHECK_AS(ConfigError, dtype_text == "f32" || dtype_text == "bf16" || dtype_text == "f16",
+                 "--dtype: expected f32, bf16 or f16, got '", dtype_text, "'");
+  const DType dtype = parse_dtype(dtype_text);
   int device_count = 0;
   if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
     std::fprintf(stderr, "opsnn-bench memory-bound: no CUDA device\n");
     return 1;
   }
-  const int64_t batch = parse_positive(args, "--batch", 256), channels = parse_positive(args, "--channels", 256);
-  const int64_t size = parse_positive(args, "--size", 56);
-  const int repeats = parse_positive(args, "--repeats", 20);
-  const DType dtype = parse_dtype(option(args, "--dtype", "f32"));
   const Device gpu(DeviceType::cuda, 0);
   const Shape shape = {batch, channels, size, size};
   const int64_t count = shape_numel(shape);

@@ -131,8 +131,10 @@ Row measure(const Problem& problem, const Variant& v, double copy_gbps, int warm
 }
 
 int run(const std::vector<std::string>& args) {
+  check_options(args, {"--device", "--sizes", "--repeats", "--json", "--variants"});  // --device cuda: from optim
   std::vector<Problem> problems;
-  for (const std::string& size : split(option(args, "--sizes", "resnet50,1e9x50"))) problems.push_back(make_problem(size));
+  for (const std::string& size : split(option(args, "--sizes", "resnet50,1e9x50"), "--sizes"))
+    problems.push_back(make_problem(size));
   int repeats = parse_positive(args, "--repeats", 20);
   std::string json_path = option(args, "--json", "");
   const int warmup = 3;
@@ -152,7 +154,7 @@ int run(const std::vector<std::string>& args) {
   const std::string only = option(args, "--variants", "");
   if (!only.empty()) {
     std::vector<Variant> chosen;
-    for (const std::string& name : split(only)) {
+    for (const std::string& name : split(only, "--variants")) {
       auto found = std::find_if(variants.begin(), variants.end(), [&](const Variant& v) { return v.label == name; });
       if (found == variants.end()) {
         std::string known;

@@ -38,6 +38,10 @@ int run(const std::vector<std::string>& args) {
                   "             ncu --profile-from-start off / nsys --capture-range=cudaProfilerApi\n");
       return 0;
     }
+  check_options(args,
+                {"--batch", "--steps", "--warmup", "--depth", "--image-size", "--precision", "--json", "--channels-last",
+                 "--conv-deterministic"},
+                {"--profile"});
   const int batch = parse_positive(args, "--batch", 256);
   const int steps = parse_positive(args, "--steps", 20);
   const int warmup = parse_positive(args, "--warmup", 5);
