@@ -124,6 +124,10 @@ class ConfigReader {
     }
     // An empty file gets its first section here; a file whose top level is a list or a scalar is refused
     // as read() refuses it without --set, not replaced by a mapping of the overrides alone.
+    // "--set optimizer=" would replace the file's whole optimizer section by nothing, i.e. the defaults.
+    if (detail::is_section(path) && (value.IsNull() || (value.IsMap() && value.size() == 0)))
+      throw ConfigError(origin.text() + ": key '" + path + "' is a section: setting it to an empty value would drop "
+                        "all its keys; set single keys (--set " + path + ".KEY=VALUE) or give a mapping");
     if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
     if (!root.IsMap()) throw_not_a_mapping(root);
     YAML::Node current = root;

@@ -335,6 +335,11 @@ TEST_CASE("Config: --set errors name the --set argument", "[config]") {
         "--set optimizer.betas=[0.9, 2]: key 'optimizer.betas[1]': expected a number in [0, 1), got 2");
   CHECK(error_of("", {"optimizer.lr"}) == "--set optimizer.lr: expected key.path=value, e.g. --set optimizer.lr=0.01");
   CHECK_THAT(error_of("", {"optimizer.betas=[0.9,"}), Catch::StartsWith("--set optimizer.betas=[0.9,: key 'optimizer.betas': malformed value"));
+  // A section set to nothing used to drop the file's whole section silently.
+  CHECK(error_of("optimizer:\n  lr: 0.1\n", {"optimizer="}) ==
+        "--set optimizer=: key 'optimizer' is a section: setting it to an empty value would drop all its keys; set "
+        "single keys (--set optimizer.KEY=VALUE) or give a mapping");
+  CHECK_THAT(error_of("", {"data.augment={}"}), Catch::StartsWith("--set data.augment={}: key 'data.augment' is a section"));
   CHECK(error_of("", {"optimizer.lr.x=1"}) ==
         "--set optimizer.lr.x=1: unknown key 'optimizer.lr.x' ('optimizer.lr' is a single value, not a section)");
   CHECK(error_of("", {"data.augment={crop_padding: -1}"}) ==
