@@ -92,6 +92,15 @@ TEST_CASE("Config: --config refuses devices, pipes and files over 16 MiB, naming
   std::filesystem::remove(big);
 }
 
+TEST_CASE("Config: bytes that are not printable text are escaped in messages", "[config]") {
+  // A binary file's bytes used to reach the terminal raw.
+  CHECK(error_of("optimizer:\n  lr: \"a\\x01b\"\n") ==
+        "test.yaml:2:7: key 'optimizer.lr': expected a number in [1e-30, 1e+30], got the quoted string 'a\\x01b'");
+  CHECK_THAT(error_of("optimizer:\n  lr: \"\\\x9b\"\n"),
+             Catch::Contains("malformed YAML") && Catch::Contains("\\x9b") && !Catch::Contains("\x9b"));
+  CHECK_THAT(error_of("optimizer:\n  \"l\\x1br\": 1\n"), Catch::Contains("unknown key 'optimizer.l\\x1br'"));
+}
+
 TEST_CASE("Config: unknown keys are refused with a did-you-mean", "[config]") {
   CHECK(error_of("optimizer:\n  name: adam\n  lrr: 0.1\n") ==
         "test.yaml:3:3: unknown key 'optimizer.lrr' (did you mean 'optimizer.lr'?)");
