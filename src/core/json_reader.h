@@ -4,14 +4,61 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "opsnn/core/error.h"
 
 namespace opsnn {
+
+// Nesting deeper than this is refused while parsing: nlohmann's dump() (the checkpoint CRC, error
+// messages) recurses once per level, so a hostile file of 100000 '[' would overflow the stack. opsnn's
+// own files nest at most 4 levels.
+inline constexpr int kMaxJsonDepth = 64;
+
+// `text` with every byte outside printable ASCII written as \xNN: nlohmann's parse errors quote the
+// bytes last read, which for a binary file given by mistake would otherwise reach the terminal raw.
+inline std::string printable_text(std::string_view text) {
+  std::string result;
+  for (unsigned char c : text) {
+    if (c >= 0x20 && c < 0x7f) {
+      result += static_cast<char>(c);
+    } else {
+      char escaped[5];
+      std::snprintf(escaped, sizeof(escaped), "\\x%02x", c);
+      result += escaped;
+    }
+  }
+  return result;
+}
+
+// A parse callback that refuses nesting deeper than kMaxJsonDepth with a DataError naming `source`,
+// then hands every event to `next` (which decides, as a plain parse callback, what to keep).
+template <typename BasicJson, typename Next>
+auto depth_limited(std::string source, Next next) {
+  return [source = std::move(source), next = std::move(next)](int depth, typename BasicJson::parse_event_t event,
+                                                              BasicJson& parsed) mutable {
+    using Event = typename BasicJson::parse_event_t;
+    // depth counts the containers around the one starting, so the outermost value starts at 0.
+    if ((event == Event::object_start || event == Event::array_start) && depth >= kMaxJsonDepth)
+      throw DataError(detail::concat(source, ": nested deeper than ", kMaxJsonDepth, " levels"));
+    return next(depth, event, parsed);
+  };
+}
+
+// Parses a JSON document opsnn reads back, refusing nesting deeper than kMaxJsonDepth (a DataError
+// naming `source`). Syntax errors still throw nlohmann's exceptions for the caller to phrase.
+template <typename BasicJson = nlohmann::json>
+BasicJson parse_json_limited(std::string_view text, const std::string& source) {
+  return BasicJson::parse(text.begin(), text.end(),
+                          depth_limited<BasicJson>(source, [](int, typename BasicJson::parse_event_t, BasicJson&) {
+                            return true;
+                          }));
+}
 
 class JsonReader {
  public:

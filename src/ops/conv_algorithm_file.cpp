@@ -156,9 +156,9 @@ std::string save_conv_algorithms() {
 ConvAlgorithmLoad load_conv_algorithms(std::string_view text, const std::string& origin) {
   Json document;
   try {
-    document = Json::parse(text);
+    document = parse_json_limited(text, origin);
   } catch (const nlohmann::json::exception& error) {  // syntax, or a number out of range
-    throw DataError(detail::concat(origin, ": not valid JSON (truncated or corrupt): ", error.what()));
+    throw DataError(detail::concat(origin, ": not valid JSON (truncated or corrupt): ", printable_text(error.what())));
   }
   if (!document.is_object()) throw DataError(detail::concat(origin, ": expected a JSON object"));
   EntryReader reader(origin);

@@ -312,11 +312,21 @@ CheckpointData load_checkpoint(const std::filesystem::path& path) {
 
   std::string state_text = read_file_bytes(state_path);
   std::string source = state_path.string();
+  // Another file of the folder (model.safetensors, say) given by mistake: say what was expected rather
+  // than report its binary bytes as a JSON syntax error.
+  size_t first = state_text.find_first_not_of(" \t\r\n");
+  if (path.extension() == ".safetensors" || first == std::string::npos || state_text[first] != '{')
+    throw DataError(detail::concat(source, ": expected a checkpoint folder or its ", kStateFileName, " (this file ",
+                                   path.extension() == ".safetensors" ? "is a tensor file"
+                                   : first == std::string::npos       ? "is empty"
+                                                                      : "does not hold a JSON object",
+                                   ")"));
   Json state;
   try {
-    state = Json::parse(state_text);
+    state = parse_json_limited(state_text, source);
   } catch (const nlohmann::json::exception& json_error) {  // syntax, or a number out of range
-    throw DataError(detail::concat(source, ": not valid JSON (truncated or corrupt): ", json_error.what()));
+    throw DataError(
+        detail::concat(source, ": not valid JSON (truncated or corrupt): ", printable_text(json_error.what())));
   }
   if (!state.is_object()) throw DataError(detail::concat(source, ": expected a JSON object"));
   StateReader reader(source);

@@ -16,6 +16,8 @@
 #include <nlohmann/json.hpp>  // header JSON (kept out of the public header)
 #include <set>
 
+#include "core/json_reader.h"
+
 namespace opsnn::train {
 
 static_assert(std::endian::native == std::endian::little,
@@ -143,7 +145,9 @@ class HeaderChecker {
   Entry tensor_entry(const std::string& name, const OrderedJson& value) const {
     std::string field = "\"" + name + "\"";
     if (name.empty()) fail(field, "a tensor has an empty name");
-    if (!value.is_object()) fail(field, "expected an object with dtype, shape and data_offsets, found ", value.dump());
+    // The type, not the value: an array here may hold the rest of a large header.
+    if (!value.is_object())
+      fail(field, "expected an object with dtype, shape and data_offsets, found ", value.type_name());
     for (const auto& [key, unused] : value.items())
       if (key != "dtype" && key != "shape" && key != "data_offsets")
         fail(field, "unexpected key \"", key, "\" (allowed: dtype, shape, data_offsets)");
@@ -209,12 +213,14 @@ OrderedJson parse_header_json(std::string_view header_text, std::string_view sou
   };
   OrderedJson header;
   try {
-    header = OrderedJson::parse(header_text.begin(), header_text.end(), track_keys);
+    header = OrderedJson::parse(header_text.begin(), header_text.end(),
+                                depth_limited<OrderedJson>(detail::concat(source, ": safetensors header"), track_keys));
   } catch (const nlohmann::json::parse_error& error) {
     // error.byte counts from 1 within the header; the header starts after the 8-byte length.
     std::string reason = error.what();
     size_t prefix_end = reason.find("] ");
     if (prefix_end != std::string::npos) reason = reason.substr(prefix_end + 2);
+    reason = printable_text(reason);
     throw DataError(detail::concat(source, ": safetensors header is not valid JSON near file byte offset ",
                                    kHeaderLengthBytes + (error.byte > 0 ? error.byte - 1 : 0), ": ", reason));
   } catch (const nlohmann::json::exception& error) {  // a number too large for a double, say

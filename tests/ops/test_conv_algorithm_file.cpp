@@ -99,6 +99,10 @@ TEST_CASE("conv algorithm files: each malformed document is a DataError naming t
        "field \"entries[0].padding\": expected integers of at least 0, found -1"},
       {"number for a flag", with_entry_field("channels_last", 1), "field \"entries[0].channels_last\": expected true or false"},
       {"negative workspace", with_entry_field("workspace_bytes", -5), "field \"entries[0].workspace_bytes\": integer -5 is out of range"},
+      // Refused while parsing: a recursive walk (dump() for a message) would overflow the stack.
+      {"nested 100000 deep", R"({"format": "opsnn-conv-algorithms", "format_version": 1, "entries": [)" +
+                                 std::string(100000, '[') + std::string(100000, ']') + "]}",
+       "nested deeper than 64 levels"},
   };
   for (const Case& c : cases) {
     INFO(c.name);

@@ -345,6 +345,38 @@ TEST_CASE("checkpoint state.json fields are validated after its CRC", "[checkpoi
   CHECK(load_error(folder).empty());
 }
 
+TEST_CASE("checkpoint state.json nested too deep is refused before anything walks it", "[checkpoint]") {
+  TemporaryRunDir run;
+  fs::path folder = save_checkpoint(run.path, sample_checkpoint(2));
+  // The CRC is computed over dump(), which recurses once per level: 100000 levels overflowed the stack.
+  write_all(folder / "state.json",
+            "{\"state_crc32\":1,\"a\":" + std::string(100000, '[') + std::string(100000, ']') + "}");
+  CHECK(load_error(folder) == (folder / "state.json").string() + ": nested deeper than 64 levels");
+
+  // 64 levels (the state object, extra, and 62 arrays) still load.
+  CheckpointData deep = sample_checkpoint(2);
+  deep.extra_json = R"({"a":)" + std::string(62, '[') + std::string(62, ']') + "}";
+  CHECK(load_error(save_checkpoint(run.path, deep)).empty());
+}
+
+TEST_CASE("checkpoint given another file of the folder says what it expected", "[checkpoint]") {
+  TemporaryRunDir run;
+  fs::path folder = save_checkpoint(run.path, sample_checkpoint(2));
+  std::string message = load_error(folder / "model.safetensors");
+  CHECK(message == (folder / "model.safetensors").string() +
+                       ": expected a checkpoint folder or its state.json (this file is a tensor file)");
+  // A binary file by any other name: no raw bytes echoed from a JSON parse error.
+  fs::copy_file(folder / "model.safetensors", run.path / "weights.bin");
+  message = load_error(run.path / "weights.bin");
+  CHECK_THAT(message, Catch::Contains("expected a checkpoint folder or its state.json (this file does not hold a "
+                                      "JSON object)"));
+  CHECK(std::all_of(message.begin(), message.end(), [](char c) { return c >= 0x20 && c < 0x7f; }));
+  write_all(run.path / "empty.json", "  \n");
+  CHECK_THAT(load_error(run.path / "empty.json"), Catch::Contains("(this file is empty)"));
+  // state.json itself still loads when named directly.
+  CHECK(load_error(folder / "state.json").empty());
+}
+
 TEST_CASE("checkpoint save rejects extra_json that is not an object", "[checkpoint]") {
   TemporaryRunDir run;
   CheckpointData data = sample_checkpoint(1);

@@ -2,6 +2,7 @@
 // kind of malformed file (truncation at each byte, corruption, each invalid header field).
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <filesystem>
@@ -220,6 +221,14 @@ TEST_CASE("safetensors reader refuses each malformed header with a precise messa
     CHECK_THAT(message, Catch::Contains(c.message));
     CHECK_THAT(message, Catch::StartsWith("bad.safetensors: "));
   }
+  // Nesting deep enough to overflow the stack of a recursive walk (dump() for a message) stops at parse.
+  const std::string deep = "{\"t\":" + std::string(100000, '[') + std::string(100000, ']') + "}";
+  CHECK_THAT(decode_error(make_file(deep, "")),
+             Catch::Equals("bad.safetensors: safetensors header: nested deeper than 64 levels"));
+  // Bytes that are not printable ASCII are escaped, never copied raw into the message.
+  std::string binary = decode_error(make_file("{\"t\xff\x01\":1}", ""));
+  CHECK(std::all_of(binary.begin(), binary.end(), [](char c) { return c >= 0x20 && c < 0x7f; }));
+
   // The valid counterpart of the cases above parses, so the refusals are about the named fault.
   CHECK(decode_error(make_file(one(R"({"dtype":"F32","shape":[2],"data_offsets":[0,8]})"), eight)).empty());
   CHECK(decode_error(make_file("{}", "")).empty());
