@@ -175,7 +175,7 @@ StateDict Module::state_dict() const {
 LoadStateDictResult Module::load_state_dict(const StateDict& state, bool strict) {
   StateDict own = state_dict();
   LoadStateDictResult result;
-  std::vector<std::string> shape_mismatches;
+  std::vector<std::string> shape_mismatches, dtype_mismatches;
   for (const auto& [key, tensor] : own) {
     auto found = state.find(key);
     if (found == state.end()) {
@@ -186,11 +186,19 @@ LoadStateDictResult Module::load_state_dict(const StateDict& state, bool strict)
     if (found->second.shape() != tensor.shape())
       shape_mismatches.push_back(detail::concat("'", key, "': state dict has ", shape_str(found->second.shape()),
                                                 ", module has ", shape_str(tensor.shape())));
+    // Floating values convert between precisions (a bf16 export into f32 parameters); integer bits
+    // copied into floating parameters, or the reverse, are a different quantity and would load as garbage.
+    DType from = found->second.dtype(), to = tensor.dtype();
+    if (from != to && !(is_floating(from) && is_floating(to)))
+      dtype_mismatches.push_back(
+          detail::concat("'", key, "': state dict has ", dtype_name(from), ", module has ", dtype_name(to)));
   }
   for (const auto& entry : state)
     if (!own.count(entry.first)) result.unexpected_keys.push_back(entry.first);
   OPSNN_CHECK_AS(ShapeError, shape_mismatches.empty(), "load_state_dict into ", type_name_, ": shape mismatch for ",
                  join(shape_mismatches));
+  OPSNN_CHECK_AS(TypeError, dtype_mismatches.empty(), "load_state_dict into ", type_name_, ": dtype mismatch for ",
+                 join(dtype_mismatches));
   if (strict) {
     std::vector<std::string> problems;
     if (!result.missing_keys.empty()) problems.push_back("missing keys: " + join(result.missing_keys));

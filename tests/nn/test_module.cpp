@@ -279,6 +279,20 @@ TEST_CASE("load_state_dict errors name the keys and both shapes, and change noth
   CHECK_THROWS_AS(model->load_state_dict(wrong_shape, false), ShapeError);
   CHECK(model->parameters()[0].to_vector<float>() == before);  // nothing copied by any failed load
 
+  // Integer bits in a floating parameter (a safetensors header saying I32 for f32 data) would load as
+  // garbage values; a float of another precision converts.
+  StateDict wrong_dtype = good;
+  wrong_dtype["4.bias"] = Tensor::zeros({2}, DType::i32);
+  CHECK_THROWS_AS(model->load_state_dict(wrong_dtype), TypeError);
+  CHECK_THROWS_WITH(model->load_state_dict(wrong_dtype),
+                    Catch::Contains("dtype mismatch for '4.bias': state dict has i32, module has f32"));
+  CHECK(model->parameters()[0].to_vector<float>() == before);
+  StateDict other_float = good;
+  other_float["4.bias"] = good.at("4.bias").to(DType::f64);
+  CHECK_NOTHROW(model->load_state_dict(other_float));
+  CHECK(model->state_dict().at("4.bias").to_vector<float>() == good.at("4.bias").to_vector<float>());
+  model->load_state_dict(small_cnn(12)->state_dict());  // back to the starting weights
+
   // Not strict: the lists come back and the present keys are loaded.
   LoadStateDictResult result = model->load_state_dict(both, /*strict=*/false);
   CHECK(result.missing_keys == std::vector<std::string>{"4.weight"});
