@@ -342,9 +342,11 @@ CheckpointData load_checkpoint(const std::filesystem::path& path) {
                 ")");
 
   CheckpointData data;
+  data.folder = folder;
   data.step = reader.integer<int64_t>(state, "", "step");
   data.epoch = reader.integer<int64_t>(state, "", "epoch");
   if (data.step < 0) reader.fail("step", "negative step ", data.step);
+  if (data.epoch < 0) reader.fail("epoch", "negative epoch ", data.epoch);
   std::string folder_name = (folder.filename().empty() ? folder.parent_path() : folder).filename().string();
   std::optional<int64_t> folder_step = parse_step_folder_name(folder_name);
   if (folder_step && *folder_step != data.step)
@@ -360,6 +362,12 @@ CheckpointData load_checkpoint(const std::filesystem::path& path) {
   data.data_loader.epoch = reader.integer<int64_t>(loader, "data_loader", "epoch");
   data.data_loader.batch_in_epoch = reader.integer<int64_t>(loader, "data_loader", "batch_in_epoch");
   data.data_loader.samples_seen = reader.integer<int64_t>(loader, "data_loader", "samples_seen");
+  // Counts and positions: a negative one would seek the loader or report progress from nowhere. How
+  // they relate to each other and to the config is the trainer's to check (it knows the epoch length).
+  for (const char* key : {"epoch", "batch_in_epoch", "samples_seen"}) {
+    int64_t value = reader.integer<int64_t>(loader, "data_loader", key);
+    if (value < 0) reader.fail(JsonReader::join("data_loader", key), "negative value ", value);
+  }
   data.config_digest = reader.text(state, "", "config_digest");
   data.extra_json = reader.object(state, "", "extra").dump();
 

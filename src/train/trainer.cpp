@@ -25,6 +25,7 @@
 #include "opsnn/nn/module.h"
 #include "opsnn/ops/ops.h"
 #include "opsnn/optim/optimizer.h"
+#include "core/json_reader.h"
 #include "opsnn/train/checkpoint.h"
 #include "train/optimizer_hooks.h"
 #include "train/progress.h"
@@ -144,6 +145,34 @@ void save_conv_algorithm_choices(const fs::path& run_dir) {
   std::error_code error;
   fs::rename(temporary, path, error);
   if (error) throw DataError(detail::concat("cannot write ", path.string(), ": ", error.message()));
+}
+
+// The loader position a checkpoint saved, checked against the run it resumes (DataError naming state.json
+// and the field). The trainer saves data_loader.epoch as its completed epochs or, when the step that
+// ended an epoch is saved, the next one; every epoch takes at least one step.
+void check_resume_position(const CheckpointData& checkpoint, int64_t batches_per_epoch) {
+  JsonReader reader((checkpoint.folder / kStateFileName).string());
+  const DataLoaderPosition& position = checkpoint.data_loader;
+  if (position.epoch != checkpoint.epoch && position.epoch != checkpoint.epoch + 1)
+    reader.fail("data_loader.epoch", "epoch ", position.epoch, " is neither the completed epochs (\"epoch\": ",
+                checkpoint.epoch, ") nor the next");
+  if (position.epoch > checkpoint.step)
+    reader.fail("data_loader.epoch", "epoch ", position.epoch, " cannot be reached in ", checkpoint.step,
+                " steps (every epoch takes at least one)");
+  if (position.batch_in_epoch > batches_per_epoch)
+    reader.fail("data_loader.batch_in_epoch", "batch ", position.batch_in_epoch, " is beyond the ",
+                batches_per_epoch, " batches per epoch of this config (data.batch_size or the dataset changed?)");
+}
+
+// extra.best_test_accuracy (absent in checkpoints of older versions: 0).
+double saved_best_accuracy(const CheckpointData& checkpoint) {
+  JsonReader reader((checkpoint.folder / kStateFileName).string());
+  nlohmann::json extra = parse_json_limited(checkpoint.extra_json, reader.source());
+  if (!extra.is_object() || !extra.contains("best_test_accuracy")) return 0.0;
+  double accuracy = reader.real(extra, "extra", "best_test_accuracy");
+  if (!(accuracy >= 0.0 && accuracy <= 1.0))
+    reader.fail("extra.best_test_accuracy", "expected an accuracy in [0, 1], found ", extra["best_test_accuracy"].dump());
+  return accuracy;
 }
 
 }  // namespace
@@ -319,8 +348,14 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
     CheckpointData checkpoint;
     try {
       checkpoint = load_checkpoint(*resume_from);
+      check_resume_position(checkpoint, s.loader->batches_per_epoch());
+      s.best_test_accuracy = saved_best_accuracy(checkpoint);
       nn::StateDict model_state(checkpoint.model_tensors.begin(), checkpoint.model_tensors.end());
-      s.model->load_state_dict(model_state, true);
+      try {
+        s.model->load_state_dict(model_state, true);
+      } catch (const Error& failure) {  // a tensor of the wrong shape, dtype or name: say which file holds it
+        throw DataError(detail::concat((checkpoint.folder / kModelFileName).string(), ": ", failure.what()));
+      }
       optim::StateDict optimizer_state(checkpoint.optimizer_tensors.begin(), checkpoint.optimizer_tensors.end());
       if (s.sparse_updater) s.sparse_updater->load_state_tensors(optimizer_state);
       if (s.sparsifier) s.sparsifier->load_state_tensors(optimizer_state);
@@ -328,18 +363,16 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
         OPSNN_CHECK_AS(DataError, key.rfind(kHookStatePrefix, 0) != 0, "optimizer state '", key,
                        "' belongs to a setting this config does not use (sparse rows or top-k)");
       s.optimizer->load_state_dict(optimizer_state);
+      s.loader->seek({checkpoint.data_loader.epoch, checkpoint.data_loader.batch_in_epoch});
     } catch (const Error& failure) {
       throw DataError(detail::concat("cannot resume from ", resume_from->string(), ": ", failure.what()));
     }
-    s.loader->seek({checkpoint.data_loader.epoch, checkpoint.data_loader.batch_in_epoch});
     s.step = checkpoint.step;
     s.epoch = checkpoint.data_loader.epoch;
     s.epochs_completed = checkpoint.epoch;
     s.samples_seen = checkpoint.data_loader.samples_seen;
     s.last_checkpoint_step = s.step;
     s.last_checkpoint = *resume_from;
-    nlohmann::json extra = nlohmann::json::parse(checkpoint.extra_json, nullptr, false);
-    if (extra.is_object()) s.best_test_accuracy = extra.value("best_test_accuracy", 0.0);
     if (checkpoint.config_digest != config_digest(emit_config(c)))
       s.logger->warn("resuming from {} with a config that differs from the one it was written with",
                      resume_from->string());

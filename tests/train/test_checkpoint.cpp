@@ -324,6 +324,18 @@ TEST_CASE("checkpoint state.json fields are validated after its CRC", "[checkpoi
   CHECK_THAT(load_error(folder), Catch::Contains("step_state.growth_tracker\": integer 1099511627776 is out of range"));
   write_all(folder / "state.json", original);
 
+  // Counts and positions a CRC-valid edit made negative: refused rather than resumed from nowhere.
+  rewrite_state(folder, [](nlohmann::json& state) { state["epoch"] = -1; });
+  CHECK_THAT(load_error(folder), Catch::Contains("state.json: field \"epoch\": negative epoch -1"));
+  write_all(folder / "state.json", original);
+  for (const char* key : {"epoch", "batch_in_epoch", "samples_seen"}) {
+    INFO(key);
+    rewrite_state(folder, [key](nlohmann::json& state) { state["data_loader"][key] = -1; });
+    CHECK_THAT(load_error(folder),
+               Catch::Contains(std::string("field \"data_loader.") + key + "\": negative value -1"));
+    write_all(folder / "state.json", original);
+  }
+
   rewrite_state(folder, [](nlohmann::json& state) { state["rng"]["train"]["seed"] = -1; });
   CHECK_THAT(load_error(folder), Catch::Contains("rng.train.seed"));
   write_all(folder / "state.json", original);

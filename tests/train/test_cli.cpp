@@ -9,9 +9,11 @@
 
 #include "support/run_program.h"
 #include "support/temporary_folder.h"
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -307,6 +309,121 @@ TEST_CASE("cli: a run writes config.yaml, train.log, metrics.jsonl and checkpoin
       CHECK_THAT(refused.output, Catch::Contains("cannot resume from") && Catch::Contains(file));
     }
   }
+}
+
+TEST_CASE("cli: a checkpoint whose content is valid but wrong for the run exits 1 naming the file and field",
+          "[cli]") {
+  TemporaryFolder folder;
+  write_text(folder.path / "tiny.yaml", kTinyRunYaml);
+  // Checkpoints every 3 steps: step_00000003 stands at batch 3 of epoch 0 (6 batches of 16 per epoch).
+  Outcome trained = run_train({"--config", "tiny.yaml", "--out", "run", "--set", "checkpoint.every_steps=3", "--set",
+                               "checkpoint.keep_last=0", "--set", "train.epochs=1"},
+                              folder.path);
+  INFO(trained.output);
+  REQUIRE(trained.exit_code == 0);
+  const fs::path original = folder.path / "run" / "checkpoints" / "step_00000003";
+  REQUIRE(fs::is_directory(original));
+  const fs::path edited = folder.path / "edited";
+
+  // A copy of the checkpoint with `change` applied to state.json and its CRCs made to match, as
+  // a writer of that content would have; then a resume from it.
+  auto resume_edited = [&](const std::function<void(nlohmann::json&)>& change,
+                           const std::function<void(std::string& model_bytes)>& change_model = {},
+                           std::vector<std::string> extra_arguments = {}) {
+    fs::remove_all(edited);
+    fs::copy(original, edited);
+    if (change_model) {
+      std::string bytes = read_file_bytes(edited / "model.safetensors");
+      change_model(bytes);
+      write_text(edited / "model.safetensors", bytes);
+    }
+    nlohmann::json state = nlohmann::json::parse(read_file_bytes(edited / "state.json"));
+    state.erase("state_crc32");
+    for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+      std::string bytes = read_file_bytes(edited / file);
+      state["files"][file] = {{"size_bytes", bytes.size()}, {"crc32", crc32_of(bytes)}};
+    }
+    change(state);
+    state["state_crc32"] = crc32_of(state.dump());
+    write_text(edited / "state.json", state.dump(2));
+    std::vector<std::string> arguments = {"--config", "tiny.yaml", "--out", "run2", "--resume", edited.string()};
+    arguments.insert(arguments.end(), extra_arguments.begin(), extra_arguments.end());
+    return run_train(arguments, folder.path);
+  };
+  const std::string state_json = (edited / "state.json").string();
+  struct Case {
+    const char* what;
+    std::function<void(nlohmann::json&)> change;
+    std::vector<std::string> expected;
+  };
+  const std::vector<Case> cases = {
+      {"a negative epoch", [](nlohmann::json& s) { s["epoch"] = -1; }, {"field \"epoch\": negative epoch -1"}},
+      {"a far-off loader epoch", [](nlohmann::json& s) { s["data_loader"]["epoch"] = int64_t{1000000000000000}; },
+       {"field \"data_loader.epoch\": epoch 1000000000000000 is neither the completed epochs"}},
+      {"far-off epochs",
+       [](nlohmann::json& s) { s["epoch"] = s["data_loader"]["epoch"] = int64_t{1000000000000000}; },
+       {"field \"data_loader.epoch\": epoch 1000000000000000 cannot be reached in 3 steps"}},
+      {"a negative batch", [](nlohmann::json& s) { s["data_loader"]["batch_in_epoch"] = -1; },
+       {"field \"data_loader.batch_in_epoch\": negative value -1"}},
+      {"a far-off batch", [](nlohmann::json& s) { s["data_loader"]["batch_in_epoch"] = int64_t{1000000000000000}; },
+       {"field \"data_loader.batch_in_epoch\": batch 1000000000000000 is beyond the 6 batches per epoch"}},
+      {"an accuracy above 1", [](nlohmann::json& s) { s["extra"]["best_test_accuracy"] = 7.5; },
+       {"field \"extra.best_test_accuracy\": expected an accuracy in [0, 1], found 7.5"}},
+      {"an accuracy that is text", [](nlohmann::json& s) { s["extra"]["best_test_accuracy"] = "high"; },
+       {"field \"extra.best_test_accuracy\": expected a number"}},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    Outcome refused = resume_edited(c.change);
+    INFO(refused.output);
+    CHECK(refused.exit_code == 1);
+    CHECK_THAT(refused.output, Catch::Contains("cannot resume from " + edited.string() + ": " + state_json + ": "));
+    for (const std::string& piece : c.expected) CHECK_THAT(refused.output, Catch::Contains(piece));
+    CHECK_THAT(refused.output, !Catch::Contains("type_error"));
+  }
+  // The unedited copy resumes, so the refusals above are about the edits.
+  Outcome resumed = resume_edited([](nlohmann::json&) {});
+  INFO(resumed.output);
+  CHECK(resumed.exit_code == 0);
+
+  // A config whose epoch has fewer batches than the saved position: say which checkpoint and why.
+  Outcome smaller = resume_edited([](nlohmann::json&) {}, {}, {"--set", "data.batch_size=60000"});
+  INFO(smaller.output);
+  CHECK(smaller.exit_code == 1);
+  CHECK_THAT(smaller.output, Catch::Contains("cannot resume from " + edited.string()) &&
+                                 Catch::Contains("batch 3 is beyond the 1 batches per epoch of this config "
+                                                 "(data.batch_size or the dataset changed?)"));
+
+  // A model tensor whose header says I32 (same size as F32): its bits would load as huge floats.
+  Outcome retyped = resume_edited([](nlohmann::json&) {}, [](std::string& bytes) {
+    size_t at = bytes.find("\"dtype\":\"F32\"");
+    REQUIRE(at != std::string::npos);
+    bytes.replace(at, 13, "\"dtype\":\"I32\"");
+  });
+  INFO(retyped.output);
+  CHECK(retyped.exit_code == 1);
+  CHECK_THAT(retyped.output, Catch::Contains((edited / "model.safetensors").string() + ": load_state_dict") &&
+                                 Catch::Contains("dtype mismatch") && Catch::Contains("state dict has i32, module has f32"));
+
+  // Another file of the folder given to --resume: what was expected, and no binary bytes echoed.
+  Outcome wrong_file = run_train({"--config", "tiny.yaml", "--out", "run2", "--resume",
+                                  (original / "model.safetensors").string()},
+                                 folder.path);
+  INFO(wrong_file.output);
+  CHECK(wrong_file.exit_code == 1);
+  CHECK_THAT(wrong_file.output, Catch::Contains("expected a checkpoint folder or its state.json"));
+  CHECK(std::all_of(wrong_file.output.begin(), wrong_file.output.end(),
+                    [](char c) { return c == '\n' || (c >= 0x20 && c < 0x7f) || c == '\x1b'; }));
+
+  // State nested 100000 deep (its CRC's dump() recursed once per level and crashed).
+  fs::remove_all(edited);
+  fs::copy(original, edited);
+  write_text(edited / "state.json", "{\"state_crc32\":1,\"a\":" + std::string(100000, '[') +
+                                        std::string(100000, ']') + "}");
+  Outcome deep = run_train({"--config", "tiny.yaml", "--out", "run2", "--resume", edited.string()}, folder.path);
+  INFO(deep.output);
+  CHECK(deep.exit_code == 1);
+  CHECK_THAT(deep.output, Catch::Contains(state_json + ": nested deeper than 64 levels"));
 }
 
 TEST_CASE("cli: SIGINT saves a checkpoint and exits 130; --resume auto continues", "[cli]") {

@@ -50,6 +50,7 @@ struct CheckpointData {
   std::string extra_json = "{}";   // a JSON object the trainer adds (read back re-serialized)
   NamedTensors model_tensors;      // parameters and buffers by module name
   NamedTensors optimizer_tensors;  // optimizer state tensors by name
+  std::filesystem::path folder;    // where load_checkpoint read it from (save_checkpoint ignores it)
 };
 
 // A complete checkpoint folder found on disk.
