@@ -1,6 +1,7 @@
 // Tensor factories, views, copies and conversions (no autograd recording here; see ops/).
 #include "opsnn/core/tensor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <sstream>
@@ -20,7 +21,13 @@ std::string shape_str(const Shape& shape) {
 
 int64_t shape_numel(const Shape& shape) {
   int64_t total = 1;
-  for (int64_t extent : shape) total *= extent;
+  bool overflow = false;
+  for (int64_t extent : shape) {
+    if (extent == 0) return 0;  // empty whatever the other extents are
+    overflow = overflow || __builtin_mul_overflow(total, extent, &total);
+  }
+  // A wrapped count would size a buffer far smaller than the loops that fill it.
+  OPSNN_CHECK_AS(ShapeError, !overflow, "shape ", shape_str(shape), " has more elements than int64 can count");
   return total;
 }
 
@@ -39,10 +46,22 @@ static void check_shape_valid(const Shape& shape) {
     OPSNN_CHECK_AS(ShapeError, extent >= 0, "negative dimension in shape ", shape_str(shape));
 }
 
+// Bytes of a contiguous tensor; a ShapeError when the count (or its strides) would overflow int64.
+static size_t checked_nbytes(const Shape& shape, DType dtype) {
+  int64_t span = 1;  // contiguous_strides multiplies max(extent, 1): empty shapes need that to fit too
+  for (int64_t extent : shape)
+    OPSNN_CHECK_AS(ShapeError, !__builtin_mul_overflow(span, std::max<int64_t>(extent, 1), &span), "shape ",
+                   shape_str(shape), " has more elements than int64 can count");
+  int64_t bytes = 0;
+  OPSNN_CHECK_AS(ShapeError, !__builtin_mul_overflow(shape_numel(shape), static_cast<int64_t>(dtype_size(dtype)), &bytes),
+                 "shape ", shape_str(shape), " of ", dtype_name(dtype), " needs more bytes than int64 can count");
+  return static_cast<size_t>(bytes);
+}
+
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   check_shape_valid(shape);
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), device);
+  impl->storage = std::make_shared<Storage>(checked_nbytes(shape, dtype), device);
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
@@ -97,7 +116,8 @@ Tensor Tensor::normal(const Shape& shape, double mean, double stddev, Generator&
 Tensor Tensor::view_of(std::shared_ptr<Storage> storage, int64_t offset, const Shape& shape, DType dtype) {
   check_shape_valid(shape);
   OPSNN_CHECK(storage != nullptr, "view_of: null storage");
-  OPSNN_CHECK(offset >= 0 && static_cast<size_t>(offset + shape_numel(shape)) * dtype_size(dtype) <= storage->bytes(),
+  OPSNN_CHECK(offset >= 0 && static_cast<size_t>(offset) <= storage->bytes() / dtype_size(dtype) &&
+                  checked_nbytes(shape, dtype) <= storage->bytes() - static_cast<size_t>(offset) * dtype_size(dtype),
               "view_of: ", shape_str(shape), " at offset ", offset, " exceeds a storage of ", storage->bytes(),
               " bytes");
   auto impl = std::make_shared<TensorImpl>();

@@ -38,6 +38,12 @@ SyntheticImages::SyntheticImages(SyntheticImageOptions options) : options_(optio
   OPSNN_CHECK(options_.channels >= 1 && options_.height >= 1 && options_.width >= 1,
               "synthetic image shape must be positive, got ", options_.channels, " x ", options_.height, " x ",
               options_.width);
+  // Samples are written C*H*W values at a time: a count that wrapped would size buffers far too small.
+  int64_t values = 0;
+  OPSNN_CHECK(!__builtin_mul_overflow(options_.channels, options_.height, &values) &&
+                  !__builtin_mul_overflow(values, options_.width, &values),
+              "synthetic image shape ", options_.channels, " x ", options_.height, " x ", options_.width,
+              " has more values than int64 can count");
   OPSNN_CHECK(options_.num_classes >= 1, "synthetic num_classes must be >= 1, got ", options_.num_classes);
   OPSNN_CHECK(options_.noise >= 0.0, "synthetic noise must be >= 0, got ", options_.noise);
   OPSNN_CHECK(options_.sample_offset >= 0, "synthetic sample_offset must be >= 0");
@@ -134,11 +140,18 @@ SyntheticCtr::SyntheticCtr(SyntheticCtrOptions options) : options_(std::move(opt
     OPSNN_CHECK(options_.vocab_sizes[field] >= 1, "ctr vocab_sizes[", field, "] must be >= 1, got ",
                 options_.vocab_sizes[field]);
     field_offsets_.push_back(total);
-    total += options_.vocab_sizes[field];
+    // A wrapped total would size the weights too small for the offsets that index them.
+    OPSNN_CHECK(!__builtin_add_overflow(total, options_.vocab_sizes[field], &total),
+                "ctr vocab_sizes total more values than int64 can count (at field ", field, ")");
   }
   // Planted weights ~ N(0, weight_scale^2), Box-Muller on one Philox block per weight.
   const uint64_t weight_key = sub_key(options_.seed, 11);
-  weights_.resize(static_cast<size_t>(total));
+  try {
+    weights_.resize(static_cast<size_t>(total));
+  } catch (const std::exception&) {  // bad_alloc or length_error: name the cause, not the allocator
+    throw Error(detail::concat("ctr vocab_sizes total ", total, " values: cannot allocate their planted weights (",
+                               total, " x 8 bytes)"));
+  }
   for (int64_t j = 0; j < total; ++j) {
     const Philox4 block = philox4x32_10(weight_key, static_cast<uint64_t>(j));
     const double radius = std::sqrt(-2.0 * std::log(unit_interval_open(block.v[0])));

@@ -67,6 +67,20 @@ TEST_CASE("factory errors name the offending shape or count", "[core]") {
   CHECK_THROWS_WITH(Tensor::zeros({2, 2}).item(), Catch::Contains("[2, 2]"));
 }
 
+TEST_CASE("element and byte counts that overflow int64 are a ShapeError, not a wrapped size", "[core]") {
+  // 2^62 x 4 x 4 wraps to 0 in int64: an allocation of 0 bytes that loops would then write past.
+  const int64_t huge = int64_t{1} << 62;
+  CHECK_THROWS_AS(shape_numel({huge, 4, 4}), ShapeError);
+  CHECK_THROWS_WITH(shape_numel({huge, 4, 4}), Catch::Contains("[4611686018427387904, 4, 4]"));
+  CHECK_THROWS_AS(Tensor::empty({huge, 4, 4}), ShapeError);
+  // 2^61 elements fit int64, their 2^63 f32 bytes do not.
+  CHECK_THROWS_WITH(Tensor::empty({int64_t{1} << 61}), Catch::Contains("bytes") && Catch::Contains("f32"));
+  // An empty tensor holds no elements whatever the other extents, but its strides must still fit.
+  CHECK(shape_numel({huge, 4, 0}) == 0);
+  CHECK_THROWS_AS(Tensor::empty({huge, 4, 0}), ShapeError);
+  CHECK(Tensor::empty({huge, 0}).numel() == 0);
+}
+
 TEST_CASE("slice, select, transpose and permute are views sharing storage", "[core]") {
   Tensor base = arange_234();
   Tensor sliced = base.slice(1, 1, 3);

@@ -153,3 +153,17 @@ TEST_CASE("Augmentation: crop shifts with background fill, flip mirrors rows", "
   apply_augment({0, 0, true}, image.data(), 1, 3, 3, background);
   REQUIRE(image == std::vector<float>{5, 4, -1, 8, 7, -1, -1, -1, -1});
 }
+
+TEST_CASE("Synthetic datasets refuse sizes whose products or sums wrap int64", "[data]") {
+  // C*H*W = 2^62 * 16 wraps to 0: the sample buffers would be empty and the pattern loops write past them.
+  SyntheticImageOptions images;
+  images.channels = int64_t{1} << 62;
+  images.height = 4;
+  images.width = 4;
+  CHECK_THROWS_WITH(SyntheticImages(images),
+                    Catch::Contains("synthetic image shape 4611686018427387904 x 4 x 4 has more values than int64"));
+  // Vocabularies summing past int64 wrapped to a small total: weights sized for it, offsets beyond it.
+  SyntheticCtrOptions ctr;
+  ctr.vocab_sizes = {INT64_MAX, INT64_MAX, 3};
+  CHECK_THROWS_WITH(SyntheticCtr(ctr), Catch::Contains("ctr vocab_sizes total more values than int64 can count (at field 1)"));
+}
