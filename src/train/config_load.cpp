@@ -291,6 +291,18 @@ void check_consistency(const TrainConfig& config, const ConfigReader& reader) {
                     : "model '" + config.model.arch + "' needs an image dataset (data.dataset is ctr_synthetic)");
   require(!ctr_data || (config.data.augment.crop_padding == 0 && !config.data.augment.flip), "data.augment.crop_padding",
           {"data.augment.flip"}, "crop/flip augmentation applies to image datasets, not ctr_synthetic");
+  // Each extent and vocabulary is bounded by its key; these products stay below int64 with them.
+  const SyntheticDataConfig& synthetic = config.data.synthetic;
+  const int64_t image_values = synthetic.channels * synthetic.height * synthetic.width;
+  require(image_values <= detail::kMaxSyntheticImageValues, "data.synthetic.channels",
+          {"data.synthetic.height", "data.synthetic.width"},
+          "channels x height x width = " + std::to_string(image_values) + " values per image, more than the " +
+              std::to_string(detail::kMaxSyntheticImageValues) + " (1 GiB of f32) allowed");
+  int64_t vocabulary = 0;
+  for (int64_t size : config.data.ctr.vocab_sizes) vocabulary += size;
+  require(vocabulary <= detail::kMaxCtrVocabulary, "data.ctr.vocab_sizes", {},
+          "the vocabularies total " + std::to_string(vocabulary) + " values, more than the " +
+              std::to_string(detail::kMaxCtrVocabulary) + " allowed (each needs a planted weight and an embedding row)");
 }
 
 // A run name from a file name: its stem, with characters a folder name should not hold replaced.

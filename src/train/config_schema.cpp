@@ -460,6 +460,11 @@ std::vector<KeySpec> build_schema() {
   // there (FLT_MAX is 3.4e38: eps 1e300 became inf) and, where 0 is not allowed, so they do not
   // underflow to 0 (FLT_MIN is 1.2e-38: eps 1e-50 became 0 and the first step divided by it).
   const Range float_positive = Range::closed(1e-30, 1e30), float_non_negative = Range::closed(0, 1e30);
+  // Synthetic data is generated on the fly but still costs memory and time per sample: the loader keeps
+  // an index per sample and an evaluation (or the CTR Bayes loss) walks every test sample. These bounds
+  // are far beyond real use; past them a typo would exhaust memory or run for days (or, near 2^63, wrap).
+  const Range sample_count = Range::closed(1, static_cast<double>(kMaxSyntheticSamples));
+  const Range image_extent = Range::closed(1, static_cast<double>(kMaxSyntheticImageExtent));
   return {
       name_key("run.name", OPSNN_FIELD(run.name)),
       string_key("run.out_dir", OPSNN_FIELD(run.out_dir)),
@@ -488,17 +493,18 @@ std::vector<KeySpec> build_schema() {
       auto_bool_key("data.pin_memory", OPSNN_FIELD(data.pin_memory)),
       integer_key("data.augment.crop_padding", OPSNN_FIELD(data.augment.crop_padding), Range::closed(0, 64)),
       bool_key("data.augment.flip", OPSNN_FIELD(data.augment.flip)),
-      integer_key("data.synthetic.train_size", OPSNN_FIELD(data.synthetic.train_size), count),
-      integer_key("data.synthetic.test_size", OPSNN_FIELD(data.synthetic.test_size), count),
-      integer_key("data.synthetic.channels", OPSNN_FIELD(data.synthetic.channels), count),
-      integer_key("data.synthetic.height", OPSNN_FIELD(data.synthetic.height), count),
-      integer_key("data.synthetic.width", OPSNN_FIELD(data.synthetic.width), count),
+      integer_key("data.synthetic.train_size", OPSNN_FIELD(data.synthetic.train_size), sample_count),
+      integer_key("data.synthetic.test_size", OPSNN_FIELD(data.synthetic.test_size), sample_count),
+      integer_key("data.synthetic.channels", OPSNN_FIELD(data.synthetic.channels), image_extent),
+      integer_key("data.synthetic.height", OPSNN_FIELD(data.synthetic.height), image_extent),
+      integer_key("data.synthetic.width", OPSNN_FIELD(data.synthetic.width), image_extent),
       integer_key("data.synthetic.num_classes", OPSNN_FIELD(data.synthetic.num_classes), Range::at_least(2)),
       number_key("data.synthetic.noise", OPSNN_FIELD(data.synthetic.noise), Range::at_least(0)),
       integer_key("data.synthetic.seed", OPSNN_FIELD(data.synthetic.seed), non_negative),
-      integer_key("data.ctr.train_size", OPSNN_FIELD(data.ctr.train_size), count),
-      integer_key("data.ctr.test_size", OPSNN_FIELD(data.ctr.test_size), count),
-      integer_list_key("data.ctr.vocab_sizes", OPSNN_FIELD(data.ctr.vocab_sizes), count, false),
+      integer_key("data.ctr.train_size", OPSNN_FIELD(data.ctr.train_size), sample_count),
+      integer_key("data.ctr.test_size", OPSNN_FIELD(data.ctr.test_size), sample_count),
+      integer_list_key("data.ctr.vocab_sizes", OPSNN_FIELD(data.ctr.vocab_sizes),
+                       Range::closed(1, static_cast<double>(kMaxCtrVocabulary)), false),
       number_key("data.ctr.weight_scale", OPSNN_FIELD(data.ctr.weight_scale), Range::at_least(0)),
       number_key("data.ctr.bias", OPSNN_FIELD(data.ctr.bias), Range::any()),
       number_key("data.ctr.value_skew", OPSNN_FIELD(data.ctr.value_skew), Range::positive()),

@@ -4,6 +4,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -38,6 +39,13 @@ struct KeySpec {
   // The value as a YAML flow scalar or list.
   std::function<std::string(const TrainConfig& config)> write;
 };
+
+// Upper bounds of the synthetic data keys (config_schema.cpp says why). The image extents are bounded
+// each and, in check_consistency, as a product; the CTR vocabularies each and in total.
+inline constexpr int64_t kMaxSyntheticSamples = 2147483647;                // 2^31 - 1
+inline constexpr int64_t kMaxSyntheticImageExtent = 65536;                 // channels, height, width
+inline constexpr int64_t kMaxSyntheticImageValues = int64_t{1} << 28;      // 1 GiB of f32 per image
+inline constexpr int64_t kMaxCtrVocabulary = int64_t{1} << 26;             // 512 MiB of planted f64 weights
 
 // configs/quickstart.yaml, compiled in by CMake (config_quickstart.cpp.in).
 extern const char* const kQuickstartYaml;

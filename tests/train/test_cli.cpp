@@ -158,6 +158,27 @@ TEST_CASE("cli: each class of bad input exits 2 with the key and the line", "[cl
        {"key 'train.device'", "cuda:99999999999"}},
       {"empty train.conv_algorithms", {"--config", "tiny.yaml", "--set", "train.conv_algorithms="},
        {"train.conv_algorithms"}},
+      // Sizes that wrapped int64 (a crash) or asked for unbounded memory or time (std::bad_alloc, a hang).
+      {"2^62 synthetic channels",
+       {"--config", "tiny.yaml", "--set", "data.synthetic.channels=4611686018427387904", "--set",
+        "data.synthetic.height=4", "--set", "data.synthetic.width=4"},
+       {"data.synthetic.channels", "4611686018427387904", "[1, 65536]"}},
+      {"ctr vocabularies summing past int64",
+       {"--config", "tiny.yaml", "--set", "model.arch=ctr", "--set", "data.dataset=ctr_synthetic", "--set",
+        "data.ctr.vocab_sizes=[9223372036854775807,9223372036854775807,3]"},
+       {"data.ctr.vocab_sizes[0]", "[1, 67108864]"}},
+      {"a trillion-value vocabulary",
+       {"--config", "tiny.yaml", "--set", "model.arch=ctr", "--set", "data.dataset=ctr_synthetic", "--set",
+        "data.ctr.vocab_sizes=[1e12]"},
+       {"data.ctr.vocab_sizes[0]", "1e12"}},
+      {"1e15 training samples", {"--config", "tiny.yaml", "--set", "data.synthetic.train_size=1e15"},
+       {"data.synthetic.train_size", "[1, 2147483647]"}},
+      {"1e11 test samples", {"--config", "tiny.yaml", "--set", "data.synthetic.test_size=1e11"},
+       {"data.synthetic.test_size", "[1, 2147483647]"}},
+      {"1e12 ctr test rows",
+       {"--config", "tiny.yaml", "--set", "model.arch=ctr", "--set", "data.dataset=ctr_synthetic", "--set",
+        "data.ctr.test_size=1e12"},
+       {"data.ctr.test_size", "[1, 2147483647]"}},
   };
   for (const BadCall& call : calls) {
     INFO(call.what);

@@ -201,9 +201,10 @@ TEST_CASE("Config: out-of-range values", "[config]") {
   CHECK(error_of("optimizer:\n  settings:\n    loss_scaling:\n      backoff_factor: 1\n") ==
         "test.yaml:4:23: key 'optimizer.settings.loss_scaling.backoff_factor': expected a number in (0, 1), got 1");
   CHECK(error_of("data:\n  ctr:\n    vocab_sizes: [10, 0]\n") ==
-        "test.yaml:3:23: key 'data.ctr.vocab_sizes[1]': expected an integer >= 1, got 0");
+        "test.yaml:3:23: key 'data.ctr.vocab_sizes[1]': expected an integer in [1, 67108864], got 0");
   CHECK(error_of("data:\n  ctr:\n    vocab_sizes: []\n") ==
-        "test.yaml:3:18: key 'data.ctr.vocab_sizes': expected a non-empty list of integers, each >= 1, got a list (empty)");
+        "test.yaml:3:18: key 'data.ctr.vocab_sizes': expected a non-empty list of integers, each in [1, 67108864], got "
+        "a list (empty)");
   // Integers written as exact floating-point numbers are fine.
   REQUIRE(load_config_text("train:\n  max_steps: 1e6\n", "t.yaml").train.max_steps == 1000000);
   // Optimizer numbers are used as float: they must stay finite there and, where 0 is invalid, above 0.
@@ -249,6 +250,43 @@ TEST_CASE("Config: out-of-range values", "[config]") {
   CHECK(error_of("model:\n  hidden_sizes: [10, -99999999999999999999]\n") ==
         "test.yaml:2:22: key 'model.hidden_sizes[1]': expected an integer >= 1, got -99999999999999999999, which is "
         "out of range for a 64-bit integer");
+}
+
+TEST_CASE("Config: synthetic data sizes have upper bounds (memory and time stay sane, products never wrap)",
+          "[config]") {
+  // C*H*W = 2^62 * 16 wrapped to 0 and the pattern writer ran past its buffer.
+  CHECK(error_of("", {"data.synthetic.channels=4611686018427387904"}) ==
+        "--set data.synthetic.channels=4611686018427387904: key 'data.synthetic.channels': expected an integer in "
+        "[1, 65536], got 4611686018427387904");
+  CHECK(error_of("data:\n  synthetic:\n    height: 65537\n") ==
+        "test.yaml:3:13: key 'data.synthetic.height': expected an integer in [1, 65536], got 65537");
+  CHECK(error_of("data:\n  synthetic:\n    width: 0\n") ==
+        "test.yaml:3:12: key 'data.synthetic.width': expected an integer in [1, 65536], got 0");
+  CHECK(error_of("data:\n  synthetic: {channels: 64, height: 4096, width: 4096}\n") ==
+        "test.yaml:2:25: key 'data.synthetic.channels': channels x height x width = 1073741824 values per image, "
+        "more than the 268435456 (1 GiB of f32) allowed");
+  REQUIRE(load_config_text("data:\n  synthetic: {channels: 16, height: 4096, width: 4096}\n", "t.yaml")
+              .data.synthetic.channels == 16);
+  // Sample counts: the loader's index array (std::bad_alloc at 1e15) and the test-set walks (hours at 1e11).
+  CHECK(error_of("data:\n  synthetic:\n    train_size: 1e15\n") ==
+        "test.yaml:3:17: key 'data.synthetic.train_size': expected an integer in [1, 2147483647], got 1e15");
+  CHECK(error_of("data:\n  synthetic:\n    test_size: 1e11\n") ==
+        "test.yaml:3:16: key 'data.synthetic.test_size': expected an integer in [1, 2147483647], got 1e11");
+  CHECK(error_of("data:\n  ctr:\n    train_size: 2147483648\n") ==
+        "test.yaml:3:17: key 'data.ctr.train_size': expected an integer in [1, 2147483647], got 2147483648");
+  CHECK(error_of("data:\n  ctr:\n    test_size: 1e12\n") ==
+        "test.yaml:3:16: key 'data.ctr.test_size': expected an integer in [1, 2147483647], got 1e12");
+  REQUIRE(load_config_text("data:\n  synthetic:\n    train_size: 2147483647\n", "t.yaml").data.synthetic.train_size ==
+          2147483647);
+  // Vocabularies: each (their sum wrapped past int64) and in total (a planted weight per value).
+  CHECK(error_of("", {"data.ctr.vocab_sizes=[9223372036854775807,9223372036854775807,3]"}) ==
+        "--set data.ctr.vocab_sizes=[9223372036854775807,9223372036854775807,3]: key 'data.ctr.vocab_sizes[0]': "
+        "expected an integer in [1, 67108864], got 9223372036854775807");
+  CHECK(error_of("data:\n  ctr:\n    vocab_sizes: [1e12]\n") ==
+        "test.yaml:3:19: key 'data.ctr.vocab_sizes[0]': expected an integer in [1, 67108864], got 1e12");
+  CHECK(error_of("data:\n  ctr:\n    vocab_sizes: [67108864, 1]\n") ==
+        "test.yaml:3:18: key 'data.ctr.vocab_sizes': the vocabularies total 67108865 values, more than the 67108864 "
+        "allowed (each needs a planted weight and an embedding row)");
 }
 
 TEST_CASE("Config: unknown model, optimizer and dataset names list the known ones", "[config]") {
