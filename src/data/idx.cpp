@@ -36,7 +36,10 @@ bool ends_with(const std::string& text, const std::string& suffix) {
 }
 
 // Inflates every gzip member of `compressed`. Sets complete=false when the input ends mid-stream.
-void gunzip(const std::string& path, const std::vector<uint8_t>& compressed, FileBytes& result) {
+// Inflation stops once the output passes what the header (limit) allows, or kMaxDecompressedBytes: a
+// few MB of compressed zeros can expand to many GB, which must be refused before it fills memory.
+void gunzip(const std::string& path, const std::vector<uint8_t>& compressed, const DecompressedLimit& limit,
+            FileBytes& result) {
   // The gzip trailer's ISIZE (uncompressed size mod 2^32) is a good first guess for the output size;
   // capped so a corrupt trailer cannot request absurd memory.
   size_t guess = compressed.size() * 4;
@@ -45,8 +48,16 @@ void gunzip(const std::string& path, const std::vector<uint8_t>& compressed, Fil
     size_t isize = tail[0] | (tail[1] << 8) | (tail[2] << 16) | (static_cast<size_t>(tail[3]) << 24);
     guess = std::min<size_t>(std::max(isize, guess), compressed.size() * 1032 + 1024);
   }
+  guess = std::max<size_t>(guess, 1024);
+  uint64_t cap = kMaxDecompressedBytes;
+  bool header_known = limit.header_bytes == 0 || !limit.total_bytes;
+  // An unusable header (total_bytes 0) keeps only the header; the rest is inflated into a scratch area
+  // and dropped, so that corrupt gzip data is still reported as such rather than as a bad header.
+  bool discard = false;
+  uint64_t discarded = 0;
   std::vector<uint8_t>& out = result.bytes;
-  out.resize(std::max<size_t>(guess, 1024));
+  // Until the header is out its limit is unknown: inflate only that far first.
+  out.resize(header_known ? std::min<uint64_t>(guess, cap + 1) : limit.header_bytes);
   size_t produced = 0;
 
   z_stream stream{};
@@ -56,12 +67,37 @@ void gunzip(const std::string& path, const std::vector<uint8_t>& compressed, Fil
   stream.avail_in = static_cast<uInt>(compressed.size());
   bool stream_ended = false;
   for (;;) {
-    if (produced == out.size()) out.resize(out.size() * 2);
+    if (produced == out.size()) out.resize(std::min<uint64_t>(out.size() * 2, cap + 1));
     stream.next_out = out.data() + produced;
     stream.avail_out = static_cast<uInt>(std::min<size_t>(out.size() - produced, 1u << 30));
     const uInt before = stream.avail_out;
     int status = inflate(&stream, Z_NO_FLUSH);
     produced += before - stream.avail_out;
+    if (!header_known && produced >= limit.header_bytes) {
+      header_known = true;
+      const uint64_t total = limit.total_bytes(out.data());
+      discard = total == 0;
+      if (!discard) cap = std::min(cap, total);
+      out.resize(discard ? produced + (size_t{1} << 16) : std::max<uint64_t>(produced, std::min<uint64_t>(guess, cap + 1)));
+    }
+    if (discard && produced > limit.header_bytes) {
+      discarded += produced - limit.header_bytes;
+      produced = limit.header_bytes;
+      if (discarded > kMaxDecompressedBytes) {
+        inflateEnd(&stream);
+        throw DataError(detail::concat(path, ": decompresses to more than ", kMaxDecompressedBytes,
+                                       " bytes, more than opsnn reads from one file"));
+      }
+    }
+    if (produced > cap) {
+      inflateEnd(&stream);
+      if (cap == kMaxDecompressedBytes)
+        throw DataError(detail::concat(path, ": decompresses to more than ", kMaxDecompressedBytes,
+                                       " bytes, more than opsnn reads from one file"));
+      out.resize(produced);
+      result.stopped = true;  // the caller's size check reports the excess against its header
+      return;
+    }
     if (status == Z_STREAM_END) {
       stream_ended = true;
       if (stream.avail_in == 0) break;
@@ -83,16 +119,20 @@ void gunzip(const std::string& path, const std::vector<uint8_t>& compressed, Fil
     std::string reason = stream.msg != nullptr ? stream.msg : zError(status);
     inflateEnd(&stream);
     throw DataError(detail::concat(path, ": corrupt gzip data at compressed byte ", at, " of ", compressed.size(),
-                                   " (zlib: ", reason, ") after ", produced, " decompressed bytes"));
+                                   " (zlib: ", reason, ") after ", produced + discarded, " decompressed bytes"));
   }
   inflateEnd(&stream);
   out.resize(produced);
   result.complete = stream_ended;
 }
 
+uint32_t big_endian_u32(const uint8_t* bytes) {
+  return (static_cast<uint32_t>(bytes[0]) << 24) | (static_cast<uint32_t>(bytes[1]) << 16) |
+         (static_cast<uint32_t>(bytes[2]) << 8) | static_cast<uint32_t>(bytes[3]);
+}
+
 uint32_t read_big_endian_u32(const std::vector<uint8_t>& bytes, size_t offset) {
-  return (static_cast<uint32_t>(bytes[offset]) << 24) | (static_cast<uint32_t>(bytes[offset + 1]) << 16) |
-         (static_cast<uint32_t>(bytes[offset + 2]) << 8) | static_cast<uint32_t>(bytes[offset + 3]);
+  return big_endian_u32(bytes.data() + offset);
 }
 
 std::string hex32(uint32_t value) {
@@ -111,7 +151,9 @@ void check_total_size(const std::string& path, const FileBytes& file, uint64_t e
   }
   if (file.bytes.size() > expected) {
     throw DataError(detail::concat(path, ": unexpected extra data at byte ", expected, where(file), " (",
-                                   file.bytes.size(), " bytes, the header promises ", expected, ")"));
+                                   file.stopped ? "more than " : "", file.bytes.size(), " bytes",
+                                   file.stopped ? ", decompression stopped there" : "", "; the header promises ",
+                                   expected, ")"));
   }
 }
 
@@ -130,12 +172,12 @@ void check_header(const std::string& path, const FileBytes& file, size_t header_
 
 }  // namespace
 
-FileBytes read_file_bytes(const std::string& path) {
+FileBytes read_file_bytes(const std::string& path, const DecompressedLimit& limit) {
   std::vector<uint8_t> raw = read_raw(path);
   FileBytes result;
   if (has_gzip_magic(raw)) {
     result.gzip = true;
-    gunzip(path, raw, result);
+    gunzip(path, raw, limit, result);
   } else if (ends_with(path, ".gz")) {
     throw DataError(detail::concat(path, ": not a gzip file (byte 0 is not the gzip magic 0x1f 0x8b)"));
   } else {
@@ -145,7 +187,14 @@ FileBytes read_file_bytes(const std::string& path) {
 }
 
 IdxImages read_idx_images(const std::string& path) {
-  FileBytes file = read_file_bytes(path);
+  // The size the header promises, or 0 when it is wrong (the checks below say how).
+  FileBytes file = read_file_bytes(path, {16, [](const uint8_t* header) -> uint64_t {
+                                            uint64_t rows = big_endian_u32(header + 8), cols = big_endian_u32(header + 12);
+                                            if (big_endian_u32(header) != kIdxImagesMagic || rows == 0 || cols == 0 ||
+                                                rows > 65536 || cols > 65536)
+                                              return 0;
+                                            return 16 + big_endian_u32(header + 4) * rows * cols;  // < 2^64
+                                          }});
   check_header(path, file, 16, kIdxImagesMagic, "images");
   IdxImages images;
   images.count = read_big_endian_u32(file.bytes, 4);
@@ -162,7 +211,10 @@ IdxImages read_idx_images(const std::string& path) {
 }
 
 std::vector<uint8_t> read_idx_labels(const std::string& path, int num_classes) {
-  FileBytes file = read_file_bytes(path);
+  FileBytes file = read_file_bytes(path, {8, [](const uint8_t* header) -> uint64_t {
+                                            if (big_endian_u32(header) != kIdxLabelsMagic) return 0;
+                                            return 8 + uint64_t{big_endian_u32(header + 4)};
+                                          }});
   check_header(path, file, 8, kIdxLabelsMagic, "labels");
   const uint64_t count = read_big_endian_u32(file.bytes, 4);
   check_total_size(path, file, 8 + count);

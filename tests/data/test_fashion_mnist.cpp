@@ -2,6 +2,7 @@
 // name and byte offset in the message.
 #include <zlib.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
@@ -59,6 +60,32 @@ std::vector<uint8_t> gzip(const std::vector<uint8_t>& plain) {
   stream.avail_out = static_cast<uInt>(out.size());
   REQUIRE(deflate(&stream, Z_FINISH) == Z_STREAM_END);
   out.resize(stream.total_out);
+  deflateEnd(&stream);
+  return out;
+}
+
+// gzip of `prefix` followed by `zeros` zero bytes, compressed in pieces (zeros shrink about 1000:1).
+std::vector<uint8_t> gzip_with_zeros(const std::vector<uint8_t>& prefix, size_t zeros) {
+  z_stream stream{};
+  REQUIRE(deflateInit2(&stream, 1, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) == Z_OK);
+  std::vector<uint8_t> out, chunk(1 << 20), piece(1 << 16);
+  auto feed = [&](const uint8_t* data, size_t size, int flush) {
+    stream.next_in = const_cast<Bytef*>(data);
+    stream.avail_in = static_cast<uInt>(size);
+    do {
+      stream.next_out = piece.data();
+      stream.avail_out = static_cast<uInt>(piece.size());
+      deflate(&stream, flush);
+      out.insert(out.end(), piece.data(), piece.data() + (piece.size() - stream.avail_out));
+    } while (stream.avail_out == 0);
+  };
+  feed(prefix.data(), prefix.size(), Z_NO_FLUSH);
+  for (size_t left = zeros; left > 0;) {
+    const size_t size = std::min(left, chunk.size());
+    feed(chunk.data(), size, Z_NO_FLUSH);
+    left -= size;
+  }
+  feed(nullptr, 0, Z_FINISH);
   deflateEnd(&stream);
   return out;
 }
@@ -212,6 +239,27 @@ TEST_CASE("Fashion-MNIST: corrupted files give DataError with file and offset", 
   SECTION("images that are not 28 x 28") {
     write_bytes(dir.file("train-images-idx3-ubyte.gz"), gzip(idx_images(5, 32, 32)));
     CHECK_THAT(error_of(dir.path.string()), Catch::Contains("images are 32 x 32"));
+  }
+  SECTION("a gzip bomb stops inflating just past the size its header promises") {
+    // A valid header for 5 images, then 256 MiB of zeros (about 1 MB compressed): reading it whole
+    // before comparing sizes is what a 5 GiB bomb would do to memory.
+    std::vector<uint8_t> header = idx_images(5);
+    header.resize(16);
+    write_bytes(dir.file("train-images-idx3-ubyte.gz"), gzip_with_zeros(header, size_t{256} << 20));
+    CHECK_THAT(error_of(dir.path.string()),
+               Catch::Contains("train-images-idx3-ubyte.gz: unexpected extra data at byte 3936 of the decompressed "
+                               "stream (more than ") &&
+                   Catch::Contains("decompression stopped there; the header promises 3936)"));
+    FileBytes start = read_file_bytes(dir.file("train-images-idx3-ubyte.gz"),
+                                      {16, [](const uint8_t*) -> uint64_t { return 3936; }});
+    CHECK(start.stopped);
+    CHECK(start.bytes.size() == 3937);
+    // The labels file the same way.
+    write_bytes(dir.file("train-images-idx3-ubyte.gz"), gzip(idx_images(5)));
+    write_bytes(dir.file("train-labels-idx1-ubyte.gz"), gzip_with_zeros(idx_labels({0, 1, 2, 3, 9}), size_t{64} << 20));
+    CHECK_THAT(error_of(dir.path.string()),
+               Catch::Contains("train-labels-idx1-ubyte.gz: unexpected extra data at byte 13") &&
+                   Catch::Contains("decompression stopped there"));
   }
   SECTION("a .gz name without gzip content") {
     write_bytes(dir.file("train-images-idx3-ubyte.gz"), idx_images(5));

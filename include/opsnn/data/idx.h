@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -25,8 +26,22 @@ struct FileBytes {
   std::vector<uint8_t> bytes;
   bool gzip = false;
   bool complete = true;
+  bool stopped = false;  // inflation stopped past the limit: bytes holds only the start (and too many of them)
 };
-FileBytes read_file_bytes(const std::string& path);
+
+// No file decompresses to more than this (4 GiB: Fashion-MNIST's largest file is 47 MB); more is a
+// DataError before the memory is taken.
+inline constexpr uint64_t kMaxDecompressedBytes = uint64_t{1} << 32;
+
+// How far a gzip file may inflate, judged from its first header_bytes decompressed bytes: total_bytes
+// returns the whole size they promise (at least header_bytes). Inflation stops, with
+// FileBytes::stopped set, as soon as the output passes it. A total of 0 (an unusable header) keeps
+// only the header bytes, still inflating the rest, unkept, to report corrupt gzip data.
+struct DecompressedLimit {
+  size_t header_bytes = 0;
+  std::function<uint64_t(const uint8_t* header)> total_bytes;
+};
+FileBytes read_file_bytes(const std::string& path, const DecompressedLimit& limit = {});
 
 IdxImages read_idx_images(const std::string& path);
 // Labels, each checked to be < num_classes.
