@@ -2,6 +2,8 @@
 // floor, linear decay), and the schedule evaluated inside the optimizer step from the applied-step count.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+
 #include "optim/optim_test_support.h"
 #include "opsnn/optim/sgd.h"
 
@@ -47,6 +49,15 @@ TEST_CASE("schedules: values at key steps", "[optim]") {
   CHECK(schedule_lr(step_decay, 25) == Approx(0.01));
   CHECK(schedule_lr(step_decay, 30) == Approx(0.005));  // 0.001 is below the floor
   CHECK(schedule_lr(step_decay, 1000) == Approx(0.005));
+  // Per-step exponential decay far into a run: gamma^drops in a few products, not one per drop (a loop
+  // took seconds at 1e9 drops and never ended at 1e15 with gamma 1).
+  ScheduleParams exponential = schedule(ScheduleKind::step_decay, 0, 0, 0.0);
+  exponential.step_size = 1;
+  exponential.gamma = 0.999999;
+  CHECK(schedule_lr(exponential, 1000000) == Approx(std::pow(0.999999, 1000000.0)).epsilon(1e-12));
+  CHECK(schedule_lr(exponential, 1000000000000000LL) == 0.0);  // underflows to the floor
+  exponential.gamma = 1.0;
+  CHECK(schedule_lr(exponential, 1000000000000000LL) == 1.0);
 
   ScheduleParams linear = schedule(ScheduleKind::linear_decay, 5, 105, 0.0);
   CHECK(schedule_lr(linear, 2) == Approx(0.6));

@@ -156,9 +156,15 @@ OPSNN_HD double schedule_lr(const ScheduleParams& p, long long s) {
       return p.min_lr + (p.base_lr - p.min_lr) * 0.5 * (1.0 + cos_pi(progress));
     }
     case ScheduleKind::step_decay: {
+      // gamma^drops by squaring: O(log drops) products, the same on host and device (a loop of one
+      // product per drop ran for seconds at large step counts, in the GPU's one-thread prologue too).
       long long drops = p.step_size > 0 ? after / p.step_size : 0;
-      double lr = p.base_lr;
-      for (long long i = 0; i < drops && lr > p.min_lr; ++i) lr *= p.gamma;
+      double factor = 1.0, power = p.gamma;
+      for (; drops > 0; drops >>= 1) {
+        if (drops & 1) factor *= power;
+        power *= power;
+      }
+      const double lr = p.base_lr * factor;
       return lr > p.min_lr ? lr : p.min_lr;
     }
     case ScheduleKind::linear_decay: {
