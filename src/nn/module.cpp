@@ -70,9 +70,20 @@ void Module::register_child(const std::string& name, std::shared_ptr<Module> mod
   check_new_name(name, "submodule");
   OPSNN_CHECK(module != nullptr, type_name_, ": submodule '", name, "' is null");
   OPSNN_CHECK(module.get() != this, type_name_, ": cannot register a module as its own submodule '", name, "'");
+  // A module holding this one (at any depth) would make a cycle that every walk over the tree (parameters,
+  // forward, state_dict) follows until the stack runs out. Before this edge the tree has no cycle, so the
+  // search ends.
+  OPSNN_CHECK(!module->holds(this), type_name_, ": cannot register submodule '", name, "': it (a ",
+              module->type_name_, ") already contains this module, which would make a cycle");
   for (auto& [child_name, tensor] : module->named_parameters()) tensor.set_name(name + "." + child_name);
   for (auto& [child_name, tensor] : module->named_buffers()) tensor.set_name(name + "." + child_name);
   children_.emplace_back(name, std::move(module));
+}
+
+bool Module::holds(const Module* other) const {
+  for (const auto& [name, child] : children_)
+    if (child.get() == other || child->holds(other)) return true;
+  return false;
 }
 
 void Module::collect(const std::string& prefix, bool parameters, bool recurse, NamedTensors& out) const {

@@ -114,6 +114,23 @@ TEST_CASE("registration rejects bad names, non-leaves and duplicates", "[nn]") {
   CHECK_THROWS_WITH(module.forward(Tensor::zeros({1})), Catch::Contains("Custom") && Catch::Contains("forward"));
 }
 
+TEST_CASE("registration refuses a submodule that already contains the parent (a cycle)", "[nn]") {
+  auto outer = std::make_shared<Sequential>(), middle = std::make_shared<Sequential>();
+  auto inner = std::make_shared<Sequential>();
+  outer->push_back(middle);
+  middle->push_back(inner);
+  // Each of these closed a loop that named_parameters() and forward() followed until the stack overflowed.
+  CHECK_THROWS_WITH(inner->push_back(outer), Catch::Contains("already contains this module"));
+  CHECK_THROWS_WITH(middle->push_back(outer), Catch::Contains("cycle"));
+  CHECK(inner->named_modules().empty());  // nothing registered
+  CHECK(outer->named_modules().size() == 2);  // middle, inner
+  // Sharing a module in two places is no cycle.
+  auto shared = std::make_shared<ReLU>();
+  outer->push_back(shared);
+  middle->push_back(shared);
+  CHECK(outer->named_modules().size() >= 3);
+}
+
 TEST_CASE("a tensor registered twice (tied weights) is listed once", "[nn]") {
   Module module("Tied");
   Tensor shared = Tensor::zeros({3});

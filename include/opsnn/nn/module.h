@@ -116,6 +116,7 @@ class Module {
 
  private:
   void register_child(const std::string& name, std::shared_ptr<Module> module);
+  bool holds(const Module* other) const;  // `other` is a submodule at any depth
   void check_new_name(const std::string& name, const char* kind) const;
   void collect(const std::string& prefix, bool parameters, bool recurse, NamedTensors& out) const;
   void print(std::string& out, int indent) const;
