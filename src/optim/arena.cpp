@@ -45,6 +45,9 @@ ParamArena::ParamArena(std::vector<ArenaEntry> entries, std::vector<std::string>
   int64_t cursor = 0;
   for (ArenaEntry& entry : entries) {
     check_entry(entry, device_);
+    // The name keys its states ("<name>.exp_avg") in state dicts and checkpoints.
+    OPSNN_CHECK_AS(ConfigError, !entry.name.empty(), "parameter ", segments_.size(),
+                   " has an empty name (state dicts key its states by name)");
     auto [it, inserted] = seen.emplace(entry.parameter.impl(), entry.name);
     OPSNN_CHECK_AS(ConfigError, inserted, "parameter '", entry.name, "' is the same tensor as '", it->second,
                    "': each parameter may appear once");

@@ -3,6 +3,7 @@
 #include "opsnn/optim/options.h"
 
 #include <cmath>
+#include <limits>
 
 #include <spdlog/spdlog.h>
 
@@ -57,8 +58,11 @@ std::string_view schedule_kind_name(ScheduleKind kind) {
 }
 
 void LossScalingOptions::validate() const {
-  if (!(initial_scale_ > 0.0) || !std::isfinite(initial_scale_))
-    fail("loss_scaling.initial_scale = ", initial_scale_, " must be a finite number > 0");
+  // The scale lives in a float: 1e300 would be inf there (every step skipped, the scale stuck at inf),
+  // and a subnormal one backs off to exactly 0.
+  if (!(initial_scale_ >= std::numeric_limits<float>::min() && initial_scale_ <= std::numeric_limits<float>::max()))
+    fail("loss_scaling.initial_scale = ", initial_scale_, " must be a normal float: in [",
+         std::numeric_limits<float>::min(), ", ", std::numeric_limits<float>::max(), "]");
   if (!(growth_factor_ > 1.0) || !std::isfinite(growth_factor_))
     fail("loss_scaling.growth_factor = ", growth_factor_, " must be > 1");
   if (!(backoff_factor_ > 0.0 && backoff_factor_ < 1.0))

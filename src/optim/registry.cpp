@@ -71,7 +71,10 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& name, std::vector<P
     for (const std::string& known_name : optimizer_names()) known += (known.empty() ? "" : ", ") + known_name;
     throw ConfigError(detail::concat("unknown optimizer '", name, "' (known: ", known, ")"));
   }
-  return factory(std::move(groups), options);
+  std::unique_ptr<Optimizer> optimizer = factory(std::move(groups), options);
+  OPSNN_CHECK_AS(ConfigError, optimizer != nullptr, "the factory registered for optimizer '", name,
+                 "' returned no optimizer");
+  return optimizer;
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const std::string& name, NamedParameters parameters,

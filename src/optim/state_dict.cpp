@@ -1,42 +1,65 @@
 // Optimizer::state_dict / load_state_dict: per-parameter states by "<param>.<state>" and the step-state
 // scalars as 0-d tensors, so a checkpoint can store everything as named tensors (safetensors).
+#include <cmath>
+#include <limits>
 #include <set>
 
 #include "opsnn/core/error.h"
+#include "opsnn/ops/ops.h"
 #include "opsnn/optim/optimizer.h"
 
 namespace opsnn::optim {
 namespace {
 
-// A step-state field: its key, dtype, and how to read and write it as a double (exact for these ranges).
+// A step-state field: its key, dtype, how to read and write it as a double (exact for these ranges), and
+// the values a loaded one may take (whole numbers for the integer fields): checked before converting, so
+// 1e20 cannot become INT_MIN or an infinite loss scale a float that skips every step.
 struct ScalarField {
   const char* key;
   DType dtype;
   double (*get)(const StepState&);
   void (*set)(StepState&, double);
+  double low, high;
 };
+
+constexpr double kMaxCount = 9007199254740992.0;  // 2^53: every integer up to here is exact in a double
+constexpr double kMaxInt32 = 2147483647.0;
 
 const ScalarField kScalarFields[] = {
     {"step_state.step", DType::i64, [](const StepState& s) { return static_cast<double>(s.step); },
-     [](StepState& s, double v) { s.step = static_cast<int64_t>(v); }},
+     [](StepState& s, double v) { s.step = static_cast<int64_t>(v); }, 0.0, kMaxCount},
     {"step_state.skipped_steps", DType::i64, [](const StepState& s) { return static_cast<double>(s.skipped_steps); },
-     [](StepState& s, double v) { s.skipped_steps = static_cast<int64_t>(v); }},
-    {"step_state.lr", DType::f64, [](const StepState& s) { return s.lr; }, [](StepState& s, double v) { s.lr = v; }},
+     [](StepState& s, double v) { s.skipped_steps = static_cast<int64_t>(v); }, 0.0, kMaxCount},
+    {"step_state.lr", DType::f64, [](const StepState& s) { return s.lr; }, [](StepState& s, double v) { s.lr = v; },
+     0.0, std::numeric_limits<double>::max()},
     {"step_state.beta1_power", DType::f64, [](const StepState& s) { return s.beta1_power; },
-     [](StepState& s, double v) { s.beta1_power = v; }},
+     [](StepState& s, double v) { s.beta1_power = v; }, 0.0, 1.0},
     {"step_state.beta2_power", DType::f64, [](const StepState& s) { return s.beta2_power; },
-     [](StepState& s, double v) { s.beta2_power = v; }},
+     [](StepState& s, double v) { s.beta2_power = v; }, 0.0, 1.0},
+    // A normal float: a subnormal one backs off to exactly 0, an infinite one skips every step.
     {"step_state.loss_scale", DType::f32, [](const StepState& s) { return static_cast<double>(s.loss_scale); },
-     [](StepState& s, double v) { s.loss_scale = static_cast<float>(v); }},
+     [](StepState& s, double v) { s.loss_scale = static_cast<float>(v); }, std::numeric_limits<float>::min(),
+     std::numeric_limits<float>::max()},
     {"step_state.growth_tracker", DType::i32, [](const StepState& s) { return static_cast<double>(s.growth_tracker); },
-     [](StepState& s, double v) { s.growth_tracker = static_cast<int32_t>(v); }},
+     [](StepState& s, double v) { s.growth_tracker = static_cast<int32_t>(v); }, 0.0, kMaxInt32},
     {"step_state.first_nonfinite_step", DType::i64,
      [](const StepState& s) { return static_cast<double>(s.first_nonfinite_step); },
-     [](StepState& s, double v) { s.first_nonfinite_step = static_cast<int64_t>(v); }},
+     [](StepState& s, double v) { s.first_nonfinite_step = static_cast<int64_t>(v); }, -1.0, kMaxCount},
     {"step_state.first_nonfinite_segment", DType::i32,
      [](const StepState& s) { return static_cast<double>(s.first_nonfinite_segment); },
-     [](StepState& s, double v) { s.first_nonfinite_segment = static_cast<int32_t>(v); }},
+     [](StepState& s, double v) { s.first_nonfinite_segment = static_cast<int32_t>(v); }, -1.0, kMaxInt32},
 };
+
+// Whether a loaded per-parameter state may hold `source`: second moments (names ending in "_sq": Adam's
+// and LAMB's v, AMSGrad's max) are never negative or NaN - a negative v made the next step move a weight
+// from 1 to -1e5. Reduced on the tensor's own device (no copy of the whole state to the host).
+bool valid_state_values(const std::string& state_name, const Tensor& source) {
+  if (state_name.size() < 3 || state_name.compare(state_name.size() - 3, 3, "_sq") != 0 || source.numel() == 0)
+    return true;
+  const Tensor values = source.dtype() == DType::f32 ? source : source.to(DType::f32);
+  const double below_zero = ops::sum(ops::relu(ops::scale(values, -1.0))).item();
+  return below_zero == 0.0 && !std::isnan(ops::sum(values).item());
+}
 
 }  // namespace
 
@@ -79,10 +102,21 @@ void Optimizer::load_state_dict(const StateDict& state) {
       OPSNN_CHECK_AS(ConfigError, is_floating(source.dtype()), name_, " optimizer state_dict: key '",
                      arena.segments()[i].name, ".", arena.state_names()[s], "' has dtype ",
                      dtype_name(source.dtype()), ", expected a floating dtype");
+      OPSNN_CHECK_AS(ConfigError, valid_state_values(arena.state_names()[s], source), name_,
+                     " optimizer state_dict: key '", arena.segments()[i].name, ".", arena.state_names()[s],
+                     "' holds negative or NaN values (a second moment is a mean of squares)");
       copies.emplace_back(destination, &source);
     }
   StepState loaded = state_;
-  for (const ScalarField& field : kScalarFields) field.set(loaded, lookup(field.key, {}).item());
+  for (const ScalarField& field : kScalarFields) {
+    const double value = lookup(field.key, {}).item();
+    const bool whole = field.dtype == DType::f32 || field.dtype == DType::f64 || std::floor(value) == value;
+    OPSNN_CHECK_AS(ConfigError, value >= field.low && value <= field.high && whole, name_,
+                   " optimizer state_dict: key '", field.key, "' = ", value, " must be ",
+                   field.dtype == DType::f32 || field.dtype == DType::f64 ? "a number" : "an integer", " in [",
+                   field.low, ", ", field.high, "]");
+    field.set(loaded, value);
+  }
   std::string state_names;
   for (const std::string& state_name : arena.state_names()) state_names += (state_names.empty() ? "" : ", ") + state_name;
   for (const auto& [key, tensor] : state)

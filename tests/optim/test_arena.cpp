@@ -107,6 +107,9 @@ TEST_CASE("arena: bad parameter lists are rejected naming the tensor", "[optim]"
   NamedParameters twice{parameters[0], {"alias", parameters[0].second}};
   REQUIRE_THROWS_WITH(make_optimizer("adam", twice), Catch::Contains("same tensor"));
   REQUIRE_THROWS_AS(make_optimizer("adam", NamedParameters{}), ConfigError);
+  // An empty name would key its states ".exp_avg" in state dicts and checkpoints.
+  REQUIRE_THROWS_WITH(make_optimizer("adam", NamedParameters{{"", parameters[0].second}}),
+                      Catch::Contains("empty name"));
 }
 
 TEST_CASE("arena: a parameter taken over by a second optimizer is reported by the first", "[optim]") {

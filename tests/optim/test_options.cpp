@@ -47,6 +47,9 @@ TEST_CASE("options: bad settings raise ConfigError naming the setting", "[optim]
   require_rejected("adam", OptimizerOptions().max_grad_norm(-1), "max_grad_norm");
   require_rejected("adam", OptimizerOptions().loss_scaling(LossScalingOptions().initial_scale(0)), "initial_scale");
   require_rejected("adam", OptimizerOptions().loss_scaling(LossScalingOptions().initial_scale(-4)), "initial_scale");
+  // Finite as a double but not as the float the scale lives in: inf skipped every step, 1e-45 backed off to 0.
+  require_rejected("adam", OptimizerOptions().loss_scaling(LossScalingOptions().initial_scale(1e300)), "initial_scale");
+  require_rejected("adam", OptimizerOptions().loss_scaling(LossScalingOptions().initial_scale(1e-45)), "initial_scale");
   require_rejected("adam", OptimizerOptions().loss_scaling(LossScalingOptions().growth_factor(1.0)), "growth_factor");
   require_rejected("adam", OptimizerOptions().loss_scaling(LossScalingOptions().backoff_factor(1.5)),
                    "backoff_factor");
@@ -81,6 +84,11 @@ TEST_CASE("registry: names, unknown name listing the known ones", "[optim]") {
   REQUIRE_THROWS_WITH(make_optimizer("adamax", parameters),
                       Catch::Contains("adamax") && Catch::Contains("adam, adamw, lamb, sgd"));
   for (const char* name : {"adam", "adamw", "lamb", "sgd"}) REQUIRE(make_optimizer(name, parameters)->name() == name);
+  register_optimizer("returns_nothing", [](std::vector<ParamGroup>, const OptimizerOptions&) {
+    return std::unique_ptr<Optimizer>();
+  });
+  REQUIRE_THROWS_WITH(make_optimizer("returns_nothing", parameters),
+                      Catch::Contains("returns_nothing") && Catch::Contains("returned no optimizer"));
 }
 
 TEST_CASE("options: default weight decay per optimizer and no decay on 1-d parameters", "[optim]") {

@@ -86,3 +86,38 @@ TEST_CASE("state_dict: missing, unexpected and mismatched entries name the key",
   REQUIRE_THROWS(adam.load_state_dict(changed));
   REQUIRE(adam.step_state().step == 0);
 }
+
+TEST_CASE("state_dict: values a state cannot hold are refused before anything changes", "[optim]") {
+  NamedParameters parameters = random_parameters({{3, 2}, {2}}, 5);
+  Adam adam(parameters, OptimizerOptions(1e-2));
+  const StateDict good = adam.state_dict();
+  struct Bad {
+    const char* key;
+    Tensor value;
+    const char* expected;
+  };
+  const Bad bad[] = {
+      // A negative second moment moved a weight from 1 to -1e5 at the next step.
+      {"layer0.weight.exp_avg_sq", Tensor::full({3, 2}, -1.0), "negative or NaN"},
+      {"layer1.bias.exp_avg_sq", Tensor::full({2}, NAN), "negative or NaN"},
+      {"step_state.skipped_steps", Tensor::scalar(-7, DType::i64), "step_state.skipped_steps' = -7"},
+      {"step_state.lr", Tensor::scalar(NAN, DType::f64), "step_state.lr"},
+      // Finite in the dict, infinite as the float it becomes: every later step would be skipped.
+      {"step_state.loss_scale", Tensor::scalar(INFINITY), "step_state.loss_scale"},
+      {"step_state.loss_scale", Tensor::scalar(1e-45), "step_state.loss_scale"},
+      // Was narrowed to INT_MIN.
+      {"step_state.growth_tracker", Tensor::scalar(1e20, DType::f64), "step_state.growth_tracker' = 1e+20"},
+      {"step_state.step", Tensor::scalar(2.5, DType::f64), "an integer"},
+  };
+  for (const Bad& b : bad) {
+    INFO(b.key);
+    StateDict state = good;
+    state[b.key] = b.value;
+    REQUIRE_THROWS_AS(adam.load_state_dict(state), ConfigError);
+    REQUIRE_THROWS_WITH(adam.load_state_dict(state), Catch::Contains(b.expected));
+  }
+  REQUIRE(adam.step_state().loss_scale == good.at("step_state.loss_scale").item());
+  StateDict zero_moments = good;  // zeros (a fresh state) are fine
+  zero_moments["layer0.weight.exp_avg_sq"] = Tensor::zeros({3, 2});
+  REQUIRE_NOTHROW(adam.load_state_dict(zero_moments));
+}
