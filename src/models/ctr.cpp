@@ -25,7 +25,8 @@ class CtrModel : public nn::Module {
                      "] must be at least 1, got ", options.field_vocab_sizes[f]);
       field_offsets_.push_back(rows);
       field_sizes_.push_back(options.field_vocab_sizes[f]);
-      rows += options.field_vocab_sizes[f];
+      OPSNN_CHECK_AS(ConfigError, !__builtin_add_overflow(rows, options.field_vocab_sizes[f], &rows),
+                     "model.field_vocab_sizes: the fields' rows add up past a 64-bit count (at field ", f, ")");
     }
     embedding_ = register_module(
         "embedding", std::make_shared<nn::Embedding>(
@@ -33,6 +34,8 @@ class CtrModel : public nn::Module {
     auto mlp = std::make_shared<nn::Sequential>();
     int64_t width = options.embedding_dim * static_cast<int64_t>(field_sizes_.size());
     for (size_t i = 0; i < options.hidden.size(); ++i) {
+      OPSNN_CHECK_AS(ConfigError, options.hidden[i] >= 1, "model.hidden[", i, "] must be at least 1, got ",
+                     options.hidden[i]);
       mlp->push_back("fc" + std::to_string(i + 1), std::make_shared<nn::Linear>(width, options.hidden[i], generator));
       mlp->push_back("relu" + std::to_string(i + 1), std::make_shared<nn::ReLU>());
       width = options.hidden[i];

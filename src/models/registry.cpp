@@ -24,7 +24,10 @@ std::map<std::string, ModelBuilder>& registry() {
 
 }  // namespace
 
-void register_model(const std::string& name, ModelBuilder builder) { registry()[name] = std::move(builder); }
+void register_model(const std::string& name, ModelBuilder builder) {
+  OPSNN_CHECK_AS(ConfigError, !name.empty() && builder, "register_model needs a name and a builder");
+  registry()[name] = std::move(builder);
+}
 
 std::vector<std::string> known_models() {
   std::vector<std::string> names;
@@ -43,7 +46,10 @@ std::shared_ptr<nn::Module> build_model(const ModelOptions& options, Generator& 
                  options.num_classes);
   OPSNN_CHECK_AS(ConfigError, options.in_channels >= 1, "model.in_channels must be at least 1, got ",
                  options.in_channels);
-  return found->second(options, generator);
+  std::shared_ptr<nn::Module> model = found->second(options, generator);
+  OPSNN_CHECK_AS(ConfigError, model != nullptr, "the builder registered for model '", options.arch,
+                 "' returned no model");
+  return model;
 }
 
 int64_t count_parameters(const nn::Module& module) {

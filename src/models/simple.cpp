@@ -9,9 +9,15 @@ namespace opsnn::models {
 
 std::shared_ptr<nn::Module> make_mlp(const ModelOptions& options, Generator& generator) {
   OPSNN_CHECK_AS(ConfigError, !options.hidden.empty(), "model.hidden: the mlp needs at least one hidden width");
+  OPSNN_CHECK_AS(ConfigError, options.image_size >= 1, "model.image_size must be at least 1, got ", options.image_size);
   auto model = std::make_shared<nn::Sequential>();
   model->push_back("flatten", std::make_shared<nn::Flatten>());
-  int64_t width = options.in_channels * options.image_size * options.image_size;
+  int64_t width = 0;  // in_channels * image_size^2 inputs, checked: a wrapped product built a wrong layer
+  OPSNN_CHECK_AS(ConfigError,
+                 !__builtin_mul_overflow(options.in_channels, options.image_size, &width) &&
+                     !__builtin_mul_overflow(width, options.image_size, &width),
+                 "model.in_channels x model.image_size^2 (", options.in_channels, " x ", options.image_size,
+                 "^2) overflows a 64-bit count");
   for (size_t i = 0; i < options.hidden.size(); ++i) {
     OPSNN_CHECK_AS(ConfigError, options.hidden[i] >= 1, "model.hidden[", i, "] must be at least 1, got ",
                    options.hidden[i]);

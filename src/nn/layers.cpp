@@ -12,7 +12,7 @@ namespace opsnn::nn {
 namespace {
 
 void check_positive(int64_t value, const char* layer, const char* option) {
-  OPSNN_CHECK(value > 0, layer, ": ", option, " must be positive, got ", value);
+  OPSNN_CHECK_AS(ConfigError, value > 0, layer, ": ", option, " must be positive, got ", value);
 }
 
 // PyTorch's reset_parameters for Linear and Conv: kaiming_uniform_(a = sqrt(5)) for the weight, which
@@ -69,7 +69,7 @@ Conv2d::Conv2d(const Conv2dOptions& options, Generator& generator) : Module("Con
   check_positive(options.out_channels(), "Conv2d", "out_channels");
   check_positive(options.kernel_size(), "Conv2d", "kernel_size");
   check_positive(options.stride(), "Conv2d", "stride");
-  OPSNN_CHECK(options.padding() >= 0, "Conv2d: padding must not be negative, got ", options.padding());
+  OPSNN_CHECK_AS(ConfigError, options.padding() >= 0, "Conv2d: padding must not be negative, got ", options.padding());
   int64_t k = options.kernel_size();
   weight_ = register_parameter("weight", Tensor::empty({options.out_channels(), options.in_channels(), k, k}));
   if (options.bias()) bias_ = register_parameter("bias", Tensor::empty({options.out_channels()}));
@@ -107,9 +107,9 @@ std::string Conv2d::extra_repr() const {
 
 BatchNorm2d::BatchNorm2d(const BatchNorm2dOptions& options) : Module("BatchNorm2d"), options_(options) {
   check_positive(options.num_features(), "BatchNorm2d", "num_features");
-  OPSNN_CHECK(options.eps() > 0, "BatchNorm2d: eps must be positive, got ", options.eps());
-  OPSNN_CHECK(options.momentum() >= 0 && options.momentum() <= 1, "BatchNorm2d: momentum must be in [0, 1], got ",
-              options.momentum());
+  OPSNN_CHECK_AS(ConfigError, options.eps() > 0, "BatchNorm2d: eps must be positive, got ", options.eps());
+  OPSNN_CHECK_AS(ConfigError, options.momentum() >= 0 && options.momentum() <= 1,
+                 "BatchNorm2d: momentum must be in [0, 1], got ", options.momentum());
   const Shape channels{options.num_features()};
   weight_ = register_parameter("weight", Tensor::empty(channels));
   bias_ = register_parameter("bias", Tensor::empty(channels));
@@ -184,8 +184,8 @@ Tensor ReLU::forward(const Tensor& input) { return ops::relu(input); }
 static ops::Pool2dGeometry pool_geometry(int64_t kernel_size, int64_t stride, int64_t padding, const char* layer) {
   check_positive(kernel_size, layer, "kernel_size");
   check_positive(stride, layer, "stride");
-  OPSNN_CHECK(padding >= 0 && 2 * padding <= kernel_size, layer, ": padding must be in [0, kernel_size / 2], got ",
-              padding, " for kernel_size ", kernel_size);
+  OPSNN_CHECK_AS(ConfigError, padding >= 0 && 2 * padding <= kernel_size, layer,
+                 ": padding must be in [0, kernel_size / 2], got ", padding, " for kernel_size ", kernel_size);
   ops::Pool2dGeometry geometry;
   geometry.kernel_h = geometry.kernel_w = kernel_size;
   geometry.stride_h = geometry.stride_w = stride;

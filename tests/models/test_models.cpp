@@ -2,7 +2,9 @@
 // every parameter, zero-init of residual BatchNorms, the registry's errors.
 #include <catch2/catch.hpp>
 
+#include "opsnn/core/error.h"
 #include "opsnn/models/models.h"
+#include "opsnn/nn/layers.h"
 #include "opsnn/ops/ops.h"
 
 using namespace opsnn;
@@ -100,4 +102,25 @@ TEST_CASE("model registry errors list the known models", "[models]") {
   ModelOptions bad_stem = options_for("resnet18");
   bad_stem.stem = "tiny";
   CHECK_THROWS_WITH(models::build_model(bad_stem, generator), Catch::Contains("model.stem"));
+  CHECK_THROWS_AS(models::register_model("nothing", nullptr), ConfigError);
+  models::register_model("returns_nothing", [](const ModelOptions&, Generator&) { return std::shared_ptr<nn::Module>(); });
+  CHECK_THROWS_WITH(models::build_model(options_for("returns_nothing"), generator),
+                    Catch::Contains("returns_nothing") && Catch::Contains("returned no model"));
+}
+
+TEST_CASE("model options that would build a wrong or broken model are config errors", "[models]") {
+  Generator generator(5);
+  ModelOptions mlp = options_for("mlp");
+  mlp.image_size = -28;  // built a 784-input MLP
+  CHECK_THROWS_AS(models::build_model(mlp, generator), ConfigError);
+  mlp.image_size = int64_t{1} << 32;  // in_channels * image_size^2 wrapped
+  CHECK_THROWS_WITH(models::build_model(mlp, generator), Catch::Contains("overflows"));
+  ModelOptions ctr = options_for("ctr");
+  ctr.field_vocab_sizes = {10, 10};
+  ctr.hidden = {0};
+  CHECK_THROWS_WITH(models::build_model(ctr, generator), Catch::Contains("model.hidden[0] must be at least 1"));
+  ctr.hidden = {8};
+  ctr.field_vocab_sizes = {INT64_MAX, INT64_MAX};
+  CHECK_THROWS_WITH(models::build_model(ctr, generator), Catch::Contains("model.field_vocab_sizes"));
+  CHECK_THROWS_AS(nn::Linear(0, 3, generator), ConfigError);
 }
