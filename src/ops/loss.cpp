@@ -72,8 +72,8 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, double label_smoo
   OPSNN_CHECK_AS(ShapeError, target.dim() == 1 && target.size(0) == log_probs.size(0), "nll_loss: targets ",
                  shape_str(target.shape()), " do not match log_probs ", shape_str(log_probs.shape()), " (expected [",
                  log_probs.size(0), "])");
-  OPSNN_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, "nll_loss: label_smoothing ", label_smoothing,
-              " is outside [0, 1]");
+  OPSNN_CHECK_AS(ConfigError, label_smoothing >= 0.0 && label_smoothing <= 1.0, "nll_loss: label_smoothing ",
+                 label_smoothing, " is outside [0, 1]");
   Tensor input = log_probs.contiguous();
   Tensor labels = target.clone();
   Tensor out = Tensor::empty({}, input.dtype(), input.device());

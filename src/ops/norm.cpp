@@ -138,8 +138,9 @@ Tensor batch_norm_maybe_relu(const Tensor& input, const Tensor& gamma, const Ten
   check_channel_tensor(input, beta, "beta");
   check_running_stat(input, running_mean, "running_mean", training);
   check_running_stat(input, running_var, "running_var", training);
-  OPSNN_CHECK(eps >= 0.0, "batch_norm: eps must not be negative, got ", eps);
-  OPSNN_CHECK(momentum >= 0.0 && momentum <= 1.0, "batch_norm: momentum must lie in [0, 1], got ", momentum);
+  OPSNN_CHECK_AS(ConfigError, eps >= 0.0, "batch_norm: eps must not be negative, got ", eps);
+  OPSNN_CHECK_AS(ConfigError, momentum >= 0.0 && momentum <= 1.0, "batch_norm: momentum must lie in [0, 1], got ",
+                 momentum);
   const Tensor input_data = input.contiguous().detach();
   // Without affine parameters the kernels see gamma = 1 and beta = 0.
   const Tensor gamma_data = defined_or(gamma, 1.0, input);

@@ -216,6 +216,11 @@ TEST_CASE("batch_norm rejects bad arguments with messages naming both sides", "[
              Catch::Contains("f32") && Catch::Contains("f64"));
   CHECK_THAT(require_throws<ShapeError>([&] { ops::batch_norm(Tensor::zeros({4}), Tensor(), Tensor(), mean, var, true); }),
              Catch::Contains("[N, C]"));
+  CHECK_THAT(require_throws<ConfigError>([&] { ops::batch_norm(input, Tensor(), Tensor(), mean, var, true, 1.5); }),
+             Catch::Contains("momentum") && Catch::Contains("1.5"));
+  CHECK_THAT(require_throws<ConfigError>(
+                 [&] { ops::batch_norm(input, Tensor(), Tensor(), mean, var, true, 0.1, -1e-5); }),
+             Catch::Contains("eps"));
   // Training without running statistics (track_running_stats off) works.
   Tensor none_mean, none_var;
   REQUIRE(ops::batch_norm(input, Tensor(), Tensor(), none_mean, none_var, true).shape() == input.shape());
