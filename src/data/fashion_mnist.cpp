@@ -1,6 +1,7 @@
 // Fashion-MNIST: locating the four IDX files, cross-checking images against labels, normalising batches.
 #include "opsnn/data/fashion_mnist.h"
 
+#include <cmath>
 #include <filesystem>
 
 #include "opsnn/core/error.h"
@@ -31,8 +32,11 @@ std::string locate_fashion_mnist_file(const std::string& root, const std::string
 }
 
 FashionMnist::FashionMnist(const std::string& root, Split split, Normalization normalization) : split_(split) {
-  OPSNN_CHECK_AS(DataError, normalization.std > 0.0f, "Fashion-MNIST normalisation std must be positive, got ",
-                 normalization.std);
+  // A NaN or infinite setting would turn every pixel into NaN (or 0) without a word: settings, not data.
+  OPSNN_CHECK_AS(ConfigError, std::isfinite(normalization.mean), "Fashion-MNIST normalisation mean must be finite, got ",
+                 normalization.mean);
+  OPSNN_CHECK_AS(ConfigError, std::isfinite(normalization.std) && normalization.std > 0.0f,
+                 "Fashion-MNIST normalisation std must be finite and positive, got ", normalization.std);
   const std::string prefix = split == Split::train ? "train" : "t10k";
   images_path_ = locate_fashion_mnist_file(root, prefix + "-images-idx3-ubyte");
   labels_path_ = locate_fashion_mnist_file(root, prefix + "-labels-idx1-ubyte");

@@ -45,7 +45,8 @@ SyntheticImages::SyntheticImages(SyntheticImageOptions options) : options_(optio
               "synthetic image shape ", options_.channels, " x ", options_.height, " x ", options_.width,
               " has more values than int64 can count");
   OPSNN_CHECK(options_.num_classes >= 1, "synthetic num_classes must be >= 1, got ", options_.num_classes);
-  OPSNN_CHECK(options_.noise >= 0.0, "synthetic noise must be >= 0, got ", options_.noise);
+  OPSNN_CHECK_AS(ConfigError, std::isfinite(options_.noise) && options_.noise >= 0.0,
+                 "synthetic noise must be finite and >= 0, got ", options_.noise);
   OPSNN_CHECK(options_.sample_offset >= 0, "synthetic sample_offset must be >= 0");
   pattern_key_ = sub_key(options_.seed, 1);
   label_key_ = sub_key(options_.seed, 2);
@@ -60,7 +61,14 @@ int64_t SyntheticImages::label(int64_t index) const {
 std::vector<float> SyntheticImages::class_pattern(int64_t label) const {
   OPSNN_CHECK(label >= 0 && label < options_.num_classes, "synthetic class ", label, " out of range [0, ",
               options_.num_classes, ")");
-  std::vector<float> pattern(static_cast<size_t>(options_.channels * options_.height * options_.width));
+  const int64_t values = options_.channels * options_.height * options_.width;  // checked not to wrap
+  std::vector<float> pattern;
+  try {
+    pattern.resize(static_cast<size_t>(values));
+  } catch (const std::exception&) {  // bad_alloc or length_error: name the shape, not the allocator
+    throw ShapeError(detail::concat("synthetic image shape ", options_.channels, " x ", options_.height, " x ",
+                                    options_.width, ": cannot allocate its class pattern of ", values, " values"));
+  }
   write_pattern(label, pattern.data());
   return pattern;
 }
@@ -132,8 +140,12 @@ void SyntheticImages::get_batch(std::span<const int64_t> indices, const Tensor& 
 SyntheticCtr::SyntheticCtr(SyntheticCtrOptions options) : options_(std::move(options)) {
   OPSNN_CHECK(options_.size >= 0, "ctr dataset size must be >= 0, got ", options_.size);
   OPSNN_CHECK(!options_.vocab_sizes.empty(), "ctr dataset needs at least one field (vocab_sizes is empty)");
-  OPSNN_CHECK(options_.weight_scale >= 0.0, "ctr weight_scale must be >= 0, got ", options_.weight_scale);
-  OPSNN_CHECK(options_.value_skew > 0.0, "ctr value_skew must be > 0, got ", options_.value_skew);
+  // Non-finite settings would make every logit (and so every label and loss) NaN or saturated.
+  OPSNN_CHECK_AS(ConfigError, std::isfinite(options_.weight_scale) && options_.weight_scale >= 0.0,
+                 "ctr weight_scale must be finite and >= 0, got ", options_.weight_scale);
+  OPSNN_CHECK_AS(ConfigError, std::isfinite(options_.bias), "ctr bias must be finite, got ", options_.bias);
+  OPSNN_CHECK_AS(ConfigError, std::isfinite(options_.value_skew) && options_.value_skew > 0.0,
+                 "ctr value_skew must be finite and > 0, got ", options_.value_skew);
   OPSNN_CHECK(options_.sample_offset >= 0, "ctr sample_offset must be >= 0");
   int64_t total = 0;
   for (size_t field = 0; field < options_.vocab_sizes.size(); ++field) {

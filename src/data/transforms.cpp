@@ -2,6 +2,8 @@
 #include "opsnn/data/transforms.h"
 
 #include <algorithm>
+#include <new>
+#include <stdexcept>
 #include <vector>
 
 #include "opsnn/core/error.h"
@@ -18,7 +20,14 @@ uint64_t derive_seed(uint64_t seed, RandomStream stream, int64_t epoch) {
 }
 
 std::vector<int64_t> shuffled_indices(int64_t count, uint64_t seed, int64_t epoch) {
-  std::vector<int64_t> order(static_cast<size_t>(count));
+  // A negative count would become a huge size_t (std::length_error), not a message naming it.
+  OPSNN_CHECK_AS(ConfigError, count >= 0, "shuffled_indices: sample count must be >= 0, got ", count);
+  std::vector<int64_t> order;
+  try {
+    order.resize(static_cast<size_t>(count));
+  } catch (const std::exception&) {  // bad_alloc or length_error: name the count, not the allocator
+    throw ConfigError(detail::concat("shuffled_indices: cannot allocate the order of ", count, " samples"));
+  }
   for (int64_t i = 0; i < count; ++i) order[static_cast<size_t>(i)] = i;
   Generator generator(derive_seed(seed, RandomStream::shuffle, epoch));
   for (int64_t i = count - 1; i > 0; --i) {
@@ -43,6 +52,12 @@ AugmentDecision draw_augment(const AugmentOptions& options, uint64_t seed, int64
 
 void apply_augment(const AugmentDecision& decision, float* image, int64_t channels, int64_t height, int64_t width,
                    std::span<const float> background) {
+  // Negative sizes would turn into huge buffer sizes below; so would a plane size that wraps int64.
+  int64_t plane_values = 0;
+  OPSNN_CHECK_AS(ShapeError,
+                 channels >= 0 && height >= 0 && width >= 0 && !__builtin_mul_overflow(height, width, &plane_values),
+                 "apply_augment: image shape must be non-negative and countable, got ", channels, " x ", height,
+                 " x ", width);
   OPSNN_CHECK(static_cast<int64_t>(background.size()) == channels, "apply_augment: ", background.size(),
               " background values for ", channels, " channels");
   std::vector<float> source(static_cast<size_t>(height * width));
@@ -74,9 +89,23 @@ void augment_batch(Batch& batch, const Dataset& dataset, const AugmentOptions& o
   OPSNN_CHECK(batch.size() == static_cast<int64_t>(sample_indices.size()), "augment_batch: batch of ", batch.size(),
               " rows but ", sample_indices.size(), " sample indices");
   const int64_t channels = shape[0], height = shape[1], width = shape[2];
+  // The images are written in place at the dataset's sample size: a batch of any other layout would be
+  // written past its end (or misread), so it must be exactly a contiguous f32 [B, C, H, W] on the CPU.
+  const Tensor& inputs = batch.inputs;
+  OPSNN_CHECK_AS(ShapeError, inputs.defined(), "augment_batch: the batch has no inputs");
+  OPSNN_CHECK_AS(TypeError, inputs.dtype() == DType::f32, "augment_batch: inputs must be f32 images, got ",
+                 dtype_name(inputs.dtype()));
+  OPSNN_CHECK_AS(DeviceError, inputs.device().is_cpu(), "augment_batch: inputs must be on the CPU, got ",
+                 inputs.device().str());
+  const Shape expected{static_cast<int64_t>(sample_indices.size()), channels, height, width};
+  OPSNN_CHECK_AS(ShapeError, inputs.shape() == expected, "augment_batch: inputs of shape ", shape_str(inputs.shape()),
+                 " do not match ", sample_indices.size(), " samples of ", dataset.name(), " (expected ",
+                 shape_str(expected), ")");
+  OPSNN_CHECK_AS(ShapeError, inputs.is_contiguous(), "augment_batch: inputs must be contiguous, got a strided view of shape ",
+                 shape_str(inputs.shape()));
   std::vector<float> background(static_cast<size_t>(channels));
   for (int64_t c = 0; c < channels; ++c) background[static_cast<size_t>(c)] = dataset.background_value(c);
-  float* images = batch.inputs.data<float>();
+  float* images = inputs.data<float>();
   for (size_t row = 0; row < sample_indices.size(); ++row) {
     const AugmentDecision decision = draw_augment(options, seed, epoch, sample_indices[row]);
     apply_augment(decision, images + static_cast<int64_t>(row) * channels * height * width, channels, height, width,

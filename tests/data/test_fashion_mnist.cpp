@@ -303,3 +303,13 @@ TEST_CASE("Fashion-MNIST: plain uncompressed IDX files read, and their size is c
                Catch::Contains("train-images-idx3-ubyte: truncated at byte 10 of the file, the IDX images header needs 16 bytes"));
   }
 }
+
+TEST_CASE("Fashion-MNIST: a NaN or infinite normalisation is a ConfigError naming it", "[data]") {
+  // Checked before any file is read: every pixel would otherwise become NaN (or 0) without a word.
+  TempDir dir;
+  CHECK_THROWS_MATCHES(FashionMnist(dir.path.string(), Split::train, {NAN, 1.0f}), ConfigError,
+                       Catch::Message("Fashion-MNIST normalisation mean must be finite, got nan"));
+  CHECK_THROWS_MATCHES(FashionMnist(dir.path.string(), Split::train, {0.5f, INFINITY}), ConfigError,
+                       Catch::Message("Fashion-MNIST normalisation std must be finite and positive, got inf"));
+  CHECK_THROWS_AS(FashionMnist(dir.path.string(), Split::train, {0.5f, 0.0f}), ConfigError);
+}

@@ -2,9 +2,11 @@
 // planted ground truth (labels follow the true probabilities; the Bayes loss beats the base rate).
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdint>
 #include <set>
 #include <vector>
 
+#include "opsnn/core/error.h"
 #include "opsnn/data/synthetic.h"
 #include "opsnn/data/transforms.h"
 
@@ -166,4 +168,68 @@ TEST_CASE("Synthetic datasets refuse sizes whose products or sums wrap int64", "
   SyntheticCtrOptions ctr;
   ctr.vocab_sizes = {INT64_MAX, INT64_MAX, 3};
   CHECK_THROWS_WITH(SyntheticCtr(ctr), Catch::Contains("ctr vocab_sizes total more values than int64 can count (at field 1)"));
+}
+
+TEST_CASE("Synthetic datasets refuse NaN and infinite parameters with a ConfigError naming them", "[data]") {
+  SyntheticCtrOptions ctr;
+  ctr.vocab_sizes = {4, 5};
+  ctr.bias = NAN;
+  CHECK_THROWS_MATCHES(SyntheticCtr(ctr), ConfigError, Catch::Message("ctr bias must be finite, got nan"));
+  ctr.bias = -1.0;
+  ctr.weight_scale = INFINITY;
+  CHECK_THROWS_MATCHES(SyntheticCtr(ctr), ConfigError, Catch::Message("ctr weight_scale must be finite and >= 0, got inf"));
+  ctr.weight_scale = 0.5;
+  ctr.value_skew = INFINITY;
+  CHECK_THROWS_AS(SyntheticCtr(ctr), ConfigError);
+  SyntheticImageOptions images;
+  images.noise = INFINITY;
+  CHECK_THROWS_MATCHES(SyntheticImages(images), ConfigError, Catch::Message("synthetic noise must be finite and >= 0, got inf"));
+}
+
+TEST_CASE("Augmentation helpers refuse bad counts and shapes with opsnn errors, not std:: ones", "[data]") {
+  CHECK_THROWS_MATCHES(shuffled_indices(-5, 0, 0), ConfigError,
+                       Catch::Message("shuffled_indices: sample count must be >= 0, got -5"));
+  CHECK_THROWS_AS(shuffled_indices(INT64_MAX, 0, 0), ConfigError);
+  REQUIRE(shuffled_indices(0, 0, 0).empty());
+  std::vector<float> image(4, 0.0f);
+  const std::vector<float> background{0.0f};
+  CHECK_THROWS_MATCHES(apply_augment({1, 0, false}, image.data(), 1, -2, 2, background), ShapeError,
+                       Catch::Message("apply_augment: image shape must be non-negative and countable, got 1 x -2 x 2"));
+  // 2^50 values fit int64 but not memory: the pattern allocation names the shape.
+  SyntheticImageOptions huge;
+  huge.channels = int64_t{1} << 30;
+  huge.height = int64_t{1} << 10;
+  huge.width = int64_t{1} << 10;
+  SyntheticImages dataset(huge);
+  CHECK_THROWS_AS(dataset.class_pattern(0), ShapeError);
+  CHECK_THROWS_WITH(dataset.class_pattern(0),
+                    Catch::Contains("synthetic image shape 1073741824 x 1024 x 1024: cannot allocate its class pattern"));
+}
+
+TEST_CASE("augment_batch: inputs must be a contiguous f32 CPU [B, C, H, W] batch of the dataset's samples", "[data]") {
+  // Writing 3 x 64 x 64 images into a 1 x 1 x 2 x 2 tensor corrupted the heap.
+  SyntheticImageOptions options;
+  options.channels = 3;
+  options.height = options.width = 8;
+  SyntheticImages dataset(options);
+  AugmentOptions augment;
+  augment.crop_padding = 2;
+  std::vector<int64_t> indices{0};
+  Batch batch;
+  batch.labels = Tensor::zeros({1}, DType::i64);
+  batch.inputs = Tensor::zeros({1, 1, 2, 2});
+  CHECK_THROWS_AS(augment_batch(batch, dataset, augment, 0, 0, indices), ShapeError);
+  CHECK_THROWS_WITH(augment_batch(batch, dataset, augment, 0, 0, indices),
+                    Catch::Contains("augment_batch: inputs of shape [1, 1, 2, 2] do not match 1 samples of") &&
+                        Catch::Contains("(expected [1, 3, 8, 8])"));
+  batch.inputs = Tensor::zeros({1, 3, 8, 8}, DType::f64);
+  CHECK_THROWS_MATCHES(augment_batch(batch, dataset, augment, 0, 0, indices), TypeError,
+                       Catch::Message("augment_batch: inputs must be f32 images, got f64"));
+  batch.inputs = Tensor::zeros({1, 3, 8, 8}).transpose(2, 3);
+  CHECK_THROWS_AS(augment_batch(batch, dataset, augment, 0, 0, indices), ShapeError);
+  batch.inputs = Tensor();
+  CHECK_THROWS_AS(augment_batch(batch, dataset, augment, 0, 0, indices), ShapeError);
+  // The matching batch is augmented as before.
+  batch.inputs = Tensor::zeros({1, 3, 8, 8});
+  REQUIRE_NOTHROW(augment_batch(batch, dataset, augment, 0, 0, indices));
 }
