@@ -304,11 +304,16 @@ FileDigest write_safetensors(const std::filesystem::path& path, const NamedTenso
 }
 
 std::string read_file_bytes(const std::filesystem::path& path) {
-  FileDescriptor file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  // O_NONBLOCK: a blocking open() of a FIFO waits for a writer forever, before fstat could refuse it.
+  // For the regular files accepted below the flag changes nothing.
+  FileDescriptor file{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
   OPSNN_CHECK_AS(DataError, file.fd >= 0, "cannot open ", path.string(), ": ", system_reason());
   struct stat info {};
   OPSNN_CHECK_AS(DataError, ::fstat(file.fd, &info) == 0, "cannot stat ", path.string(), ": ", system_reason());
   OPSNN_CHECK_AS(DataError, S_ISREG(info.st_mode), path.string(), " is not a regular file");
+  const int flags = ::fcntl(file.fd, F_GETFL);
+  OPSNN_CHECK_AS(DataError, flags >= 0 && ::fcntl(file.fd, F_SETFL, flags & ~O_NONBLOCK) == 0, "cannot read ",
+                 path.string(), ": ", system_reason());
   std::string bytes(static_cast<size_t>(info.st_size), '\0');
   size_t filled = 0;
   while (filled < bytes.size()) {

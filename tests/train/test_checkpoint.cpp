@@ -1,14 +1,18 @@
 // Tests of src/train/checkpoint.cpp: full round trip, atomic save (no temporary folder left), keep_last
 // pruning, --resume auto discovery, and refusal of missing, truncated and corrupted checkpoint files.
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -397,4 +401,21 @@ TEST_CASE("checkpoint save rejects extra_json that is not an object", "[checkpoi
   data.extra_json = "{not json";
   CHECK_THROWS_AS(save_checkpoint(run.path, data), Error);
   CHECK_FALSE(fs::exists(run.path / "checkpoints"));  // refused before touching the disk
+}
+
+TEST_CASE("checkpoint path that is a FIFO is refused at once, not waited on", "[checkpoint]") {
+  // A blocking open() of a FIFO waits for a writer forever: load_checkpoint hung on it.
+  TemporaryRunDir run;
+  const fs::path fifo = run.path / std::string(kStateFileName);
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  for (const fs::path& path : {fifo, run.path}) {
+    std::future<std::string> message = std::async(std::launch::async, [&] { return load_error(path); });
+    if (message.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+      // Free the blocked reader so the test ends: opening the write side lets its open() return.
+      const int writer = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+      if (writer >= 0) ::close(writer);
+      FAIL("load_checkpoint(" << path << ") still waiting on the FIFO after 20 s");
+    }
+    CHECK_THAT(message.get(), Catch::Contains(fifo.string() + " is not a regular file"));
+  }
 }
