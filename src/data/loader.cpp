@@ -13,25 +13,33 @@ namespace opsnn::data {
 
 DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions options, LoaderPosition start)
     : dataset_(std::move(dataset)), options_(options) {
-  OPSNN_CHECK(dataset_ != nullptr, "DataLoader needs a dataset");
-  OPSNN_CHECK(options_.batch_size >= 1, "DataLoader batch_size must be >= 1, got ", options_.batch_size);
-  OPSNN_CHECK(options_.num_workers >= 0 && options_.num_workers <= 256, "DataLoader num_workers must be in [0, 256], got ",
-              options_.num_workers);
-  OPSNN_CHECK(options_.prefetch >= 1, "DataLoader prefetch must be >= 1, got ", options_.prefetch);
-  OPSNN_CHECK(options_.augment.crop_padding >= 0, "augment crop_padding must be >= 0, got ",
-              options_.augment.crop_padding);
-  OPSNN_CHECK(!options_.augment.any() || dataset_->is_image(), dataset_->name(),
-              ": crop/flip augmentation applies to [C, H, W] images only, samples are ",
-              shape_str(dataset_->sample_shape()));
+  OPSNN_CHECK_AS(UsageError, dataset_ != nullptr, "DataLoader needs a dataset");
+  OPSNN_CHECK_AS(ConfigError, options_.batch_size >= 1, "DataLoader batch_size must be >= 1, got ",
+                 options_.batch_size);
+  OPSNN_CHECK_AS(ConfigError, options_.num_workers >= 0 && options_.num_workers <= 256,
+                 "DataLoader num_workers must be in [0, 256], got ", options_.num_workers);
+  // Each prefetched batch is a whole batch in memory, and sequence numbers are counted up to
+  // consumer + prefetch: an unbounded queue exhausts memory long before it could help throughput.
+  OPSNN_CHECK_AS(ConfigError, options_.prefetch >= 1 && options_.prefetch <= kMaxPrefetch,
+                 "DataLoader prefetch must be in [1, ", kMaxPrefetch, "], got ", options_.prefetch);
+  OPSNN_CHECK_AS(ConfigError, options_.augment.crop_padding >= 0, "augment crop_padding must be >= 0, got ",
+                 options_.augment.crop_padding);
+  OPSNN_CHECK_AS(ConfigError, !options_.augment.any() || dataset_->is_image(), dataset_->name(),
+                 ": crop/flip augmentation applies to [C, H, W] images only, samples are ",
+                 shape_str(dataset_->sample_shape()));
   const int64_t samples = dataset_->size();
-  batches_per_epoch_ = options_.drop_last ? samples / options_.batch_size
-                                          : (samples + options_.batch_size - 1) / options_.batch_size;
-  OPSNN_CHECK(batches_per_epoch_ >= 1, dataset_->name(), " has ", samples, " samples: not one batch of ",
-              options_.batch_size, options_.drop_last ? " (drop_last drops the partial one)" : "");
+  // Not (samples + batch_size - 1) / batch_size: that wraps for a batch_size near INT64_MAX.
+  const int64_t full_batches = samples / options_.batch_size;
+  batches_per_epoch_ = full_batches + (!options_.drop_last && samples % options_.batch_size != 0 ? 1 : 0);
+  OPSNN_CHECK_AS(ConfigError, batches_per_epoch_ >= 1, dataset_->name(), " has ", samples,
+                 " samples: not one batch of ", options_.batch_size,
+                 options_.drop_last ? " (drop_last drops the partial one)" : "");
   // At most `prefetch` batches are claimed by workers or wait in the queue; the consumer holds one, and
   // an asynchronous upload may still read the one before.
   if (options_.pin_memory)
-    buffers_ = std::make_unique<BatchPool>(*dataset_, options_.batch_size, HostMemory::pinned, options_.prefetch + 2);
+    // No batch is larger than the dataset: a huge batch_size must not size the pooled buffers.
+    buffers_ = std::make_unique<BatchPool>(*dataset_, std::min(options_.batch_size, samples), HostMemory::pinned,
+                                           options_.prefetch + 2);
   seek(start);
 }
 

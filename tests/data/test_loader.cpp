@@ -2,6 +2,7 @@
 // exceptions crossing from the prefetch threads to the consumer, and pinned batches (tagged [cuda]).
 #include <catch2/catch.hpp>
 #include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <set>
@@ -82,6 +83,45 @@ TEST_CASE("DataLoader: drop_last and batch counts", "[data]") {
   REQUIRE_THROWS_WITH(DataLoader(dataset, options), Catch::Contains("not one batch of 11"));
   options.batch_size = 0;
   REQUIRE_THROWS_WITH(DataLoader(dataset, options), Catch::Contains("batch_size must be >= 1"));
+}
+
+TEST_CASE("DataLoader: a batch_size far beyond the dataset gives one partial batch", "[data]") {
+  // samples + batch_size - 1 wrapped for INT64_MAX and reported "not one batch".
+  auto dataset = std::make_shared<IndexDataset>(10);
+  for (int64_t workers : {0, 2}) {
+    DataLoader loader(dataset, options_with(INT64_MAX, 1, workers));
+    REQUIRE(loader.batches_per_epoch() == 1);
+    REQUIRE(loader.samples_per_epoch() == 10);
+    const auto batches = one_epoch(loader);
+    REQUIRE(batches.size() == 1);
+    REQUIRE(batches[0].size() == 10);
+  }
+  LoaderOptions dropping = options_with(INT64_MAX, 1, 0);
+  dropping.drop_last = true;
+  CHECK_THROWS_AS(DataLoader(dataset, dropping), ConfigError);
+}
+
+TEST_CASE("DataLoader: bad options are ConfigErrors naming the option; prefetch is bounded", "[data]") {
+  auto dataset = std::make_shared<IndexDataset>(10);
+  LoaderOptions options = options_with(2, 1, 2);
+  options.prefetch = 1'000'000;  // grew to gigabytes of queued batches
+  CHECK_THROWS_MATCHES(DataLoader(dataset, options), ConfigError,
+                       Catch::Message("DataLoader prefetch must be in [1, 1024], got 1000000"));
+  options.prefetch = INT64_MAX;  // consumer + prefetch wrapped
+  CHECK_THROWS_AS(DataLoader(dataset, options), ConfigError);
+  options.prefetch = 0;
+  CHECK_THROWS_AS(DataLoader(dataset, options), ConfigError);
+  options.prefetch = kMaxPrefetch;
+  CHECK(one_epoch(*std::make_unique<DataLoader>(dataset, options)).size() == 5);
+  options.prefetch = 2;
+  options.batch_size = 0;
+  CHECK_THROWS_AS(DataLoader(dataset, options), ConfigError);
+  options.batch_size = 2;
+  options.num_workers = 257;
+  CHECK_THROWS_AS(DataLoader(dataset, options), ConfigError);
+  options.num_workers = 1;
+  options.augment.horizontal_flip = true;  // index samples are not images
+  CHECK_THROWS_AS(DataLoader(dataset, options), ConfigError);
 }
 
 TEST_CASE("DataLoader: evaluation mode keeps dataset order and the last partial batch", "[data]") {

@@ -21,6 +21,9 @@
 
 namespace opsnn::data {
 
+// The largest LoaderOptions::prefetch: every prefetched batch is held in memory at once.
+inline constexpr int64_t kMaxPrefetch = 1024;
+
 struct LoaderOptions {
   int64_t batch_size = 64;
   bool shuffle = true;         // a fresh Philox Fisher-Yates order every epoch
@@ -28,7 +31,7 @@ struct LoaderOptions {
   uint64_t seed = 0;           // drives shuffling and augmentation
   AugmentOptions augment;      // image datasets only
   int64_t num_workers = 1;     // background threads producing batches; 0 = produce inside next()
-  int64_t prefetch = 2;        // batches produced ahead of the consumer (queue capacity), >= 1
+  int64_t prefetch = 2;        // batches produced ahead of the consumer (queue capacity), in [1, kMaxPrefetch]
   // Batches in page-locked host memory (needs a CUDA device) from prefetch + 2 buffers allocated once
   // and reused: the ready queue, the batch the consumer holds, and one still being read by its upload.
   bool pin_memory = false;
@@ -54,8 +57,8 @@ struct LoaderPosition {
 
 class DataLoader {
  public:
-  // Throws opsnn::Error for bad options (batch_size < 1, augmentation of non-image data, an epoch
-  // without any batch because drop_last drops the only partial batch).
+  // Throws ConfigError for bad options (batch_size < 1, prefetch outside [1, kMaxPrefetch], augmentation
+  // of non-image data, an epoch without any batch because drop_last drops the only partial batch).
   DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions options, LoaderPosition start = {});
   ~DataLoader();  // stops and joins the workers; pending batches are discarded
   DataLoader(const DataLoader&) = delete;
