@@ -115,7 +115,7 @@ Tensor Tensor::normal(const Shape& shape, double mean, double stddev, Generator&
 
 Tensor Tensor::view_of(std::shared_ptr<Storage> storage, int64_t offset, const Shape& shape, DType dtype) {
   check_shape_valid(shape);
-  OPSNN_CHECK(storage != nullptr, "view_of: null storage");
+  OPSNN_CHECK_AS(UsageError, storage != nullptr, "view_of: null storage");
   OPSNN_CHECK(offset >= 0 && static_cast<size_t>(offset) <= storage->bytes() / dtype_size(dtype) &&
                   checked_nbytes(shape, dtype) <= storage->bytes() - static_cast<size_t>(offset) * dtype_size(dtype),
               "view_of: ", shape_str(shape), " at offset ", offset, " exceeds a storage of ", storage->bytes(),
@@ -360,9 +360,16 @@ Tensor Tensor::grad() const {
 }
 
 void Tensor::set_grad(const Tensor& grad) {
+  // The engine accumulates into .grad in place and the optimizers read it as the parameter's dtype and
+  // layout: a gradient of another dtype or a strided view would fail (or convert) deep inside backward.
   if (grad.defined()) {
     check_same_shape(*this, grad, "set_grad");
     check_same_device(*this, grad, "set_grad");
+    OPSNN_CHECK_AS(TypeError, grad.dtype() == dtype() && is_floating(grad.dtype()), "set_grad: gradient of dtype ",
+                   dtype_name(grad.dtype()), " for a ", dtype_name(dtype()),
+                   " tensor (needs the tensor's own floating dtype)");
+    OPSNN_CHECK_AS(ShapeError, grad.is_contiguous(), "set_grad: gradient of shape ", shape_str(grad.shape()),
+                   " must be contiguous, got a strided view");
   }
   checked().grad = grad.impl_ptr();
 }
@@ -388,6 +395,7 @@ void Tensor::backward(const Tensor& gradient) const {
 }
 
 void Tensor::rehome(std::shared_ptr<Storage> new_storage, int64_t new_offset) const {
+  OPSNN_CHECK_AS(UsageError, new_storage != nullptr, "rehome: null storage for a tensor of ", shape_str(shape()));
   OPSNN_CHECK_AS(DeviceError, new_storage->device() == device(), "rehome: tensor on ", device().str(),
                  " cannot move into storage on ", new_storage->device().str());
   Tensor destination = view_of(new_storage, new_offset, shape(), dtype());

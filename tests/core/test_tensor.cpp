@@ -316,6 +316,27 @@ TEST_CASE("rehome moves the values into new storage and every handle follows", "
   auto small = std::make_shared<Storage>(4 * sizeof(float), kCPU);
   CHECK_THROWS_WITH(parameter.rehome(small, 0), Catch::Contains("[2, 3]") && Catch::Contains("16 bytes"));
   CHECK(parameter.storage() == arena);  // unchanged after the failure
+  // A null storage was dereferenced (SIGSEGV).
+  CHECK_THROWS_MATCHES(parameter.rehome(nullptr, 0), UsageError,
+                       Catch::Message("rehome: null storage for a tensor of [2, 3]"));
+  CHECK(parameter.storage() == arena);
+}
+
+TEST_CASE("set_grad refuses gradients of another dtype, shape, or layout, naming both", "[core]") {
+  // Accepted before: .grad ended up f64 or i32 on an f32 tensor, or a strided view that backward then
+  // failed to accumulate into.
+  Tensor x = Tensor::ones({2, 2}).set_requires_grad(true);
+  CHECK_THROWS_MATCHES(x.set_grad(Tensor::zeros({2, 2}, DType::f64)), TypeError,
+                       Catch::Message("set_grad: gradient of dtype f64 for a f32 tensor (needs the tensor's own "
+                                      "floating dtype)"));
+  CHECK_THROWS_AS(x.set_grad(Tensor::zeros({2, 2}, DType::i32)), TypeError);
+  CHECK_THROWS_MATCHES(x.set_grad(Tensor::zeros({2, 2}).transpose(0, 1)), ShapeError,
+                       Catch::Message("set_grad: gradient of shape [2, 2] must be contiguous, got a strided view"));
+  CHECK_THROWS_AS(x.set_grad(Tensor::zeros({4})), ShapeError);
+  CHECK_FALSE(x.grad().defined());
+  x.set_grad(Tensor::full({2, 2}, 1.0));
+  x.set_grad(Tensor());  // clearing stays allowed
+  CHECK_FALSE(x.grad().defined());
 }
 
 TEST_CASE("set_data points every handle at new data and keeps autograd fields", "[core]") {
