@@ -35,8 +35,11 @@ Tensor expand_view(const Tensor& tensor, const Shape& target) {
 
 int64_t wrap_dim(int64_t d, const Shape& shape, const char* op) {
   const int64_t rank = static_cast<int64_t>(shape.size());
+  // "(valid: 0 to -1)" would be nonsense for a 0-d tensor: say it has no dimension to name instead.
   OPSNN_CHECK_AS(ShapeError, d >= -rank && d < rank, op, ": dimension ", d, " is out of range for shape ",
-                 shape_str(shape), " (valid: ", -rank, " to ", rank - 1, ")");
+                 shape_str(shape),
+                 rank == 0 ? std::string(" (a 0-d tensor has no dimensions)")
+                           : detail::concat(" (valid: ", -rank, " to ", rank - 1, ")"));
   return d < 0 ? d + rank : d;
 }
 

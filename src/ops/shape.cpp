@@ -85,7 +85,14 @@ Tensor reshape(const Tensor& x, const Shape& shape) {
 
 Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
   const Shape& shape = x.shape();
-  if (shape.empty()) return reshape(x, {1});  // a scalar flattens to one element, as in PyTorch
+  if (shape.empty()) {
+    // A scalar flattens to one element, as in PyTorch, which (like it) takes dims 0 and -1 as naming the
+    // scalar itself; any other dim is as invalid as it would be for a 1-d tensor.
+    for (int64_t d : {start_dim, end_dim})
+      OPSNN_CHECK_AS(ShapeError, d == 0 || d == -1, "flatten: dimension ", d,
+                     " is out of range for a 0-d tensor (valid: 0 or -1)");
+    return reshape(x, {1});
+  }
   const int64_t start = internal::wrap_dim(start_dim, shape, "flatten");
   const int64_t end = internal::wrap_dim(end_dim, shape, "flatten");
   OPSNN_CHECK_AS(ShapeError, start <= end, "flatten: start_dim ", start_dim, " comes after end_dim ", end_dim,

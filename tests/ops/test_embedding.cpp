@@ -101,6 +101,9 @@ TEST_CASE("embedding rejects bad indices, shapes, dtypes and devices", "[ops]") 
   CHECK_THAT(message, Catch::Contains("index 9") && Catch::Contains("5 rows"));
   message = require_throws<ShapeError>([&] { ops::embedding(weight, indices_of({-2}, {1})); });
   CHECK_THAT(message, Catch::Contains("index -2") && Catch::Contains("5 rows"));
+  // An empty table: no "(valid: 0 to -1)".
+  message = require_throws<ShapeError>([&] { ops::embedding(Tensor::zeros({0, 2}), indices_of({0}, {1})); });
+  CHECK_THAT(message, Catch::EndsWith("is out of range for a table of 0 rows (an empty table has no valid index)"));
   message = require_throws<TypeError>([&] { ops::embedding(weight, Tensor::zeros({2}, DType::i32)); });
   CHECK_THAT(message, Catch::Contains("i64") && Catch::Contains("i32"));
   message = require_throws<ShapeError>([&] { ops::embedding(Tensor::zeros({5}), indices_of({1}, {1})); });

@@ -110,4 +110,7 @@ TEST_CASE("sum rejects bad dimensions and dtypes", "[ops]") {
   CHECK_THAT(message, Catch::Contains("twice") && Catch::Contains("[2, 3]"));
   message = require_throws<TypeError>([] { ops::sum(Tensor::zeros({4}, DType::i64)); });
   CHECK_THAT(message, Catch::Contains("i64"));
+  // A 0-d tensor has no dimension to reduce over: the message said "(valid: 0 to -1)".
+  message = require_throws<ShapeError>([] { ops::sum(Tensor::scalar(1.0), {0}); });
+  CHECK(message == "sum: dimension 0 is out of range for shape [] (a 0-d tensor has no dimensions)");
 }

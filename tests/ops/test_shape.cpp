@@ -64,6 +64,13 @@ TEST_CASE("reshape and flatten reject impossible shapes", "[ops]") {
   CHECK_THAT(message, Catch::Contains("[2, 3]"));
   message = require_throws<ShapeError>([&] { ops::flatten(x, 0, 2); });
   CHECK_THAT(message, Catch::Contains("[2, 3]"));
+  // A 0-d tensor takes dims 0 and -1 only (as in PyTorch); other dims were ignored and gave [1].
+  const Tensor scalar = Tensor::scalar(3.0);
+  CHECK(ops::flatten(scalar, -1, 0).shape() == Shape{1});
+  message = require_throws<ShapeError>([&] { ops::flatten(scalar, 5, 7); });
+  CHECK(message == "flatten: dimension 5 is out of range for a 0-d tensor (valid: 0 or -1)");
+  message = require_throws<ShapeError>([&] { ops::flatten(scalar, 0, -2); });
+  CHECK_THAT(message, Catch::Contains("dimension -2"));
 }
 
 TEST_CASE("cast_from_copy returns the copy's values and sends cast's gradient to the source", "[ops]") {

@@ -25,7 +25,8 @@ void check_targets(const Tensor& target, int64_t rows, int64_t classes, const ch
   const int64_t* labels = target.data<int64_t>();
   for (int64_t i = 0; i < rows; ++i)
     OPSNN_CHECK_AS(ShapeError, labels[i] >= 0 && labels[i] < classes, "nll_loss: target ", labels[i],
-                   " (row ", i, ") is out of range for ", classes, " classes (valid: 0 to ", classes - 1, ")");
+                   " (row ", i, ") is out of range for ", classes, " classes ",
+                   classes == 0 ? std::string("(no class is valid)") : detail::concat("(valid: 0 to ", classes - 1, ")"));
 }
 
 }  // namespace

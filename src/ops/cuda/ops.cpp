@@ -137,8 +137,9 @@ void check_targets(const Tensor& target, int64_t rows, int64_t classes, Device d
   OPSNN_CHECK_AS(ShapeError, target.dim() == 1 && target.size(0) == rows, "CUDA ", kernel, ": targets ",
                  shape_str(target.shape()), " do not match ", rows, " rows");
   check_index_range(target, classes, [&](int64_t row, int64_t value) {
-    return detail::concat("nll_loss: target ", value, " (row ", row, ") is out of range for ", classes,
-                          " classes (valid: 0 to ", classes - 1, ")");
+    return detail::concat("nll_loss: target ", value, " (row ", row, ") is out of range for ", classes, " classes ",
+                          classes == 0 ? std::string("(no class is valid)")
+                                       : detail::concat("(valid: 0 to ", classes - 1, ")"));
   });
 }
 
@@ -154,7 +155,9 @@ void check_embedding_operands(const Tensor& rows, const Tensor& indices, const T
   const int64_t table_rows = table.size(0);
   check_index_range(indices, table_rows, [&](int64_t position, int64_t value) {
     return detail::concat("embedding: index ", value, " (position ", position, ") is out of range for a table of ",
-                          table_rows, " rows (valid: 0 to ", table_rows - 1, ")");
+                          table_rows, " rows ",
+                          table_rows == 0 ? std::string("(an empty table has no valid index)")
+                                          : detail::concat("(valid: 0 to ", table_rows - 1, ")"));
   });
 }
 
