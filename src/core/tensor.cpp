@@ -235,6 +235,17 @@ Tensor& Tensor::copy_(const Tensor& source) {
 
 Tensor& Tensor::fill_(double value) {
   OPSNN_CHECK(is_contiguous(), "fill_ needs a contiguous tensor, got strides ", shape_str(strides()));
+  // One value, checked once: NaN, an infinity or an out-of-range value has no integer to stand for it
+  // (element copies saturate instead, as the GPU's must, but a fill would only hide the mistake).
+  if (!is_floating(dtype())) {
+    const bool fits = visit_dtype(dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (std::is_integral_v<T>) return fits_integer<T>(value);
+      else return true;
+    });
+    OPSNN_CHECK_AS(TypeError, fits, "fill: value ", value, " is not representable as ", dtype_name(dtype()),
+                   " (NaN, infinite or out of its range)");
+  }
   if (numel() > 0) device_services(device()).fill(data_ptr(), dtype(), value, numel(), device().index);
   return *this;
 }

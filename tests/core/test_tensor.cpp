@@ -2,6 +2,8 @@
 // conversions, error messages naming both sides, CPU alignment, rehome/set_data, Device parsing.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -194,6 +196,51 @@ TEST_CASE("to(dtype) converts between every pair of dtypes", "[core]") {
   CHECK(inexact.to(DType::f16).to_vector<float>()[0] == 1.0f + 2.0f / 1024.0f);
   CHECK(Tensor::from_vector<int64_t>({65520}, {1}).to(DType::f16).to_vector<float>()[0] ==
         std::numeric_limits<float>::infinity());
+}
+
+TEST_CASE("floating -> integer copies saturate and take NaN to 0; fills refuse what no integer holds", "[core]") {
+  // static_cast gave NaN -> INT_MIN, 1e20 -> INT_MIN and -5 -> 251 (undefined behaviour); the copies now
+  // truncate toward zero and clamp to the type's range, NaN giving 0, as the CUDA copies do.
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<double> values{nan, inf, -inf, 1e20, -1e20, -5.0, 300.7, -0.9, 255.9, 2147483647.9, -2147483648.9};
+  for (DType from : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+    INFO("from " << dtype_name(from));
+    const Tensor source = Tensor::from_vector<double>(values, {static_cast<int64_t>(values.size())}, DType::f64).to(from);
+    const std::vector<double> exact = source.to_vector<double>();  // the values as rounded into `from`
+    for (DType to : {DType::u8, DType::i32, DType::i64}) {
+      INFO("to " << dtype_name(to));
+      const double low = to == DType::u8 ? 0.0 : to == DType::i32 ? -2147483648.0 : -9223372036854775808.0;
+      const double high = to == DType::u8 ? 255.0 : to == DType::i32 ? 2147483647.0 : 9223372036854775807.0;
+      const std::vector<double> got = source.to(to).to_vector<double>();
+      for (size_t i = 0; i < exact.size(); ++i) {
+        const double expected = std::isnan(exact[i]) ? 0.0 : std::clamp(std::trunc(exact[i]), low, high);
+        CHECK(got[i] == expected);
+      }
+      // A strided copy (the same conversion) and copy_ agree.
+      Tensor destination = Tensor::zeros({static_cast<int64_t>(values.size())}, to);
+      destination.copy_(source);
+      CHECK(destination.to_vector<double>() == got);
+    }
+  }
+  CHECK(Tensor::from_vector<float>({-5.0f}, {1}).to(DType::u8).to_vector<uint8_t>() == std::vector<uint8_t>{0});
+  CHECK(Tensor::from_vector<double>({1e20}, {1}).to(DType::i32).to_vector<int32_t>() ==
+        std::vector<int32_t>{std::numeric_limits<int32_t>::max()});
+
+  // A fill is one value the caller chose: no integer stands for it, so it is refused, naming both.
+  CHECK_THROWS_MATCHES(Tensor::full({2}, inf, DType::i64), TypeError,
+                       Catch::Message("fill: value inf is not representable as i64 (NaN, infinite or out of its range)"));
+  CHECK_THROWS_AS(Tensor::full({2}, nan, DType::i32), TypeError);
+  CHECK_THROWS_AS(Tensor::full({2}, -1.0, DType::u8), TypeError);
+  CHECK_THROWS_AS(Tensor::full({2}, 256.0, DType::u8), TypeError);
+  CHECK_THROWS_AS(Tensor::zeros({2}, DType::i32).fill_(2147483648.0), TypeError);
+  CHECK_THROWS_AS(Tensor::full({2}, 9223372036854775808.0, DType::i64), TypeError);
+  // The extremes of each range and truncated fractions still fill.
+  CHECK(Tensor::full({1}, 255.5, DType::u8).to_vector<uint8_t>() == std::vector<uint8_t>{255});
+  CHECK(Tensor::full({1}, -0.5, DType::u8).to_vector<uint8_t>() == std::vector<uint8_t>{0});
+  CHECK(Tensor::full({1}, -2147483648.0, DType::i32).to_vector<int32_t>()[0] == std::numeric_limits<int32_t>::min());
+  CHECK(Tensor::full({1}, -9223372036854775808.0, DType::i64).to_vector<int64_t>()[0] ==
+        std::numeric_limits<int64_t>::min());
+  CHECK(Tensor::full({1}, inf).to_vector<float>()[0] == std::numeric_limits<float>::infinity());  // floats take it
 }
 
 TEST_CASE("copy_ fills contiguous and strided destinations, converting dtype", "[core]") {

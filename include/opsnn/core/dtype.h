@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "opsnn/core/half.h"
+#include "opsnn/core/int_conversion.h"
 
 namespace opsnn {
 
@@ -83,7 +84,9 @@ inline float double_to_float_round_to_odd(double value) {
   return bits_float(bits | 1u);
 }
 
-// Value conversions through float/double with the rounding rules of half.h.
+// Value conversions through float/double with the rounding rules of half.h. Floating -> integer
+// truncates toward zero and saturates, NaN giving 0 (int_conversion.h), on the CPU as in the CUDA
+// copies; integer -> narrower integer wraps modulo 2^bits (defined in C++20, as on the GPU).
 template <typename To, typename From> To convert_value(From value) {
   if constexpr (std::is_same_v<To, From>) {
     return value;
@@ -92,6 +95,8 @@ template <typename To, typename From> To convert_value(From value) {
   } else if constexpr (std::is_same_v<To, Half> || std::is_same_v<To, BFloat16>) {
     if constexpr (std::is_same_v<From, float>) return To(value);
     else return To(double_to_float_round_to_odd(static_cast<double>(value)));
+  } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<From>) {
+    return saturating_integer<To>(value);
   } else {
     return static_cast<To>(value);
   }

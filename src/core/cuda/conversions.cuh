@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "opsnn/core/half.h"
+#include "opsnn/core/int_conversion.h"
 
 namespace opsnn::cuda {
 
@@ -55,7 +56,8 @@ __device__ __forceinline__ float double_to_float_round_to_odd(double value) {
 
 // The device twin of convert_value<To>(From) (dtype.h): the same value for every pair of storage types.
 // A NaN stays a NaN; its payload follows half.h wherever a 16-bit type meets f32 (a NaN's payload
-// through f64 is whatever the instruction gives, on the host as on the device).
+// through f64 is whatever the instruction gives, on the host as on the device). Floating -> integer
+// saturates with NaN -> 0 exactly as on the host (int_conversion.h).
 template <typename To, typename From> __device__ __forceinline__ To convert_element(From value) {
   if constexpr (std::is_same_v<To, From>) {
     return value;
@@ -64,6 +66,10 @@ template <typename To, typename From> __device__ __forceinline__ To convert_elem
   } else if constexpr (is_16_bit_float<To>) {
     if constexpr (std::is_same_v<From, float>) return from_float<To>(value);
     else return from_float<To>(double_to_float_round_to_odd(static_cast<double>(value)));
+  } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<From>) {
+    // The host's saturating conversion, not the instruction: cvt.rzi saturates at 32/64 bits, so a
+    // narrower integer (u8) would otherwise wrap where the CPU clamps.
+    return saturating_integer<To>(value);
   } else {
     return static_cast<To>(value);
   }
