@@ -10,6 +10,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "support/metrics_curve.h"
 #include "support/temporary_folder.h"
 #include <cmath>
 #include <cstdio>
@@ -57,12 +58,7 @@ logging: {every_steps: 10, progress: plain}
 checkpoint: {enabled: false}
 )";
 
-struct Curve {
-  std::vector<double> losses;
-  std::vector<double> loss_scales;  // of the train lines
-  double test_loss = 0.0;
-  double test_accuracy = 0.0;
-};
+using Curve = opsnn::testing::MetricsCurve;
 
 Curve train_on(const std::string& device, const fs::path& out, const char* yaml = kQuickstartLikeYaml,
                const std::vector<std::string>& overrides = {}) {
@@ -75,21 +71,8 @@ Curve train_on(const std::string& device, const fs::path& out, const char* yaml 
   options.log_to_console = false;
   Trainer trainer(config, options);
   TrainSummary summary = trainer.fit();
-  Curve curve;
-  std::ifstream file(out / "metrics.jsonl");
-  for (std::string line; std::getline(file, line);) {
-    nlohmann::json record = nlohmann::json::parse(line);
-    if (record["event"] == "train") {
-      curve.losses.push_back(record["loss"].get<double>());
-      curve.loss_scales.push_back(record["loss_scale"].get<double>());
-    }
-    if (record["event"] == "eval") {
-      curve.test_loss = record["test_loss"].get<double>();
-      curve.test_accuracy = record["test_acc"].get<double>();
-    }
-  }
   REQUIRE(summary.steps == config.train.max_steps);
-  return curve;
+  return opsnn::testing::read_metrics_curve(out);
 }
 
 }  // namespace

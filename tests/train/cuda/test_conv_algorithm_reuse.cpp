@@ -15,6 +15,7 @@
 #include "opsnn/train/config.h"
 #include "opsnn/train/trainer.h"
 #include "ops/cuda/conv_algorithms.h"
+#include "support/metrics_curve.h"
 #include "support/temporary_folder.h"
 
 using namespace opsnn;
@@ -44,10 +45,7 @@ std::string read_text(const fs::path& path) {
   return text.str();
 }
 
-struct Run {
-  std::vector<double> losses;
-  double test_loss = 0.0;
-};
+using Run = opsnn::testing::MetricsCurve;
 
 Run train_with(const fs::path& out, const std::string& conv_algorithms) {
   ops::clear_conv_algorithm_cache();
@@ -58,14 +56,7 @@ Run train_with(const fs::path& out, const std::string& conv_algorithms) {
   Trainer trainer(load_config_text(kSmallCnnYaml, "small_cnn.yaml", {"train.conv_algorithms=" + conv_algorithms}),
                   options);
   REQUIRE(trainer.fit().steps == 60);
-  Run run;
-  std::ifstream metrics(out / "metrics.jsonl");
-  for (std::string line; std::getline(metrics, line);) {
-    const nlohmann::json record = nlohmann::json::parse(line);
-    if (record["event"] == "train") run.losses.push_back(record["loss"].get<double>());
-    if (record["event"] == "eval") run.test_loss = record["test_loss"].get<double>();
-  }
-  return run;
+  return opsnn::testing::read_metrics_curve(out);
 }
 
 }  // namespace
