@@ -60,6 +60,19 @@ BasicJson parse_json_limited(std::string_view text, const std::string& source) {
                           }));
 }
 
+// A JSON object opsnn wrote and reads back: parse_json_limited, with syntax errors and a document that is
+// not an object as DataErrors naming `source`.
+inline nlohmann::json parse_json_object(std::string_view text, const std::string& source) {
+  nlohmann::json document;
+  try {
+    document = parse_json_limited(text, source);
+  } catch (const nlohmann::json::exception& error) {  // syntax, or a number out of range
+    throw DataError(detail::concat(source, ": not valid JSON (truncated or corrupt): ", printable_text(error.what())));
+  }
+  if (!document.is_object()) throw DataError(detail::concat(source, ": expected a JSON object"));
+  return document;
+}
+
 class JsonReader {
  public:
   using Json = nlohmann::json;
@@ -131,6 +144,13 @@ class JsonReader {
     const Json& value = member(object, parent, key);
     if (!value.is_boolean()) fail(join(parent, key), "expected true or false, found ", value.dump());
     return value.get<bool>();
+  }
+
+  // The "format" and "format_version" fields every opsnn file carries; `hint` follows a wrong format's message.
+  void require_format(const Json& document, std::string_view format, int version, std::string_view hint = "") const {
+    if (text(document, "", "format") != format) fail("format", "expected \"", format, "\"", hint);
+    const int found = integer<int>(document, "", "format_version");
+    if (found != version) fail("format_version", "version ", found, " is not supported (this opsnn reads ", version, ")");
   }
 
   static std::string join(const std::string& parent, const char* key) {

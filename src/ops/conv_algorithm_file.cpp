@@ -154,19 +154,9 @@ std::string save_conv_algorithms() {
 }
 
 ConvAlgorithmLoad load_conv_algorithms(std::string_view text, const std::string& origin) {
-  Json document;
-  try {
-    document = parse_json_limited(text, origin);
-  } catch (const nlohmann::json::exception& error) {  // syntax, or a number out of range
-    throw DataError(detail::concat(origin, ": not valid JSON (truncated or corrupt): ", printable_text(error.what())));
-  }
-  if (!document.is_object()) throw DataError(detail::concat(origin, ": expected a JSON object"));
+  const Json document = parse_json_object(text, origin);
   EntryReader reader(origin);
-  if (reader.text(document, "", "format") != kFormatName)
-    reader.fail("format", "expected \"", kFormatName, "\" (not a convolution-algorithm file)");
-  const int version = reader.integer<int>(document, "", "format_version");
-  if (version != kFormatVersion)
-    reader.fail("format_version", "version ", version, " is not supported (this opsnn reads ", kFormatVersion, ")");
+  reader.require_format(document, kFormatName, kFormatVersion, " (not a convolution-algorithm file)");
   const Json& entries = reader.array(document, "", "entries");
   std::vector<ConvAlgorithmRecord> records;
   records.reserve(entries.size());

@@ -321,25 +321,14 @@ CheckpointData load_checkpoint(const std::filesystem::path& path) {
                                    : first == std::string::npos       ? "is empty"
                                                                       : "does not hold a JSON object",
                                    ")"));
-  Json state;
-  try {
-    state = parse_json_limited(state_text, source);
-  } catch (const nlohmann::json::exception& json_error) {  // syntax, or a number out of range
-    throw DataError(
-        detail::concat(source, ": not valid JSON (truncated or corrupt): ", printable_text(json_error.what())));
-  }
-  if (!state.is_object()) throw DataError(detail::concat(source, ": expected a JSON object"));
+  Json state = parse_json_object(state_text, source);
   StateReader reader(source);
   uint32_t recorded_crc = reader.integer<uint32_t>(state, "", kStateCrcKey);
   state.erase(kStateCrcKey);
   if (crc32_of(state.dump()) != recorded_crc)
     throw DataError(
         detail::concat(source, ": content does not match its ", kStateCrcKey, " (the file is corrupt or was edited)"));
-  if (reader.text(state, "", "format") != kFormatName) reader.fail("format", "expected \"", kFormatName, "\"");
-  int version = reader.integer<int>(state, "", "format_version");
-  if (version != kCheckpointFormatVersion)
-    reader.fail("format_version", "version ", version, " is not supported (this opsnn reads ", kCheckpointFormatVersion,
-                ")");
+  reader.require_format(state, kFormatName, kCheckpointFormatVersion);
 
   CheckpointData data;
   data.folder = folder;
