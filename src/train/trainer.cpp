@@ -9,7 +9,6 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
-#include <iterator>
 #include <limits>
 
 #include <nlohmann/json.hpp>
@@ -125,10 +124,7 @@ void load_conv_algorithm_choices(const TrainConfig& c, const fs::path& run_dir, 
     throw DataError(detail::concat(c.source, ": key 'train.conv_algorithms': ", path.string(),
                                    " does not exist (expected auto, search or a conv_algorithms.json file)"));
   }
-  std::ifstream file(path, std::ios::binary);
-  std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-  if (!file && !file.eof()) throw DataError(detail::concat("cannot read ", path.string()));
-  const ops::ConvAlgorithmLoad load = ops::load_conv_algorithms(text, path.string());
+  const ops::ConvAlgorithmLoad load = ops::load_conv_algorithms(read_file_bytes(path), path.string());
   logger.info("convolution algorithms from {}: {} used, {} skipped (another GPU or cuDNN version, or decided already)",
               path.string(), load.applied, load.skipped);
 }
@@ -596,8 +592,10 @@ TrainSummary Trainer::fit() {
   s.progress.finish();
   // A run that stops inside an epoch (max_steps) still ends with an evaluation of its final weights.
   if (!summary.interrupted && s.last_eval_step != s.step) evaluate();
-  if ((c.checkpoint.enabled || summary.interrupted) && s.last_checkpoint_step != s.step) save_checkpoint();
-  if (s.device.is_cuda()) save_conv_algorithm_choices(s.run_dir);
+  if ((c.checkpoint.enabled || summary.interrupted) && s.last_checkpoint_step != s.step)
+    save_checkpoint();  // which writes the convolution choices too
+  else if (s.device.is_cuda())
+    save_conv_algorithm_choices(s.run_dir);
   summary.last_checkpoint = s.last_checkpoint.string();
   summary.steps = s.step;
   summary.epochs_completed = s.epochs_completed;

@@ -228,6 +228,7 @@ TEST_CASE("cli: a missing or corrupt train.conv_algorithms file exits 1 naming i
   TemporaryFolder folder;
   write_text(folder.path / "tiny.yaml", kTinyRunYaml);
   write_text(folder.path / "corrupt.json", "{\"format\": \"opsnn-conv-algorithms\", \"format_version\": 1, \"entr");
+  fs::create_directories(folder.path / "cfg-dir");
   write_text(folder.path / "foreign.json", "{\"format\": \"opsnn-checkpoint\", \"format_version\": 1, \"entries\": []}");
   struct BadFile {
     const char* what;
@@ -238,6 +239,7 @@ TEST_CASE("cli: a missing or corrupt train.conv_algorithms file exits 1 naming i
       {"missing", "no-such-algorithms.json", {"train.conv_algorithms", "no-such-algorithms.json", "does not exist"}},
       {"truncated", "corrupt.json", {"corrupt.json", "not valid JSON"}},
       {"another format", "foreign.json", {"foreign.json", "field \"format\"", "opsnn-conv-algorithms"}},
+      {"a directory", "cfg-dir", {"cfg-dir", "is not a regular file"}},
   };
   for (const BadFile& bad : files) {
     INFO(bad.what);
