@@ -20,8 +20,8 @@
 // (cuDNN's pseudo-half configurations, cuBLAS's 32F compute) on tensor cores.
 #include <algorithm>
 #include <array>
-#include <compare>
 #include <atomic>
+#include <compare>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -200,10 +200,18 @@ struct ConvKey {
 
 std::array<int64_t, 4> four(const Shape& shape) { return {shape[0], shape[1], shape[2], shape[3]}; }
 
+// The key of a convolution decided under the given settings (a loaded record's, or this process's).
+ConvKey key_of(ConvDirection direction, int device, const Shape& input, const Shape& weight, const Conv2dGeometry& g,
+               DType dtype, int math, ConvLoweringPolicy policy, bool deterministic) {
+  return {direction, device, four(input), four(weight), {g.stride_h, g.stride_w, g.pad_h, g.pad_w},
+          g.channels_last, dtype, math, policy, deterministic};
+}
+
+// The key under the current settings.
 ConvKey make_key(ConvDirection direction, int device, const Shape& input, const Shape& weight,
                  const Conv2dGeometry& g, DType dtype) {
-  return {direction, device, four(input), four(weight), {g.stride_h, g.stride_w, g.pad_h, g.pad_w},
-          g.channels_last, dtype, static_cast<int>(allowed_math(dtype)), conv_lowering_policy(), conv_deterministic()};
+  return key_of(direction, device, input, weight, g, dtype, static_cast<int>(allowed_math(dtype)),
+                conv_lowering_policy(), conv_deterministic());
 }
 
 struct AlgorithmCache {
@@ -934,10 +942,19 @@ void CudaBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& i
 // ---- the algorithm cache as records (ops::save_conv_algorithms / load_conv_algorithms) ----
 namespace {
 
-std::string device_name(int index) {
-  cudaDeviceProp properties{};
-  OPSNN_CUDA_CHECK(cudaGetDeviceProperties(&properties, index));
-  return properties.name;
+// The name and memory of each GPU of this process, by index (one properties query each, no context).
+struct GpuIdentity {
+  std::string name;
+  size_t memory_bytes;
+};
+std::vector<GpuIdentity> gpu_identities() {
+  std::vector<GpuIdentity> gpus;
+  for (int d = 0; d < cuda_device_count(); ++d) {
+    cudaDeviceProp properties{};
+    OPSNN_CUDA_CHECK(cudaGetDeviceProperties(&properties, d));
+    gpus.push_back({properties.name, properties.totalGlobalMem});
+  }
+  return gpus;
 }
 
 int algorithm_count(ConvDirection direction) {
@@ -960,9 +977,10 @@ class CudaConvAlgorithmStore final : public ConvAlgorithmStore {
     }
     std::vector<ConvAlgorithmRecord> out;
     out.reserve(entries.size());
+    const std::vector<GpuIdentity> gpus = entries.empty() ? std::vector<GpuIdentity>() : gpu_identities();
     for (const auto& [key, choice] : entries) {
       ConvAlgorithmRecord r;
-      r.device = device_name(key.device);
+      r.device = gpus.at(static_cast<size_t>(key.device)).name;
       r.cudnn_version = static_cast<int64_t>(cudnnGetVersion());
       r.direction = key.direction;
       r.input = Shape(key.input.begin(), key.input.end());
@@ -979,16 +997,7 @@ class CudaConvAlgorithmStore final : public ConvAlgorithmStore {
   }
 
   ConvAlgorithmLoad insert(const std::vector<ConvAlgorithmRecord>& records, const std::string& origin) override {
-    const int devices = cuda_device_count();
-    std::vector<std::string> names;
-    std::vector<size_t> memory;
-    for (int d = 0; d < devices; ++d) {
-      names.push_back(device_name(d));
-      size_t free_bytes = 0, total_bytes = 0;
-      cuda::DeviceGuard guard(d);
-      OPSNN_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-      memory.push_back(total_bytes);
-    }
+    const std::vector<GpuIdentity> gpus = gpu_identities();
     const int64_t cudnn_version = static_cast<int64_t>(cudnnGetVersion());
     ConvAlgorithmLoad load;
     AlgorithmCache& cache = algorithm_cache();
@@ -1008,13 +1017,12 @@ class CudaConvAlgorithmStore final : public ConvAlgorithmStore {
              algorithm_count(r.direction), ")");
       if (c.math > CUDNN_FMA_MATH) fail("math_type", c.math, " is not a cudnnMathType_t");
       bool applied = false;
-      for (int d = 0; d < devices; ++d) {
-        if (names[d] != r.device || cudnn_version != r.cudnn_version) continue;
-        if (c.workspace_bytes > memory[d])
-          fail("workspace_bytes", c.workspace_bytes, " is more than the GPU's ", memory[d], " bytes");
-        const ConvKey key{r.direction, d, four(r.input), four(r.weight),
-                          {r.geometry.stride_h, r.geometry.stride_w, r.geometry.pad_h, r.geometry.pad_w},
-                          r.geometry.channels_last, r.dtype, r.math, r.policy, r.deterministic_setting};
+      for (int d = 0; d < static_cast<int>(gpus.size()); ++d) {
+        if (gpus[d].name != r.device || cudnn_version != r.cudnn_version) continue;
+        if (c.workspace_bytes > gpus[d].memory_bytes)
+          fail("workspace_bytes", c.workspace_bytes, " is more than the GPU's ", gpus[d].memory_bytes, " bytes");
+        const ConvKey key = key_of(r.direction, d, r.input, r.weight, r.geometry, r.dtype, r.math, r.policy,
+                                   r.deterministic_setting);
         std::lock_guard<std::mutex> lock(cache.mutex);
         applied = cache.entries.emplace(key, c).second || applied;
       }
