@@ -4,13 +4,13 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdio>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <utility>
 
+#include "core/printable.h"
 #include "opsnn/core/error.h"
 
 namespace opsnn {
@@ -19,22 +19,6 @@ namespace opsnn {
 // messages) recurses once per level, so a hostile file of 100000 '[' would overflow the stack. opsnn's
 // own files nest at most 4 levels.
 inline constexpr int kMaxJsonDepth = 64;
-
-// `text` with every byte outside printable ASCII written as \xNN: nlohmann's parse errors quote the
-// bytes last read, which for a binary file given by mistake would otherwise reach the terminal raw.
-inline std::string printable_text(std::string_view text) {
-  std::string result;
-  for (unsigned char c : text) {
-    if (c >= 0x20 && c < 0x7f) {
-      result += static_cast<char>(c);
-    } else {
-      char escaped[5];
-      std::snprintf(escaped, sizeof(escaped), "\\x%02x", c);
-      result += escaped;
-    }
-  }
-  return result;
-}
 
 // A parse callback that refuses nesting deeper than kMaxJsonDepth with a DataError naming `source`,
 // then hands every event to `next` (which decides, as a plain parse callback, what to keep).
@@ -67,7 +51,7 @@ inline nlohmann::json parse_json_object(std::string_view text, const std::string
   try {
     document = parse_json_limited(text, source);
   } catch (const nlohmann::json::exception& error) {  // syntax, or a number out of range
-    throw DataError(detail::concat(source, ": not valid JSON (truncated or corrupt): ", printable_text(error.what())));
+    throw DataError(detail::concat(source, ": not valid JSON (truncated or corrupt): ", printable(error.what(), Printable::ascii)));
   }
   if (!document.is_object()) throw DataError(detail::concat(source, ": expected a JSON object"));
   return document;

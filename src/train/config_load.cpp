@@ -42,7 +42,7 @@ std::string join_path(const std::string& section, const std::string& name) {
 }
 
 std::string unknown_key_message(const std::string& section, const std::string& name) {
-  const std::string path = detail::printable(join_path(section, name));
+  const std::string path = printable(join_path(section, name));
   const std::vector<std::string>& siblings = detail::section_children(section);
   std::string suggestion = detail::closest_match(name, siblings);
   if (suggestion.empty()) {
@@ -83,7 +83,7 @@ class ConfigReader {
       Origin origin = file_origin_;
       origin.line = error.mark.is_null() ? 0 : error.mark.line;
       origin.column = error.mark.is_null() ? 0 : error.mark.column;
-      throw ConfigError(origin.text() + ": malformed YAML: " + detail::printable(error.msg));
+      throw ConfigError(origin.text() + ": malformed YAML: " + printable(error.msg));
     }
   }
 
@@ -120,7 +120,7 @@ class ConfigReader {
     try {
       value = YAML::Load(value_text);
     } catch (const YAML::Exception& error) {
-      throw ConfigError(origin.text() + ": key '" + path + "': malformed value: " + detail::printable(error.msg));
+      throw ConfigError(origin.text() + ": key '" + path + "': malformed value: " + printable(error.msg));
     }
     // An empty file gets its first section here; a file whose top level is a list or a scalar is refused
     // as read() refuses it without --set, not replaced by a mapping of the overrides alone.

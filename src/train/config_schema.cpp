@@ -50,32 +50,6 @@ void fail(const Origin& origin, const std::string& path, const std::string& mess
   throw ConfigError(origin.text() + ": key '" + path + "': " + message);
 }
 
-std::string printable(const std::string& text) {
-  // Control bytes and bytes that are not UTF-8 become \xNN, so a binary file's bytes never reach the
-  // terminal raw; valid UTF-8 (a key written with accents) stays as written.
-  std::string out;
-  auto escape = [&out](unsigned char byte) {
-    static const char* const hex = "0123456789abcdef";
-    out += "\\x";
-    out += hex[byte >> 4];
-    out += hex[byte & 15];
-  };
-  for (size_t i = 0; i < text.size();) {
-    const unsigned char byte = static_cast<unsigned char>(text[i]);
-    const size_t length = byte < 0x80 ? 1 : (byte >> 5) == 6 ? 2 : (byte >> 4) == 14 ? 3 : (byte >> 3) == 30 ? 4 : 0;
-    bool valid = length > 0 && i + length <= text.size() && (length > 1 || (byte >= 0x20 && byte != 0x7f));
-    for (size_t k = 1; valid && k < length; ++k) valid = (static_cast<unsigned char>(text[i + k]) >> 6) == 2;
-    if (!valid) {
-      escape(byte);
-      ++i;
-      continue;
-    }
-    out.append(text, i, length);
-    i += length;
-  }
-  return out;
-}
-
 std::string describe(const YAML::Node& node) {
   if (!node.IsDefined() || node.IsNull()) return "an empty value";
   if (node.IsMap()) return "a mapping";

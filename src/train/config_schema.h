@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/printable.h"
 #include "opsnn/train/config.h"
 
 namespace opsnn::train::detail {
@@ -28,8 +29,6 @@ Origin origin_of(const YAML::Node& node, const Origin& base);
 
 // A short rendering of a node for "got ..." in messages: the scalar as written, or its kind.
 std::string describe(const YAML::Node& node);
-// `text` for a message: control bytes and invalid UTF-8 escaped as \xNN.
-std::string printable(const std::string& text);
 
 struct KeySpec {
   std::string path;      // "optimizer.lr"

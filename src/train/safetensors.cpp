@@ -220,7 +220,7 @@ OrderedJson parse_header_json(std::string_view header_text, std::string_view sou
     std::string reason = error.what();
     size_t prefix_end = reason.find("] ");
     if (prefix_end != std::string::npos) reason = reason.substr(prefix_end + 2);
-    reason = printable_text(reason);
+    reason = printable(reason, Printable::ascii);
     throw DataError(detail::concat(source, ": safetensors header is not valid JSON near file byte offset ",
                                    kHeaderLengthBytes + (error.byte > 0 ? error.byte - 1 : 0), ": ", reason));
   } catch (const nlohmann::json::exception& error) {  // a number too large for a double, say
