@@ -1,5 +1,5 @@
-// The loss curve and the last evaluation in a run folder's metrics.jsonl (opsnn-train's metrics
-// contract), for tests that compare whole runs.
+// What the tests that run the trainer share: quiet trainer options (no progress bar, no console log)
+// and the loss curve and last evaluation of a run folder's metrics.jsonl (opsnn-train's metrics contract).
 #pragma once
 
 #include <filesystem>
@@ -8,7 +8,19 @@
 #include <string>
 #include <vector>
 
+#include "opsnn/train/trainer.h"
+
 namespace opsnn::testing {
+
+// Options for a run into `out` that writes its files but nothing to the console.
+inline train::TrainerOptions quiet_options(const std::filesystem::path& out, const std::string& resume = "") {
+  train::TrainerOptions options;
+  options.out_dir = out.string();
+  options.resume = resume;
+  options.show_progress = false;
+  options.log_to_console = false;
+  return options;
+}
 
 struct MetricsCurve {
   std::vector<double> losses;       // of the train lines

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "support/temporary_folder.h"
+#include "support/trainer_runs.h"
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -22,6 +23,7 @@
 using namespace opsnn;
 using namespace opsnn::train;
 namespace fs = std::filesystem;
+using opsnn::testing::quiet_options;
 
 namespace {
 
@@ -64,15 +66,6 @@ checkpoint: {every_epochs: 0, keep_last: 0}
 
 TrainConfig make_config(const char* yaml, std::vector<std::string> overrides = {}) {
   return load_config_text(yaml, "test.yaml", overrides);
-}
-
-TrainerOptions quiet_options(const fs::path& out, std::string resume = "") {
-  TrainerOptions options;
-  options.out_dir = out.string();
-  options.resume = std::move(resume);
-  options.show_progress = false;
-  options.log_to_console = false;
-  return options;
 }
 
 std::map<std::string, std::vector<float>> snapshot(Trainer& trainer) {

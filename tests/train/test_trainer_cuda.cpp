@@ -10,7 +10,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "support/metrics_curve.h"
+#include "support/trainer_runs.h"
 #include "support/temporary_folder.h"
 #include <cmath>
 #include <cstdio>
@@ -59,17 +59,14 @@ checkpoint: {enabled: false}
 )";
 
 using Curve = opsnn::testing::MetricsCurve;
+using opsnn::testing::quiet_options;
 
 Curve train_on(const std::string& device, const fs::path& out, const char* yaml = kQuickstartLikeYaml,
                const std::vector<std::string>& overrides = {}) {
   std::vector<std::string> settings{"train.device=" + device};
   settings.insert(settings.end(), overrides.begin(), overrides.end());
   TrainConfig config = load_config_text(yaml, "quickstart_like.yaml", settings);
-  TrainerOptions options;
-  options.out_dir = out.string();
-  options.show_progress = false;
-  options.log_to_console = false;
-  Trainer trainer(config, options);
+  Trainer trainer(config, quiet_options(out));
   TrainSummary summary = trainer.fit();
   REQUIRE(summary.steps == config.train.max_steps);
   return opsnn::testing::read_metrics_curve(out);
@@ -232,15 +229,6 @@ struct GpuRun {
   std::map<std::string, std::vector<float>> state;
   bool asynchronous = false;  // the trainer logged pinned batches on a copy stream
 };
-
-TrainerOptions quiet_options(const fs::path& out, const std::string& resume = "") {
-  TrainerOptions options;
-  options.out_dir = out.string();
-  options.resume = resume;
-  options.show_progress = false;
-  options.log_to_console = false;
-  return options;
-}
 
 GpuRun summarize(Trainer& trainer) {
   GpuRun run;

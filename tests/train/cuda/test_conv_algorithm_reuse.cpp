@@ -15,7 +15,7 @@
 #include "opsnn/train/config.h"
 #include "opsnn/train/trainer.h"
 #include "ops/cuda/conv_algorithms.h"
-#include "support/metrics_curve.h"
+#include "support/trainer_runs.h"
 #include "support/temporary_folder.h"
 
 using namespace opsnn;
@@ -49,12 +49,8 @@ using Run = opsnn::testing::MetricsCurve;
 
 Run train_with(const fs::path& out, const std::string& conv_algorithms) {
   ops::clear_conv_algorithm_cache();
-  TrainerOptions options;
-  options.out_dir = out.string();
-  options.show_progress = false;
-  options.log_to_console = false;
   Trainer trainer(load_config_text(kSmallCnnYaml, "small_cnn.yaml", {"train.conv_algorithms=" + conv_algorithms}),
-                  options);
+                  opsnn::testing::quiet_options(out));
   REQUIRE(trainer.fit().steps == 60);
   return opsnn::testing::read_metrics_curve(out);
 }
