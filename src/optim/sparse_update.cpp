@@ -330,7 +330,8 @@ CoalescedRows coalesce(const RowSparseGrad& grad, int64_t num_rows, int64_t widt
 void sparse_sgd_step(const Tensor& param, const Tensor& momentum_buffer, const Tensor& row_initialized,
                      const CoalescedRows& grad, const SgdScalars& scalars, float grad_multiplier) {
   const char* who = "sparse_sgd_step";
-  auto [num_rows, width] = check_table(param, grad, who);
+  const std::pair<int64_t, int64_t> table = check_table(param, grad, who);  // lambdas below capture both
+  const int64_t num_rows = table.first, width = table.second;
   const bool on_device = !param.device().is_cpu();
   if (scalars.momentum == 0.0f) {
     if (on_device) {
@@ -373,7 +374,8 @@ void sparse_sgd_step(const Tensor& param, const Tensor& momentum_buffer, const T
 void lazy_adam_step(const Tensor& param, const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& max_exp_avg_sq,
                     const CoalescedRows& grad, const AdamScalars& scalars, float grad_multiplier) {
   const char* who = "lazy_adam_step";
-  auto [num_rows, width] = check_table(param, grad, who);
+  const std::pair<int64_t, int64_t> table = check_table(param, grad, who);  // lambdas below capture both
+  const int64_t num_rows = table.first, width = table.second;
   OPSNN_CHECK(exp_avg.defined(), who, ": exp_avg is undefined");
   const DType state_dtype = exp_avg.dtype();
   check_state(exp_avg, param, state_dtype, "exp_avg", who);

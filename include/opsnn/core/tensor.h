@@ -34,7 +34,7 @@ struct RowSparseGrad {
   std::vector<Tensor> indices;  // i64 [n_k] each
   std::vector<Tensor> rows;     // [n_k, row_width] each, dtype of the table
   bool empty() const { return indices.empty(); }
-  void clear() { indices.clear(); rows.clear(); }
+  void clear();  // defined below Tensor: clearing needs the complete type
 };
 
 struct TensorImpl {
@@ -175,6 +175,11 @@ template <typename T> std::vector<T> Tensor::to_vector() const {
   Tensor host = to(kCPU).to(dtype_of<T>).contiguous();
   const T* begin = host.data<T>();
   return std::vector<T>(begin, begin + host.numel());
+}
+
+inline void RowSparseGrad::clear() {
+  indices.clear();
+  rows.clear();
 }
 
 }  // namespace opsnn
