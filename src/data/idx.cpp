@@ -173,7 +173,10 @@ void check_header(const std::string& path, const FileBytes& file, size_t header_
 }  // namespace
 
 FileBytes read_file_bytes(const std::string& path, const DecompressedLimit& limit) {
-  std::vector<uint8_t> raw = read_raw(path);
+  return decode_file_bytes(read_raw(path), path, limit);
+}
+
+FileBytes decode_file_bytes(std::vector<uint8_t> raw, const std::string& path, const DecompressedLimit& limit) {
   FileBytes result;
   if (has_gzip_magic(raw)) {
     result.gzip = true;
@@ -186,9 +189,11 @@ FileBytes read_file_bytes(const std::string& path, const DecompressedLimit& limi
   return result;
 }
 
-IdxImages read_idx_images(const std::string& path) {
+IdxImages read_idx_images(const std::string& path) { return decode_idx_images(read_raw(path), path); }
+
+IdxImages decode_idx_images(std::vector<uint8_t> raw, const std::string& path) {
   // The size the header promises, or 0 when it is wrong (the checks below say how).
-  FileBytes file = read_file_bytes(path, {16, [](const uint8_t* header) -> uint64_t {
+  FileBytes file = decode_file_bytes(std::move(raw), path, {16, [](const uint8_t* header) -> uint64_t {
                                             uint64_t rows = big_endian_u32(header + 8), cols = big_endian_u32(header + 12);
                                             if (big_endian_u32(header) != kIdxImagesMagic || rows == 0 || cols == 0 ||
                                                 rows > 65536 || cols > 65536)
@@ -211,7 +216,11 @@ IdxImages read_idx_images(const std::string& path) {
 }
 
 std::vector<uint8_t> read_idx_labels(const std::string& path, int num_classes) {
-  FileBytes file = read_file_bytes(path, {8, [](const uint8_t* header) -> uint64_t {
+  return decode_idx_labels(read_raw(path), path, num_classes);
+}
+
+std::vector<uint8_t> decode_idx_labels(std::vector<uint8_t> raw, const std::string& path, int num_classes) {
+  FileBytes file = decode_file_bytes(std::move(raw), path, {8, [](const uint8_t* header) -> uint64_t {
                                             if (big_endian_u32(header) != kIdxLabelsMagic) return 0;
                                             return 8 + uint64_t{big_endian_u32(header + 4)};
                                           }});

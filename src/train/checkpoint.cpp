@@ -293,33 +293,14 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, cons
   return final_path;
 }
 
-CheckpointData load_checkpoint(const std::filesystem::path& path) {
-  std::error_code error;
-  std::filesystem::path folder, state_path;
-  if (std::filesystem::is_directory(path, error)) {
-    folder = path;
-    state_path = path / kStateFileName;
-    if (!std::filesystem::exists(state_path, error))
-      throw DataError(detail::concat(state_path.string(),
-                                     ": missing from the checkpoint folder (incomplete "
-                                     "checkpoint, or not a checkpoint folder)"));
-  } else if (std::filesystem::exists(path, error)) {
-    state_path = path;
-    folder = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
-  } else {
-    throw DataError(detail::concat("checkpoint ", path.string(), " does not exist"));
-  }
-
-  std::string state_text = read_file_bytes(state_path);
-  std::string source = state_path.string();
-  // Another file of the folder (model.safetensors, say) given by mistake: say what was expected rather
-  // than report its binary bytes as a JSON syntax error.
+CheckpointState parse_checkpoint_state(std::string_view state_text, const std::string& source,
+                                       const std::filesystem::path& folder) {
+  // Not JSON at all (another file given by mistake): say what was expected rather than report its bytes
+  // as a JSON syntax error.
   size_t first = state_text.find_first_not_of(" \t\r\n");
-  if (path.extension() == ".safetensors" || first == std::string::npos || state_text[first] != '{')
+  if (first == std::string::npos || state_text[first] != '{')
     throw DataError(detail::concat(source, ": expected a checkpoint folder or its ", kStateFileName, " (this file ",
-                                   path.extension() == ".safetensors" ? "is a tensor file"
-                                   : first == std::string::npos       ? "is empty"
-                                                                      : "does not hold a JSON object",
+                                   first == std::string::npos ? "is empty" : "does not hold a JSON object",
                                    ")"));
   Json state = parse_json_object(state_text, source);
   StateReader reader(source);
@@ -330,7 +311,8 @@ CheckpointData load_checkpoint(const std::filesystem::path& path) {
         detail::concat(source, ": content does not match its ", kStateCrcKey, " (the file is corrupt or was edited)"));
   reader.require_format(state, kFormatName, kCheckpointFormatVersion);
 
-  CheckpointData data;
+  CheckpointState result;
+  CheckpointData& data = result.data;
   data.folder = folder;
   data.step = reader.integer<int64_t>(state, "", "step");
   data.epoch = reader.integer<int64_t>(state, "", "epoch");
@@ -360,11 +342,39 @@ CheckpointData load_checkpoint(const std::filesystem::path& path) {
   data.config_digest = reader.text(state, "", "config_digest");
   data.extra_json = reader.object(state, "", "extra").dump();
 
-  FileDigest model_record = reader.file_record(state, kModelFileName);
-  FileDigest optimizer_record = reader.file_record(state, kOptimizerFileName);
-  data.model_tensors = load_tensor_file(folder, kModelFileName, model_record);
-  data.optimizer_tensors = load_tensor_file(folder, kOptimizerFileName, optimizer_record);
-  return data;
+  result.model_file = reader.file_record(state, kModelFileName);
+  result.optimizer_file = reader.file_record(state, kOptimizerFileName);
+  return result;
+}
+
+CheckpointData load_checkpoint(const std::filesystem::path& path) {
+  std::error_code error;
+  std::filesystem::path folder, state_path;
+  if (std::filesystem::is_directory(path, error)) {
+    folder = path;
+    state_path = path / kStateFileName;
+    if (!std::filesystem::exists(state_path, error))
+      throw DataError(detail::concat(state_path.string(),
+                                     ": missing from the checkpoint folder (incomplete "
+                                     "checkpoint, or not a checkpoint folder)"));
+  } else if (std::filesystem::exists(path, error)) {
+    state_path = path;
+    folder = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
+  } else {
+    throw DataError(detail::concat("checkpoint ", path.string(), " does not exist"));
+  }
+
+  std::string state_text = read_file_bytes(state_path);
+  // Another file of the folder (model.safetensors, say) given by mistake: say what was expected rather
+  // than report its binary bytes as a JSON syntax error.
+  if (path.extension() == ".safetensors")
+    throw DataError(detail::concat(state_path.string(), ": expected a checkpoint folder or its ", kStateFileName,
+                                   " (this file is a tensor file)"));
+  CheckpointState state = parse_checkpoint_state(state_text, state_path.string(), folder);
+  CheckpointData& data = state.data;
+  data.model_tensors = load_tensor_file(folder, kModelFileName, state.model_file);
+  data.optimizer_tensors = load_tensor_file(folder, kOptimizerFileName, state.optimizer_file);
+  return std::move(data);
 }
 
 }  // namespace opsnn::train

@@ -42,9 +42,14 @@ struct DecompressedLimit {
   std::function<uint64_t(const uint8_t* header)> total_bytes;
 };
 FileBytes read_file_bytes(const std::string& path, const DecompressedLimit& limit = {});
+// The same for bytes already in memory; `path` names them in messages (a ".gz" name must hold gzip data).
+FileBytes decode_file_bytes(std::vector<uint8_t> raw, const std::string& path, const DecompressedLimit& limit = {});
 
 IdxImages read_idx_images(const std::string& path);
 // Labels, each checked to be < num_classes.
 std::vector<uint8_t> read_idx_labels(const std::string& path, int num_classes);
+// The readers above on a file image already in memory (raw or gzip bytes), `path` naming it in messages.
+IdxImages decode_idx_images(std::vector<uint8_t> raw, const std::string& path);
+std::vector<uint8_t> decode_idx_labels(std::vector<uint8_t> raw, const std::string& path, int num_classes);
 
 }  // namespace opsnn::data

@@ -83,6 +83,16 @@ std::optional<std::filesystem::path> find_latest_checkpoint(const std::filesyste
 // tensors. Throws opsnn::DataError naming the file and what is wrong; never crashes on bad bytes.
 CheckpointData load_checkpoint(const std::filesystem::path& path);
 
+// The first half of load_checkpoint: state.json's text validated (its own CRC, format, version, every
+// field) without opening the tensor files, whose recorded sizes and CRC-32s it returns. `source` names
+// the text in messages; `folder` is the checkpoint folder (its step_<digits> name must match the step).
+struct CheckpointState {
+  CheckpointData data;  // without tensors
+  FileDigest model_file, optimizer_file;
+};
+CheckpointState parse_checkpoint_state(std::string_view state_text, const std::string& source,
+                                       const std::filesystem::path& folder);
+
 // A short stable digest of a text (the resolved config): "fnv1a64:<16 hex digits>".
 std::string config_digest(std::string_view text);
 
