@@ -1,6 +1,6 @@
 // A per-device-type table of kernels (plain structs of function pointers, or a factory), filled at
 // startup by each backend and read by the optimizer code that dispatches on a tensor's device - the
-// no-#ifdef dispatch of DESIGN.md decision 6 for the fused step, sparse rows, top-k and steppers.
+// dispatch without #ifdef for the fused step, sparse rows, top-k and steppers (see src/optim/README.md).
 #pragma once
 
 #include <array>

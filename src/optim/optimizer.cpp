@@ -1,4 +1,4 @@
-// The optimizer base: parameter groups into the arena, and the fused step pipeline of DESIGN.md decision 4
+// The optimizer base: parameter groups into the arena, and the fused step pipeline (src/optim/README.md)
 // (gradient pass -> tiny step -> update pass -> scaler and schedule advance). The tiny step runs on the
 // host here over StepState with the OPSNN_HD functions of step_logic.h, which a CUDA step can run on the
 // device unchanged.

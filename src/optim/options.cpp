@@ -1,5 +1,5 @@
 // Validation of optimizer options (ConfigError naming the setting, its value and what is accepted), the
-// optimizers' default weight decay, the reference document's fp16-momentum warning and enum name parsing.
+// optimizers' default weight decay, the fp16-momentum warning (beta1 <= 0.9) and enum name parsing.
 #include "opsnn/optim/options.h"
 
 #include <cmath>
@@ -133,14 +133,13 @@ void OptimizerOptions::validate(std::string_view optimizer) const {
   loss_scaling_.validate();
   monitor_.validate();
 
-  // Reference document: fp16 momentum storage needs beta1 > 0.9 to avoid underflow. Accepted, with a warning.
+  // fp16 momentum storage needs beta1 > 0.9 to avoid underflow (src/optim/README.md). Accepted, with a warning.
   if (state_dtype_ == DType::f16) {
     double momentum_factor = is_adam_family(optimizer) ? beta1 : momentum_;
     const char* name = is_adam_family(optimizer) ? "betas[0]" : "momentum";
     if (momentum_factor <= 0.9 && !(optimizer == "sgd" && momentum_ == 0.0))
-      spdlog::warn("{}: fp16 optimizer states (fp16_momentum) with {} = {}: the reference document advises "
-                   "beta1 > 0.9 for fp16 momentum to avoid underflow; consider {} = 0.95 or bf16 states "
-                   "(state_dtype: bf16)",
+      spdlog::warn("{}: fp16 optimizer states (fp16_momentum) with {} = {}: fp16 momentum needs beta1 > 0.9 "
+                   "to avoid underflow; consider {} = 0.95 or bf16 states (state_dtype: bf16)",
                    optimizer, name, momentum_factor, name);
   }
 }

@@ -1,4 +1,4 @@
-// The flat parameter arena (DESIGN.md decision 1): one fp32 buffer for the parameters, one for their
+// The flat parameter arena (src/optim/README.md): one fp32 buffer for the parameters, one for their
 // gradients and one per optimizer state (in the state dtype), all on the parameters' device with the same
 // element offsets. Parameters are re-homed into it (every holder of a parameter handle sees the arena),
 // their .grad becomes an arena view, and a segment table maps each tensor to its range. Segments start

@@ -1,4 +1,4 @@
-// The device-resident fused step (DESIGN.md decisions 2 and 4) for arenas on a GPU: the whole pipeline -
+// The device-resident fused step (src/optim/README.md) for arenas on a GPU: the whole pipeline -
 // gradient pass (unscale, non-finite check, per-chunk sums of squares), segment sums, the tiny step
 // (norms, clip factor, skip decision, schedule, bias corrections, scaler), the update pass over the
 // flat arena and a tiny epilogue (parameter check, monitor flags) - is enqueued on a stream with every

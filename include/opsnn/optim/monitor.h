@@ -1,4 +1,4 @@
-// The NaN / explosion monitor (reference document 5.1): flags non-finite gradients (before an update) and
+// The NaN / explosion monitor (src/optim/README.md): flags non-finite gradients (before an update) and
 // parameters (after it) with the first step and tensor where they appeared, warns when the global
 // gradient norm exceeds a threshold, and acts per MonitorOptions::on_nonfinite (warn, skip, stop).
 #pragma once

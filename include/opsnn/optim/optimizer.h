@@ -1,7 +1,7 @@
 // The optimizer base in the libtorch style (named parameters + options, parameter groups, zero_grad,
 // step, state_dict / load_state_dict) and the registry by name ("sgd", "adam", "adamw", "lamb"). The base
-// owns the bookkeeping - flat arena, step state, loss scaler, monitor, schedule, the fused pipeline of
-// DESIGN.md decision 4 - and a subclass writes only its update pass (a kernel call over the arena).
+// owns the bookkeeping - flat arena, step state, loss scaler, monitor, schedule, the fused pipeline
+// (src/optim/README.md) - and a subclass writes only its update pass (a kernel call over the arena).
 //
 //   auto optimizer = opsnn::optim::make_optimizer("adamw", model.named_parameters(),
 //                                                 OptimizerOptions(1e-3).weight_decay(0.05));

@@ -27,7 +27,8 @@
 
 namespace opsnn::optim {
 
-// Dynamic loss scaling with torch.cuda.amp.GradScaler semantics (REFERENCE.md).
+// Dynamic loss scaling with torch.cuda.amp.GradScaler semantics (Micikevicius et al. 2018, "Mixed Precision
+// Training"; src/optim/README.md).
 struct LossScalingOptions {
   OPSNN_OPTION(bool, enabled, false);
   OPSNN_OPTION(double, initial_scale, 65536.0);
@@ -70,9 +71,9 @@ struct OptimizerOptions {
   OPSNN_OPTION(double, eps, 1e-8);
   // eps auto-scaling: eps_t = max(eps, |p| * eps_relative) per element; 0 is plain Adam.
   OPSNN_OPTION(double, eps_relative, 0.0);
-  // The weight decay coefficient, computed in fp32 from the fp32 master weight (the reference document's
-  // `fp32_weight_decay: 0.01`). opsnn always decays in fp32 from the master copy, so this is another name
-  // for weight_decay kept for the document's YAML; setting both to different non-zero values is an error.
+  // The weight decay coefficient, computed in fp32 from the fp32 master weight (the config's
+  // `settings.fp32_weight_decay: 0.01`). opsnn always decays in fp32 from the master copy, so this is another
+  // name for weight_decay kept for that settings block; setting both to different non-zero values is an error.
   OPSNN_OPTION(double, fp32_weight_decay, 0.0);
   OPSNN_OPTION(bool, amsgrad, false);
   OPSNN_OPTION(double, momentum, 0.0);
@@ -98,7 +99,7 @@ struct OptimizerOptions {
     return *this;
   }
   const std::optional<double>& weight_decay() const { return weight_decay_; }
-  // The reference document's `fp16_momentum: true`: optimizer states stored as fp16.
+  // The settings block's `fp16_momentum: true`: optimizer states stored as fp16.
   OptimizerOptions& fp16_momentum(bool value) {
     state_dtype_ = value ? DType::f16 : DType::f32;
     return *this;
@@ -106,8 +107,8 @@ struct OptimizerOptions {
 
   // The weight decay the named optimizer applies: fp32_weight_decay or weight_decay or its default.
   double effective_weight_decay(std::string_view optimizer) const;
-  // Throws ConfigError naming the setting, its value and what is accepted; logs (spdlog) the reference
-  // document's warning for fp16 states with beta1 (or SGD momentum) <= 0.9.
+  // Throws ConfigError naming the setting, its value and what is accepted; logs (spdlog) a
+  // warning for fp16 states with beta1 (or SGD momentum) <= 0.9 (fp16 momentum wants beta1 > 0.9).
   void validate(std::string_view optimizer) const;
 
  private:

@@ -1,9 +1,12 @@
 // The per-element optimizer update rules, shared by the CPU kernels (OpenMP + SIMD) and the CUDA kernels:
-// one source of truth for the math (DESIGN.md decision 3). Header-only, no third-party includes, every
+// one source of truth for the math (src/optim/README.md). Header-only, no third-party includes, every
 // function OPSNN_HD (__host__ __device__ under nvcc). Gradients reaching these rules are already unscaled
 // (1/loss_scale) and clipped; all arithmetic is fp32 whatever the storage type of states and parameters.
-// Formulas: ../shared/REFERENCE.md; Adam: Kingma & Ba 2015 (Alg. 1); AdamW: Loshchilov & Hutter 2019
-// (Alg. 2, decoupled decay); LAMB: You et al. 2020 (Alg. 2); SGD/Nesterov: PyTorch's torch.optim.SGD.
+// Formulas: src/optim/README.md. Adam: Kingma & Ba 2015, "Adam: A Method for Stochastic Optimization"
+// (Alg. 1); AdamW: Loshchilov & Hutter 2019, "Decoupled Weight Decay Regularization" (Alg. 2); LAMB: You
+// et al. 2020, "Large Batch Optimization for Deep Learning: Training BERT in 76 minutes" (Alg. 2);
+// SGD/Nesterov: PyTorch's torch.optim.SGD (Sutskever et al. 2013, "On the importance of initialization
+// and momentum in deep learning").
 #pragma once
 
 #include <cmath>
@@ -32,7 +35,7 @@ OPSNN_HD float max_with_floor(float x, float floor) {
   return x > floor ? x : floor;
 #endif
 }
-// eps auto-scaling (reference document): eps_t = max(eps, |p| * eps_relative); eps_relative = 0 is plain eps.
+// eps auto-scaling (src/optim/README.md): eps_t = max(eps, |p| * eps_relative); eps_relative = 0 is plain eps.
 OPSNN_HD float scaled_eps(float eps, float eps_relative, float param) {
   return max_with_floor(fabsf(param) * eps_relative, eps);
 }

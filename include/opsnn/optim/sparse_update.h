@@ -104,8 +104,8 @@ extern template void lazy_adam_step<BFloat16>(float*, BFloat16*, BFloat16*, BFlo
 
 // ---- device implementations of the Tensor-facing layer ----
 
-// One device type's sparse-row kernels (DESIGN.md decision 6: the Tensor layer dispatches on the table's
-// device through this table, no #ifdef). Pointers are on that device; `rows` are the unique indices of a
+// One device type's sparse-row kernels (the Tensor layer dispatches on the table's device through this
+// table, no #ifdef). Pointers are on that device; `rows` are the unique indices of a
 // CoalescedRows coalesced there (in range by construction), `row_count` of them.
 struct SparseRowKernels {
   // Coalesces a gradient whose chunks live on the device into `out` (device fields); same contract as

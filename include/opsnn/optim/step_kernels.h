@@ -1,4 +1,4 @@
-// The fused-step kernels over a flat parameter arena (DESIGN.md decisions 1 and 4), with plain-C++
+// The fused-step kernels over a flat parameter arena (src/optim/README.md), with plain-C++
 // signatures over raw arrays so the CPU implementation (src/optim/cpu/) and a CUDA one share this
 // interface; each device registers its table and the optimizer dispatches on the parameters' device.
 // Work is split into chunks that never cross a segment (tensor); every reduction writes one partial per

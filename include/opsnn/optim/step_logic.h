@@ -1,6 +1,6 @@
 // The scalar ("tiny kernel") parts of a fused step that read and write the StepState: clip factor, dynamic
 // loss-scale update and the advance after an applied step. OPSNN_HD and free of third-party includes, so
-// the CPU step and a later single-thread CUDA kernel run the same code (DESIGN.md decisions 2 and 4).
+// the CPU step and a later single-thread CUDA kernel run the same code (src/optim/README.md).
 #pragma once
 
 #include <cmath>

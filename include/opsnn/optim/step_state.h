@@ -1,4 +1,4 @@
-// The device-resident step state (DESIGN.md decision 2): everything a fused step reads and writes that is
+// The device-resident step state (src/optim/README.md): everything a fused step reads and writes that is
 // not per-element, in one plain struct living on the parameters' device. Kernels update it; the host
 // reads a copy back for logging, so a step never needs a host synchronisation.
 #pragma once

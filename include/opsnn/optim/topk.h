@@ -1,4 +1,4 @@
-// Top-k gradient sparsification (reference document 6.2; Deep Gradient Compression, Lin et al., ICLR 2018)
+// Top-k gradient sparsification (Lin et al. 2018, "Deep Gradient Compression", ICLR; src/optim/README.md)
 // over the optimizer's flat fp32 gradient arena: importance scores, a sampled threshold with an exact
 // fallback, residual accumulation (error feedback), momentum correction with momentum-factor masking, a
 // density warm-up schedule and optional lr compensation. The sparse gradient is written back in place so
@@ -77,8 +77,8 @@ struct TopKState {
   float previous_lr = 0.0f;        // lr of the last step (lr compensation), 0 before the first
 };
 
-// One device type's top-k kernels (the sparsifier dispatches on its device through this table, DESIGN.md
-// decision 6). n-sized arrays are device pointers; the small results the host selection logic needs
+// One device type's top-k kernels (the sparsifier dispatches on its device through this table, no
+// #ifdef). n-sized arrays are device pointers; the small results the host selection logic needs
 // (sample scores, per-block counts) come back in host arrays.
 struct TopKKernels {
   // topk_accumulate_element over [0, n); velocity is null without momentum correction.

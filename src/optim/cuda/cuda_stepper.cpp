@@ -1,5 +1,5 @@
 // The CUDA DeviceStepper: owns the device tables and scratch of one optimizer's fused step and enqueues
-// the pipeline of DESIGN.md decision 4 on the default stream (or, while capturing, on a private stream):
+// the fused step pipeline (src/optim/README.md) on the default stream (or, while capturing, on a private stream):
 //   two-pass: grad sums of squares -> segment sums -> prologue (norm, clip, skip, schedule, scaler)
 //             -> update -> epilogue (parameter check)
 //   single pass (no clipping, no loss scaling, on_nonfinite = warn): prologue -> update with the gradient
