@@ -73,7 +73,7 @@ def optimizer_ms(shapes, make, dtype, warmup, repeats):
 
 
 class ForeachLamb:
-    """LAMB as opsnn computes it (REFERENCE.md): Adam moments, r = m_hat / (sqrt(v_hat) + eps) + wd * p,
+    """LAMB as opsnn computes it (src/optim/README.md): Adam moments, r = m_hat / (sqrt(v_hat) + eps) + wd * p,
     per tensor trust = clamp(||p||, 1e-3, 10) / ||r|| (1 when a norm is 0), p -= lr * trust * r - in
     torch._foreach ops, the fastest LAMB plain PyTorch offers (one kernel per op over all tensors)."""
 

@@ -8,7 +8,7 @@ comparison); --layout columns gives every run its own column of panels, side by 
 
     python3 tools/plot_metrics.py runs/quickstart runs/small_cnn_topk --out compare.png
 
-Needs matplotlib (pip install matplotlib). Reads the metrics contract of DESIGN.md: one JSON object per
+Needs matplotlib (pip install matplotlib). Reads the metrics.jsonl of a run folder (README.md): one JSON object per
 line with event ("train" | "eval" | "warn" | "skip" | "summary"), step, epoch; train lines carry loss,
 lr, grad_norm, loss_scale, samples_per_s; eval lines test_loss, test_acc.
 """

@@ -1,4 +1,4 @@
-// Tests of the low-precision paths of the CUDA backend (mixed precision, DESIGN decision 5): every op
+// Tests of the low-precision paths of the CUDA backend (mixed precision, src/optim/README.md): every op
 // with f16/bf16 variants against its f32 GPU twin on the same values (inputs and upstream gradients
 // rounded to the low dtype first, so only the op's own rounding differs), forward and backward; batch
 // norm with f32 parameters and statistics under f16/bf16 data; the autograd cast; cross_entropy on

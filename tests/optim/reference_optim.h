@@ -1,4 +1,4 @@
-// A double-precision reference of the whole optimizer step (REFERENCE.md written out plainly, one tensor
+// A double-precision reference of the whole optimizer step (src/optim/README.md written out plainly, one tensor
 // at a time): loss-scale unscaling, global-norm clipping, skip on inf/NaN, GradScaler update, schedules,
 // groups (lr multiplier, decay on/off), SGD/Nesterov, Adam/amsgrad, AdamW, LAMB, eps auto-scaling, and
 // optional rounding of the states to fp16/bf16 after each step (as their storage would).

@@ -1,6 +1,6 @@
 // Options and the registry: bad settings raise ConfigError naming the setting, unknown optimizer names
 // list the known ones, default weight decay per optimizer, no decay on 1-d parameters by default, and the
-// reference document's optimizer block accepted (with its fp16-momentum warning).
+// optimizer settings block (fp32_weight_decay, fp16_momentum, loss_scaling) accepted, with its fp16-momentum warning.
 #include <catch2/catch.hpp>
 
 #include <sstream>
@@ -106,7 +106,7 @@ TEST_CASE("options: default weight decay per optimizer and no decay on 1-d param
   REQUIRE(decaying->arena().segments()[1].weight_decay);
 }
 
-TEST_CASE("options: the reference document's optimizer block is accepted, with the fp16-momentum warning",
+TEST_CASE("options: the optimizer settings block is accepted, with the fp16-momentum warning",
           "[optim]") {
   // optimizer: {name: adam, settings: {fp32_weight_decay: 0.01, fp16_momentum: true,
   //             loss_scaling: {initial_scale: 65536, growth_interval: 2000}}}

@@ -333,7 +333,7 @@ TEST_CASE("Config: rules spanning several keys", "[config]") {
         "states as f16)");
 }
 
-TEST_CASE("Config: the reference document's optimizer block is accepted as written", "[config]") {
+TEST_CASE("Config: the optimizer settings block is accepted as written", "[config]") {
   const std::string block =
       "optimizer:\n"
       "  name: adam\n"

@@ -2,7 +2,7 @@
 # Runs prebuilt binaries on the GPU machine instead of building there (each device call then saves the
 # ~80 s build; device time is the scarce part of a session).
 #
-#   here:   bash tools/device/prebuilt.sh pack     (after ../shared/device/pack.sh has staged .device/)
+#   here:   bash tools/device/prebuilt.sh pack     (after the GPU machine's staging script has staged .device/)
 #           builds opsnn-tests, opsnn-bench and opsnn-train into build-dev/ for any x86-64 CPU
 #           (-DOPSNN_NATIVE=OFF) and Hopper GPUs, strips and gzips them into .device/bin (about 21 MB)
 #   there:  bash tools/device/prebuilt.sh unpack && source .device/env.sh   (carry [".device"])
@@ -13,7 +13,7 @@ set -euo pipefail
 binaries=(tests/opsnn-tests opsnn-bench opsnn-train)
 case "${1:-}" in
   pack)
-    [[ -d .device/debs ]] || { echo "prebuilt.sh: run ../shared/device/pack.sh first (no .device/debs)" >&2; exit 2; }
+    [[ -d .device/debs ]] || { echo "prebuilt.sh: run the GPU staging script first (no .device/debs)" >&2; exit 2; }
     cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DOPSNN_WITH_CUDA=ON -DOPSNN_NATIVE=OFF \
       -DCMAKE_CUDA_ARCHITECTURES=90 > /dev/null
     cmake --build build-dev --target opsnn-tests opsnn-bench opsnn-train
