@@ -1,10 +1,12 @@
 // opsnn-bench: performance measurements, each a subcommand (ops, optim, ...) registered from tools/bench/.
 // Every number is printed next to a baseline measured in the same run.
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <exception>
-#include <set>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -26,28 +28,44 @@ std::string option(const std::vector<std::string>& args, const std::string& key,
   return fallback;
 }
 
+// Parsed by CLI11: each value option takes one value per occurrence and flags none. CLI11 collects
+// what it does not know (allow_extras) so the message can say whether it is an unknown option or a
+// stray word and list the known options; the checks after parsing keep the promises CLI11 has no words
+// for (an option once, a value never empty: either would silently leave the default in place).
 void check_options(const std::vector<std::string>& args, const std::vector<std::string>& with_value,
                    const std::vector<std::string>& flags) {
-  auto listed = [](const std::vector<std::string>& names, const std::string& name) {
-    return std::find(names.begin(), names.end(), name) != names.end();
-  };
   std::string known;
   for (const auto* names : {&with_value, &flags})
     for (const std::string& name : *names) known += (known.empty() ? "" : ", ") + name;
-  std::set<std::string> seen;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    const bool takes_value = listed(with_value, arg);
-    if (!takes_value && !listed(flags, arg))
-      throw ConfigError((arg.rfind('-', 0) == 0 ? "unknown option '" : "unexpected argument '") + arg +
-                        "' (options: " + known + ")");
-    if (!seen.insert(arg).second) throw ConfigError(arg + " given twice");
-    if (!takes_value) continue;
-    // A missing value would leave the default in place: "optim --sizes" ran the whole default benchmark.
-    if (i + 1 >= args.size() || args[i + 1].rfind("--", 0) == 0) throw ConfigError(arg + " needs a value");
-    if (args[i + 1].empty()) throw ConfigError(arg + " needs a value, got an empty one");
-    ++i;
+  CLI::App app;
+  app.set_help_flag();
+  app.allow_extras();
+  std::map<std::string, std::vector<std::string>> values;
+  for (const std::string& name : with_value) app.add_option(name, values[name])->allow_extra_args(false);
+  for (const std::string& name : flags) app.add_flag(name)->disable_flag_override();
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes the arguments last first
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ArgumentMismatch& error) {
+    // "--sizes: 1 required TEXT missing": the option before the colon lacks its value.
+    const std::string text = error.what();
+    throw ConfigError(text.substr(0, text.find(':')) + " needs a value");
+  } catch (const CLI::ParseError& error) {
+    throw ConfigError(std::string(error.what()) + " (options: " + known + ")");
   }
+  for (const auto& [name, given] : values) {
+    if (given.size() > 1) throw ConfigError(name + " given twice");
+    // CLI11 takes "--sizes --repeats 1" as --sizes=--repeats; no value of these options starts with --.
+    if (!given.empty() && given.front().rfind("--", 0) == 0) throw ConfigError(name + " needs a value");
+    if (!given.empty() && given.front().empty()) throw ConfigError(name + " needs a value, got an empty one");
+  }
+  if (const std::vector<std::string> unknown = app.remaining(); !unknown.empty()) {
+    const std::string& arg = unknown.front();
+    throw ConfigError((arg.rfind('-', 0) == 0 ? "unknown option '" : "unexpected argument '") + arg +
+                      "' (options: " + known + ")");
+  }
+  for (const std::string& name : flags)
+    if (app.count(name) > 1) throw ConfigError(name + " given twice");
 }
 
 int parse_positive(const std::vector<std::string>& args, const std::string& key, int fallback) {

@@ -1,10 +1,11 @@
 // opsnn-train: trains what a YAML config describes. A thin command line over opsnn::train::Trainer.
 // Exit codes: 0 success, 2 usage or config errors, 1 runtime failures (missing data, divergence stopped
 // by the monitor, corrupt checkpoints), 130 interrupted by SIGINT after saving a checkpoint.
+#include <CLI/CLI.hpp>
+
 #include <atomic>
 #include <csignal>
 #include <cstdio>
-#include <cstring>
 #include <exception>
 #include <string>
 #include <vector>
@@ -49,59 +50,68 @@ struct Arguments {
   bool print_config = false;
 };
 
-// Accepts "--flag value" and "--flag=value".
+// The command line through CLI11 ("--flag value" and "--flag=value"). CLI11 reports unknown options,
+// stray words and missing values; the checks after parsing keep two promises it has no words for: an
+// empty value is refused (it would read as "not given": --config "" would train the embedded
+// quickstart), and --config, --out and --resume name one thing each (a second would silently replace
+// the first). --help and --version are CLI::CallForHelp / CallForVersion, for main to answer.
 Arguments parse_arguments(int argc, char** argv) {
-  Arguments args;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    std::string value;
-    bool inline_value = false;
-    if (size_t eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos && arg != "--set") {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-      inline_value = true;
-    }
-    auto take_value = [&](const char* flag) {
-      if (!inline_value) {
-        if (i + 1 >= argc) throw opsnn::UsageError(std::string(flag) + " needs a value");
-        value = argv[++i];
-      }
-      // An empty value would read as "not given": --config "" would train the embedded quickstart.
-      if (value.empty()) throw opsnn::UsageError(std::string(flag) + " needs a value, got an empty one");
-      return value;
-    };
-    // --config, --out and --resume name one thing each: a second one would silently replace the first.
-    auto take_once = [&](const char* flag, std::string& target) {
-      std::string given = take_value(flag);
-      if (!target.empty())
-        throw opsnn::UsageError(std::string(flag) + " given twice ('" + target + "' and '" + given + "'); give it once");
-      target = given;
-    };
-    if (arg == "--config") take_once("--config", args.config_path);
-    else if (arg == "--set") args.overrides.push_back(take_value("--set"));
-    else if (arg == "--out") take_once("--out", args.out_dir);
-    else if (arg == "--resume") take_once("--resume", args.resume);
-    else if (arg == "--print-config" && !inline_value) args.print_config = true;
-    else throw opsnn::UsageError("unknown argument '" + std::string(argv[i]) + "' (see opsnn-train --help)");
+  CLI::App app("opsnn-train");
+  app.set_help_flag("--help,-h");
+  app.set_version_flag("--version", std::string("opsnn-train ") + OPSNN_VERSION_STRING);
+  std::vector<std::string> config, out, resume, overrides;
+  bool print_config = false;
+  app.add_option("--config", config)->allow_extra_args(false);
+  app.add_option("--set", overrides)->allow_extra_args(false);
+  app.add_option("--out", out)->allow_extra_args(false);
+  app.add_option("--resume", resume)->allow_extra_args(false);
+  app.add_flag("--print-config", print_config)->disable_flag_override();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    throw;
+  } catch (const CLI::CallForVersion&) {
+    throw;
+  } catch (const CLI::ArgumentMismatch& error) {
+    // "--config: 1 required TEXT missing" (also for --config=): the option before the colon lacks its value.
+    const std::string text = error.what();
+    throw opsnn::UsageError(text.substr(0, text.find(':')) + " needs a value (see opsnn-train --help)");
+  } catch (const CLI::ParseError& error) {
+    throw opsnn::UsageError(std::string(error.what()) + " (see opsnn-train --help)");
   }
+  Arguments args;
+  auto take_once = [](const char* flag, const std::vector<std::string>& given, std::string& target) {
+    for (const std::string& value : given)
+      if (value.empty()) throw opsnn::UsageError(std::string(flag) + " needs a value, got an empty one");
+    if (given.size() > 1)
+      throw opsnn::UsageError(std::string(flag) + " given twice ('" + given[0] + "' and '" + given[1] +
+                              "'); give it once");
+    if (!given.empty()) target = given[0];
+  };
+  take_once("--config", config, args.config_path);
+  take_once("--out", out, args.out_dir);
+  take_once("--resume", resume, args.resume);
+  for (const std::string& value : overrides)
+    if (value.empty()) throw opsnn::UsageError("--set needs a value, got an empty one");
+  args.overrides = std::move(overrides);
+  args.print_config = print_config;
   return args;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+  try {
+    Arguments args;
+    try {
+      args = parse_arguments(argc, argv);
+    } catch (const CLI::CallForHelp&) {
       std::fputs(kUsage, stdout);
       return 0;
-    }
-    if (std::strcmp(argv[i], "--version") == 0) {
+    } catch (const CLI::CallForVersion&) {
       std::printf("opsnn-train %s\n", OPSNN_VERSION_STRING);
       return 0;
     }
-  }
-  try {
-    Arguments args = parse_arguments(argc, argv);
     opsnn::train::TrainConfig config = args.config_path.empty()
                                            ? opsnn::train::load_default_config(args.overrides)
                                            : opsnn::train::load_config(args.config_path, args.overrides);

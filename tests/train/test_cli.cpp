@@ -143,9 +143,9 @@ TEST_CASE("cli: each class of bad input exits 2 with the key and the line", "[cl
       {"flag without its value", {"--config"}, {"--config"}},
       // Empty values used to count as not given: the embedded quickstart, a fresh start, the default folder.
       {"empty --config", {"--config", ""}, {"--config needs a value, got an empty one"}},
-      {"empty --config=", {"--config="}, {"--config needs a value, got an empty one"}},
-      {"empty --resume=", {"--config", "tiny.yaml", "--resume="}, {"--resume needs a value, got an empty one"}},
-      {"empty --out=", {"--config", "tiny.yaml", "--out="}, {"--out needs a value, got an empty one"}},
+      {"empty --config=", {"--config="}, {"--config needs a value"}},
+      {"empty --resume=", {"--config", "tiny.yaml", "--resume="}, {"--resume needs a value"}},
+      {"empty --out=", {"--config", "tiny.yaml", "--out="}, {"--out needs a value"}},
       {"empty --set", {"--config", "tiny.yaml", "--set", ""}, {"--set needs a value, got an empty one"}},
       // A repeated flag used to take the last value silently.
       {"--config twice", {"--config", "tiny.yaml", "--config=other.yaml"},
