@@ -154,8 +154,8 @@ TEST_CASE("CUDA f16/bf16 conv2d matches f32, forward and both gradients", "[cuda
       if (bias) leaves.push_back(random_low_twin({8}, dtype, generator));
       check_low_twins(
           name,
-          [geometry, bias](const std::vector<Tensor>& in) {
-            return ops::conv2d(in[0], in[1], bias ? in[2] : Tensor(), geometry);
+          [geometry, with_bias = bias](const std::vector<Tensor>& in) {
+            return ops::conv2d(in[0], in[1], with_bias ? in[2] : Tensor(), geometry);
           },
           leaves, dtype, generator);
     }
