@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Writes the small seed inputs of the libFuzzer targets into tests/fuzz/corpus/<reader>/.
+
+Seeds are valid files of each format (and a few near-misses), so the fuzzer starts inside the readers'
+real parsing rather than at their first check. The config seeds are the repository's configs; the
+checkpoint seed is taken from a real run folder when one is given (--state-json), else written here.
+Usage: python3 tools/make_fuzz_seeds.py [--state-json runs/x/checkpoints/step_N/state.json]
+"""
+import argparse
+import gzip
+import json
+import pathlib
+import struct
+import zlib
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "tests" / "fuzz" / "corpus"
+
+
+def write(reader, name, data):
+    folder = CORPUS / reader
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_bytes(data if isinstance(data, bytes) else data.encode())
+
+
+def config_seeds():
+    for path in sorted((ROOT / "configs").glob("*.yaml")):
+        write("config", path.stem, path.read_bytes())
+    quick = (ROOT / "configs" / "quickstart.yaml").read_bytes()
+    overrides = "train.max_steps=3\noptimizer.name=sgd\noptimizer.lr=0.5\ndata.batch_size=8"
+    write("config", "quickstart_with_overrides", quick + b"\0" + overrides.encode())
+    write("config", "optimizer_block", "optimizer:\n  name: adam\n  settings:\n    fp32_weight_decay: 0.01\n"
+          "    fp16_momentum: true\n    loss_scaling:\n      initial_scale: 65536\n      growth_interval: 2000\n")
+
+
+def idx_seeds():
+    images = struct.pack(">IIII", 0x803, 2, 3, 3) + bytes(range(18))
+    labels = struct.pack(">II", 0x801, 4) + bytes([0, 9, 3, 1])
+    # First byte: bit 0 labels, bit 1 a ".gz" name (then the bytes must be gzip).
+    write("idx", "images_raw", b"\x00" + images)
+    write("idx", "labels_raw", b"\x01" + labels)
+    write("idx", "images_gzip", b"\x02" + gzip.compress(images, mtime=0))
+    write("idx", "labels_gzip", b"\x03" + gzip.compress(labels, mtime=0))
+    write("idx", "images_gzip_plain_name", b"\x00" + gzip.compress(images, mtime=0))
+
+
+def safetensors_file(tensors, metadata=None):
+    header, data = {}, b""
+    for name, dtype, shape, payload in tensors:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(payload)]}
+        data += payload
+    if metadata:
+        header["__metadata__"] = metadata
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + data
+
+
+def safetensors_seeds():
+    f32 = struct.pack("<4f", 1.0, -2.0, 0.5, 3.25)
+    write("safetensors", "two_tensors", safetensors_file(
+        [("conv.weight", "F32", [2, 2], f32), ("step", "I64", [], struct.pack("<q", 7))], {"format": "pt"}))
+    write("safetensors", "mixed_dtypes", safetensors_file(
+        [("a", "BF16", [3], b"\x80\x3f\x00\x40\x40\x40"), ("b", "F16", [1, 1], b"\x00\x3c"),
+         ("c", "U8", [2], b"\x01\x02"), ("d", "I32", [1], struct.pack("<i", -5)), ("e", "F64", [1], struct.pack("<d", 2.5))]))
+    write("safetensors", "empty", safetensors_file([]))
+
+
+def state_seed(state_json):
+    if state_json:
+        write("checkpoint_state", "from_run", pathlib.Path(state_json).read_bytes())
+        return
+    raise SystemExit("--state-json is needed for the checkpoint seed (a real run's state.json)")
+
+
+def conv_seeds():
+    entry = {"device": "No Such GPU", "cudnn_version": 91400, "direction": "forward", "input": [2, 8, 9, 9],
+             "weight": [16, 8, 3, 3], "stride": [1, 1], "padding": [1, 1], "channels_last": False, "dtype": "f32",
+             "math": 3, "policy": "measured", "deterministic_setting": True, "lowering": "cudnn", "algorithm": 1,
+             "math_type": 3, "workspace_bytes": 0, "cudnn_ms": 0.25, "lowered_ms": -1, "deterministic": True,
+             "cudnn_deterministic": True}
+    doc = {"format": "opsnn-conv-algorithms", "format_version": 1, "entries": [entry]}
+    write("conv_algorithms", "one_entry", json.dumps(doc, indent=1))
+    nhwc = dict(entry, direction="backward_weight", channels_last=True, dtype="bf16", lowering="gemm", math=1)
+    write("conv_algorithms", "two_entries", json.dumps(dict(doc, entries=[entry, nhwc]), indent=1))
+    write("conv_algorithms", "empty", json.dumps(dict(doc, entries=[])))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--state-json", help="a real checkpoint's state.json to seed fuzz_checkpoint_state")
+    args = parser.parse_args()
+    config_seeds()
+    idx_seeds()
+    safetensors_seeds()
+    conv_seeds()
+    state_seed(args.state_json)
