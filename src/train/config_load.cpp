@@ -1,5 +1,6 @@
 // Loading a TrainConfig: parse YAML (yaml-cpp), apply --set overrides to the tree, walk it key by key
 // against the schema (unknown keys get a did-you-mean), then check the rules that span several keys.
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -64,6 +65,51 @@ std::string unknown_key_message(const std::string& section, const std::string& n
          " are: " + known;
 }
 
+// yaml-cpp 0.7 (Debian 12's) never returns from a document in which a ',' stands where a block node
+// begins (",", "- a\n,", "--- ,"): its parser loops, emitting events and taking memory until none is
+// left. So every text is first parsed into an event counter that stops once there are more events than
+// a text of its size can produce (a legitimate document gives at most about two per character: "[[]]"
+// is four events in four characters), and only then loaded for real.
+class EventBudget : public YAML::EventHandler {
+ public:
+  explicit EventBudget(size_t text_bytes) : remaining_(4 * text_bytes + 16) {}
+  void OnDocumentStart(const YAML::Mark& mark) override { spend(mark); }
+  void OnDocumentEnd() override { spend(); }
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { spend(mark); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { spend(mark); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t, const std::string&) override {
+    spend(mark);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    spend(mark);
+  }
+  void OnSequenceEnd() override { spend(); }
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    spend(mark);
+  }
+  void OnMapEnd() override { spend(); }
+
+ private:
+  void spend(const YAML::Mark& mark = YAML::Mark::null_mark()) {
+    if (!mark.is_null()) last_mark_ = mark;
+    if (remaining_-- == 0)
+      throw YAML::ParserException(last_mark_, "unexpected ',' (a flow-collection separator outside [ ] or { })");
+  }
+  size_t remaining_;
+  YAML::Mark last_mark_ = YAML::Mark::null_mark();
+};
+
+// YAML::LoadAll, refusing (YAML::ParserException) the input yaml-cpp would loop on.
+std::vector<YAML::Node> load_all_documents(const std::string& text) {
+  std::istringstream stream(text);
+  YAML::Parser parser(stream);
+  EventBudget budget(text.size());
+  while (parser.HandleNextDocument(budget)) {
+  }
+  return YAML::LoadAll(text);
+}
+
 class ConfigReader {
  public:
   explicit ConfigReader(std::string source) : file_origin_{std::move(source), 0, 0} {}
@@ -72,7 +118,7 @@ class ConfigReader {
     try {
       // All documents are parsed so that a second one is refused rather than silently ignored (YAML::Load
       // reads the first only): a config is one mapping.
-      std::vector<YAML::Node> documents = YAML::LoadAll(text);
+      std::vector<YAML::Node> documents = load_all_documents(text);
       if (documents.size() > 1) {
         Origin origin = detail::origin_of(documents[1], file_origin_);
         throw ConfigError(origin.text() + ": a second YAML document (after '---'); a config file holds one mapping of "
@@ -118,7 +164,10 @@ class ConfigReader {
     }
     YAML::Node value;
     try {
-      value = YAML::Load(value_text);
+      const std::vector<YAML::Node> documents = load_all_documents(value_text);
+      if (documents.size() > 1)
+        throw ConfigError(origin.text() + ": key '" + path + "': the value holds more than one YAML document");
+      if (!documents.empty()) value = documents[0];
     } catch (const YAML::Exception& error) {
       throw ConfigError(origin.text() + ": key '" + path + "': malformed value: " + printable(error.msg));
     }

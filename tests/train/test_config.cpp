@@ -58,6 +58,29 @@ TEST_CASE("Config: malformed YAML names file, line and column", "[config]") {
   CHECK_THAT(error_of("- just\n- a list\n"), Catch::StartsWith("test.yaml:1:1: expected a mapping of sections"));
 }
 
+TEST_CASE("Config: a ',' where a YAML node begins is malformed YAML, not a hang", "[config]") {
+  // Found by fuzz_config: yaml-cpp 0.7 loops forever, taking memory, on each of these.
+  for (const auto& [yaml, place] : std::vector<std::pair<std::string, std::string>>{
+           {",", "test.yaml:1:1:"},
+           {"- a\n,", "test.yaml:2:1:"},
+           {"'x'\n,", "test.yaml:2:1:"},
+           {"# comment\n--- !tag &anchor ,", "test.yaml:2:"},
+           {"optimizer:\n  name: adam\n---\n,", "test.yaml:4:1:"}}) {
+    INFO(yaml);
+    CHECK_THAT(error_of(yaml), Catch::StartsWith(place) && Catch::Contains("malformed YAML: unexpected ','"));
+  }
+  CHECK_THAT(error_of("", {"optimizer.lr=- a\n,"}),
+             Catch::Contains("--set optimizer.lr=") && Catch::Contains("malformed value: unexpected ','"));
+  // A --set value is one YAML document: the second one used to be dropped silently.
+  CHECK_THAT(error_of("", {"optimizer.lr=0.1\n---\n0.2"}),
+             Catch::Contains("key 'optimizer.lr': the value holds more than one YAML document"));
+  // Commas inside plain scalars and flow collections are still fine.
+  const TrainConfig commas =
+      load_config_text("data:\n  root: /data/a,b\noptimizer:\n  betas: [0.8, 0.9]\n", "t.yaml", {"data.root=x,y"});
+  CHECK(commas.data.root == "x,y");
+  CHECK(commas.optimizer.betas == std::array<double, 2>{0.8, 0.9});
+}
+
 TEST_CASE("Config: a second YAML document is refused at its line, not ignored", "[config]") {
   CHECK(error_of("train:\n  epochs: 1\n---\ntrain:\n  epochs: 5\n") ==
         "test.yaml:4:1: a second YAML document (after '---'); a config file holds one mapping of sections, so merge "
