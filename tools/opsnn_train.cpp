@@ -6,7 +6,9 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <exception>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -30,7 +32,7 @@ metrics.jsonl (one JSON object per line) and checkpoints/.
 
 options:
   --config FILE        the training config (configs/*.yaml; every key is documented in
-                       configs/reference.yaml). Without it, the embedded configs/quickstart.yaml.
+                       @REFERENCE@). Without it, the embedded configs/quickstart.yaml.
   --set key.path=value override one config key, e.g. --set optimizer.lr=3e-4 --set train.epochs=2
                        (value parsed as YAML: numbers, true/false, [lists]); repeatable
   --out DIR            the run folder (default: run.out_dir, else runs/<config name>)
@@ -43,6 +45,22 @@ options:
 exit codes: 0 done, 1 runtime failure (data, checkpoint, divergence), 2 usage or config error,
             130 interrupted (Ctrl-C saves a checkpoint first; --resume auto continues)
 )";
+
+// The usage text, naming the reference config where this opsnn-train finds it: beside an installed
+// program in <prefix>/share/opsnn/configs/, else (a build tree) the repository's configs/.
+std::string usage() {
+  std::string reference = "configs/reference.yaml";
+  std::error_code error;
+  const std::filesystem::path program = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (!error) {
+    const std::filesystem::path installed =
+        program.parent_path().parent_path() / "share" / "opsnn" / "configs" / "reference.yaml";
+    if (std::filesystem::is_regular_file(installed, error)) reference = installed.lexically_normal().string();
+  }
+  std::string text = kUsage;
+  text.replace(text.find("@REFERENCE@"), std::strlen("@REFERENCE@"), reference);
+  return text;
+}
 
 struct Arguments {
   std::string config_path, out_dir, resume;
@@ -106,7 +124,7 @@ int main(int argc, char** argv) {
     try {
       args = parse_arguments(argc, argv);
     } catch (const CLI::CallForHelp&) {
-      std::fputs(kUsage, stdout);
+      std::fputs(usage().c_str(), stdout);
       return 0;
     } catch (const CLI::CallForVersion&) {
       std::printf("opsnn-train %s\n", OPSNN_VERSION_STRING);

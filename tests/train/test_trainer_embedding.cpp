@@ -52,6 +52,15 @@ TEST_CASE("embedding: a program built against the installed package trains and s
   for (const auto& entry : fs::recursive_directory_iterator(prefix))
     has_package_config |= entry.path().filename() == "opsnnConfig.cmake";
   REQUIRE(has_package_config);
+  // Configs, architecture files and docs are installed too, and the installed program's --help names
+  // the installed reference config.
+  const fs::path reference = prefix / "share" / "opsnn" / "configs" / "reference.yaml";
+  CHECK(fs::exists(reference));
+  CHECK(fs::exists(prefix / "share" / "opsnn" / "configs" / "quickstart.yaml"));
+  CHECK(fs::exists(prefix / "share" / "opsnn" / "models" / "small_cnn.yaml"));
+  CHECK(fs::exists(prefix / "share" / "opsnn" / "doc" / "optim.md"));
+  REQUIRE(run_logged(quote((prefix / "bin" / "opsnn-train").string()) + " --help", log) == 0);
+  CHECK_THAT(read_text(log), Catch::Contains(reference.lexically_normal().string()));
 
   // Only the install prefix tells CMake where opsnn is: the source and build trees are not consulted.
   const std::string configure = cmake + " -S " + quote(std::string(OPSNN_SOURCE_DIR) + "/tests/embedding") + " -B " +
