@@ -1,14 +1,15 @@
 #!/bin/bash
 # Install opsnn's build, test and data dependencies from the distribution's packages, as listed once in
-# third_party/debian-packages.txt; with --fuzz also the clang toolchain of the fuzzing and sanitizer
-# build (third_party/debian-packages-fuzz.txt). Uses sudo only when not already root. Safe to run repeatedly.
+# third_party/debian-packages.txt; with --clang also the clang 14 toolchain of the fuzzing, sanitizer and
+# formatting checks (third_party/debian-packages-clang.txt). Uses sudo only when not already root. Safe to
+# run repeatedly.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 lists=("$here/debian-packages.txt")
 for arg in "$@"; do
   case $arg in
-    --fuzz) lists+=("$here/debian-packages-fuzz.txt") ;;
-    *) echo "usage: third_party/install_deps.sh [--fuzz] (unknown argument '$arg')" >&2; exit 2 ;;
+    --clang) lists+=("$here/debian-packages-clang.txt") ;;
+    *) echo "usage: third_party/install_deps.sh [--clang] (unknown argument '$arg')" >&2; exit 2 ;;
   esac
 done
 pkgs=$(sed 's/#.*//' "${lists[@]}" | tr -s ' \t' '\n' | grep -v '^$')
