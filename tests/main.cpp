@@ -1,3 +1,9 @@
 // Catch2 entry point for the opsnn test program (the one translation unit that defines main).
+#if defined(OPSNN_CATCH2_MAJOR) && OPSNN_CATCH2_MAJOR >= 3
+#include "support/catch.h"
+
+int main(int argc, char* argv[]) { return Catch::Session().run(argc, argv); }
+#else
 #define CATCH_CONFIG_MAIN
-#include <catch2/catch.hpp>
+#include "support/catch.h"
+#endif

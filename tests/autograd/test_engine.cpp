@@ -2,7 +2,7 @@
 // two backward calls, in place into arena views, into a first gradient only when nothing else holds
 // it), NoGradGuard, and the errors for misuse. The first cases use tiny test-local nodes so the engine
 // is checked on its own; the last ones use ops.h.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <memory>
 #include <vector>

@@ -4,7 +4,7 @@
 // permutes, slices, broadcasts) and unaligned views, fill, and accumulate with alpha 1 (float math) and
 // other alphas (double math); plus FastDivider against plain division (on the host). The [cuda] cases
 // are skipped without a GPU.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 #include <cstdint>

@@ -1,6 +1,6 @@
 // Tests of include/opsnn/core/half.h and dtype.h: f16/bf16 rounding (ties to even, subnormals,
 // overflow, NaN, inf) against an independent double-precision reference, and dtype name parsing.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 #include <cstdint>

@@ -1,6 +1,6 @@
 // Tests of include/opsnn/core/rng.h and the random tensor factories: Philox-4x32-10 against the
 // Random123 known answers, reproducible streams independent of the OpenMP thread count, moments.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <omp.h>
 

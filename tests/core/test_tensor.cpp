@@ -1,6 +1,6 @@
 // Tests of src/core/tensor.cpp, storage.cpp and device.cpp: factories, views, copies and dtype
 // conversions, error messages naming both sides, CPU alignment, rehome/set_data, Device parsing.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,7 +1,7 @@
 // BatchPool: buffers are reused rather than reallocated, batches held at the same time never share memory
 // (across threads too), a buffer waits for the copies reading it before taking another batch, and batches
 // outlive their pool. Run on pageable memory; the [cuda] tests in test_device_loader.cpp cover pinned.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 #include <atomic>
 #include <chrono>
 #include <condition_variable>

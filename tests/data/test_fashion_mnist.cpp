@@ -3,7 +3,7 @@
 #include <zlib.h>
 
 #include <algorithm>
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 #include <cmath>
 #include <cstdio>
 #include <filesystem>

@@ -1,6 +1,6 @@
 // DataLoader: epoch order, drop_last, eval mode, resume from a saved position, worker-count independence,
 // exceptions crossing from the prefetch threads to the consumer, and pinned batches (tagged [cuda]).
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 #include <algorithm>
 #include <cstdint>
 #include <memory>

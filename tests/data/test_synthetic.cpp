@@ -1,6 +1,6 @@
 // Synthetic datasets and augmentation: determinism, learnable image classes, and the CTR dataset's
 // planted ground truth (labels follow the true probabilities; the Bayes loss beats the base rate).
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 #include <cmath>
 #include <cstdint>
 #include <set>

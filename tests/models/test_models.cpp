@@ -1,6 +1,6 @@
 // Tests of the model zoo: parameter counts against torchvision's, names, output shapes, backward reaching
 // every parameter, zero-init of residual BatchNorms, the registry's errors.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include "opsnn/core/error.h"
 #include "opsnn/models/models.h"

@@ -4,7 +4,7 @@
 // GPU ([cuda], skipped without one): each layout is as close to the CPU in strict f32 as the network's
 // own rounding noise allows (measured on the CPU by perturbing the weights), and the two layouts agree
 // in bf16 mixed precision (loosely).
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,6 +1,6 @@
 // Tests of src/nn/init.cpp and the layers' default initialisation: sample statistics against theory,
 // fan computation, gains, in-place writes that keep storage, and seed reproducibility.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <algorithm>
 #include <cmath>

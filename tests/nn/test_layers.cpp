@@ -1,7 +1,7 @@
 // Tests of src/nn/layers.cpp: forward values and shapes, backward reaching every parameter with its
 // shape, BatchNorm train/eval behaviour through the module tree, channels-last Conv2d / BatchNorm2d,
 // Embedding's sparse gradients.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <algorithm>
 #include <cmath>

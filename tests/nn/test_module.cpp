@@ -1,6 +1,6 @@
 // Tests of src/nn/module.cpp and sequential.cpp: registration and dotted names in order, train/eval,
 // in-place device moves and zero_grad that keep handles (so arena views survive), state dicts.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <memory>
 #include <set>

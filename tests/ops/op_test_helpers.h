@@ -2,7 +2,7 @@
 // GPU tensor for device-mismatch checks where a GPU exists, and value comparisons.
 #pragma once
 
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 #include <memory>

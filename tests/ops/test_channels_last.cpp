@@ -2,7 +2,7 @@
 // (src/ops/conv.cpp, src/ops/norm.cpp, src/ops/cpu/conv.cpp): each equals its NCHW form on permuted
 // operands, values and every gradient (and the running statistics); finite-difference gradients in f64;
 // shape errors name the channels-last layout.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <string>
 #include <vector>

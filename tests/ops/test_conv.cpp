@@ -1,6 +1,6 @@
 // Tests of ops::conv2d (src/ops/conv.cpp, src/ops/cpu/conv.cpp): values against a direct loop
 // reference, f32 against f64, finite-difference gradients for many geometries, and argument errors.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <omp.h>
 

@@ -3,7 +3,7 @@
 // for a GPU this machine does not have is skipped, and each kind of malformed document is a DataError
 // naming the origin and the field. The GPU side (entries that apply and are used) is in
 // tests/ops/cuda/test_conv.cpp.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -112,7 +112,7 @@ TEST_CASE("conv algorithm files: each malformed document is a DataError naming t
     } catch (const DataError& error) {
       const std::string message = error.what();
       CHECK(message.rfind("algos.json: ", 0) == 0);
-      CHECK_THAT(message, Catch::Matchers::Contains(c.expected));
+      CHECK_THAT(message, Catch::Contains(c.expected));
     }
   }
 }

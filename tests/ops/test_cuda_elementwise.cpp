@@ -3,7 +3,7 @@
 // alignment (equal and different misalignments of the operands), at sizes around the vector width, in f32, f16 and
 // bf16. The CPU twin (f32 math on the values the low dtype holds, rounded once) must agree bit for bit, special values
 // included, and the elements next to each output view must stay untouched. Tagged [cuda]: skipped without a GPU.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <array>
 #include <cmath>

@@ -5,7 +5,7 @@
 // low-precision logits computing in f32; and the tf32 setting of f32 GEMMs and convolutions.
 // Tolerances are on max |low - f32| / (|f32| + mean |f32|): a few units of the dtype's rounding
 // (unit roundoff bf16: 2^-8, f16: 2^-11). Tagged [cuda]: skipped without a GPU.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <array>
 #include <cmath>

@@ -11,7 +11,7 @@
 // channels-last op on [N, H, W, C] GPU tensors against the CPU op, training and eval.
 // Tagged [cuda]: skipped without a GPU.
 #include <algorithm>
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 #include <cmath>
 #include <cstdio>
 #include <cstring>

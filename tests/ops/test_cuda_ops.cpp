@@ -2,7 +2,7 @@
 // against its CPU twin on the same random f32 values, forward and backward (autograd gradients of every
 // input), on odd shapes; index range errors and the TypeError for unsupported dtypes. Each test
 // prints its largest scaled error so a GPU run shows the margins. Tagged [cuda]: skipped without a GPU.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <algorithm>
 #include <array>

@@ -1,7 +1,7 @@
 // Tests for the elementwise ops (src/ops/elementwise.cpp, src/ops/cpu/elementwise.cpp): broadcasting
 // rules, forward values against a double reference, finite-difference gradients, relu's kink, errors,
 // and add_relu: equal bit for bit to relu(add), its one gradient sent to both inputs without aliasing.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 #include <functional>
 
 #include "ops/op_test_helpers.h"

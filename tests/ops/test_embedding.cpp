@@ -1,6 +1,6 @@
 // Tests for embedding (src/ops/embedding.cpp, src/ops/cpu/embedding.cpp): lookups for index tensors of
 // any shape, dense backward with duplicate indices, row-sparse gradients, determinism, errors.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include "opsnn/ops/ops.h"
 #include "ops/op_test_helpers.h"

@@ -1,7 +1,7 @@
 // Golden tests: conv2d, batch_norm and cross_entropy (forward and backward) against PyTorch values in
 // tests/golden/*.json, written by tools/gen_golden_ops.py in float64. The f64 kernels must match to
 // rounding; the f32 kernels to f32 precision. A missing fixture fails the test.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 #include <filesystem>

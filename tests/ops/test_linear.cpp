@@ -1,6 +1,6 @@
 // Tests for matmul and linear (src/ops/linear.cpp) and the CPU gemm kernel (src/ops/cpu/gemm.cpp):
 // values against hand and double references, finite-difference gradients, transposed views, errors.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <array>
 #include <utility>

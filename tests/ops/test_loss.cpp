@@ -1,6 +1,6 @@
 // Tests for log_softmax, nll_loss and cross_entropy (src/ops/loss.cpp, src/ops/cpu/loss.cpp): values
 // against double references and PyTorch's formula, stability, label smoothing, gradients, errors.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 

@@ -1,7 +1,7 @@
 // Tests of ops::batch_norm and ops::batch_norm_relu (src/ops/norm.cpp, src/ops/cpu/norm.cpp): training and
 // eval values, running-statistic updates, finite-difference gradients, f32 precision, argument errors, and
 // the fused relu equal bit for bit to batch_norm followed by relu.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 #include <cmath>
 #include <vector>
 

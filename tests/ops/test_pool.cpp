@@ -1,6 +1,6 @@
 // Tests of ops::max_pool2d, avg_pool2d and global_avg_pool2d (src/ops/pool.cpp, src/ops/cpu/pool.cpp):
 // worked values, tie and padding rules, finite-difference gradients and geometry errors.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <algorithm>
 #include <numeric>

@@ -1,6 +1,6 @@
 // Tests for sum and mean (src/ops/reduce.cpp, src/ops/cpu/reduce.cpp): values against a double
 // reference for every dimension pattern, accuracy of long f32 sums, gradients and errors.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include "opsnn/ops/ops.h"
 #include "ops/op_test_helpers.h"

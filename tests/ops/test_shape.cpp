@@ -1,6 +1,6 @@
 // Tests for reshape, flatten and permute (src/ops/shape.cpp): resulting shapes and element order, storage
 // sharing, non-contiguous inputs, gradients and errors.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include "opsnn/ops/ops.h"
 #include "ops/op_test_helpers.h"

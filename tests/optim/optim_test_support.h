@@ -2,7 +2,7 @@
 // running an opsnn optimizer side by side with the double-precision reference over many steps.
 #pragma once
 
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 #include <random>

@@ -1,7 +1,7 @@
 // The flat parameter arena: parameters become views (values kept, every handle sees the arena), aligned
 // segment offsets, chunks inside segments, gradients accumulating in the arena through autograd,
 // zero_grad keeping the views, replaced gradients re-adopted, and bad parameter lists rejected.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 #include <cstdint>

@@ -6,7 +6,7 @@
 // without loss scaling, the single-pass (warn) mode, fp16 overflow, zero gradients, odd sizes and tails,
 // bf16/fp16 gradients and the low-precision parameter copy, CUDA graph capture. Tagged [cuda]: they
 // return early where no GPU exists.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 #include <cstring>

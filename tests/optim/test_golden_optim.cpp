@@ -2,7 +2,7 @@
 // (momentum + dampening + decay, Nesterov), Adam (L2, amsgrad), AdamW and Adam under GradScaler with
 // injected inf gradients, 200 steps each, replayed here with the stored float32 gradients. A missing
 // fixture is a failure, not a skip.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 #include <fstream>

@@ -1,7 +1,7 @@
 // Dynamic loss scaling (GradScaler semantics): back-off on inf/NaN with the step skipped and the step
 // count, schedule and beta powers kept; growth after the interval (only to a finite scale); scaled losses
 // unscaled inside the step; the scaler state round-trips through state_dict.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cfloat>
 

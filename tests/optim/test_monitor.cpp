@@ -1,6 +1,6 @@
 // The monitor: global and per-segment grad norms, the norm threshold warning, non-finite gradients and
 // parameters reported with the first step and tensor, and the warn / skip / stop actions.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 #include <sstream>

@@ -1,7 +1,7 @@
 // Every optimizer and option against the double-precision reference over many steps: SGD (momentum,
 // dampening, Nesterov), Adam (L2, amsgrad, eps auto-scaling), AdamW, LAMB (trust clamp), clipping,
 // schedules, groups with lr multipliers and no-decay, fp16/bf16 states; zero, huge and tiny gradients.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <omp.h>
 

@@ -1,7 +1,7 @@
 // Options and the registry: bad settings raise ConfigError naming the setting, unknown optimizer names
 // list the known ones, default weight decay per optimizer, no decay on 1-d parameters by default, and the
 // optimizer settings block (fp32_weight_decay, fp16_momentum, loss_scaling) accepted, with its fp16-momentum warning.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <sstream>
 

@@ -1,6 +1,6 @@
 // Learning-rate schedules at key steps (constant + warmup, warmup + cosine with min lr, step decay with a
 // floor, linear decay), and the schedule evaluated inside the optimizer step from the applied-step count.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 

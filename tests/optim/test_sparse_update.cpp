@@ -4,7 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 #include <cmath>
 #include <cstring>
 #include <random>

@@ -3,7 +3,7 @@
 // and many steps of sparse SGD and lazy Adam/AdamW with f32/f16/bf16 states on odd widths and misaligned
 // tables, including non-finite and zero gradients. Run under compute-sanitizer memcheck and racecheck.
 #include <algorithm>
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 #include <cmath>
 #include <cstring>
 #include <limits>

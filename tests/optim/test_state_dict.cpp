@@ -1,6 +1,6 @@
 // state_dict / load_state_dict: keys by parameter name and state, step-state scalars, bit-identical
 // continuation after a round trip, and clear errors for missing, unexpected and mismatched entries.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include "optim/optim_test_support.h"
 #include "opsnn/optim/adam.h"

@@ -2,7 +2,7 @@
 // against the CPU sparsifier: over many steps on random data, the same reports, sparse gradient, (index,
 // value) pairs and state bit for bit, for the sampled threshold and the exact fallback, ties, momentum
 // correction, lr compensation, density 1, zero and non-finite gradients, odd sizes across several blocks.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 #include <cmath>
 #include <cstring>
 #include <limits>

@@ -3,7 +3,7 @@
 // payloads out of arithmetic differ between CPUs and GPUs).
 #pragma once
 
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cstdint>
 #include <cstring>

@@ -2,7 +2,7 @@
 // machine has none, so the tests skip on CPU-only machines such as CI.
 #pragma once
 
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <string>
 

@@ -3,7 +3,7 @@
 // guards) let a test check that nothing outside the view was written.
 #pragma once
 
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <string>
 

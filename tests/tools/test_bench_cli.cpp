@@ -1,6 +1,6 @@
 // opsnn-bench's command line: bad input is one clear message and a non-zero exit code (2 for usage
 // errors), decided before anything is measured. Runs the built program.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <string>
 #include <utility>

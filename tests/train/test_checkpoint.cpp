@@ -5,7 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 #include <chrono>
 #include <cmath>
 #include <cstring>

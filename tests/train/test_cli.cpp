@@ -5,7 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include "support/run_program.h"
 #include "support/temporary_folder.h"

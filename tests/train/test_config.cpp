@@ -2,7 +2,7 @@
 // --set overrides, cross-key rules, the embedded default, and emit -> load round trips.
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 #include <filesystem>
 #include <fstream>
 #include <sstream>

@@ -2,7 +2,7 @@
 // comment, and states the true defaults. Every other config in configs/ must load too.
 #include <yaml-cpp/yaml.h>
 
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 #include <filesystem>
 #include <fstream>
 #include <functional>

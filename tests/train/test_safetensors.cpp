@@ -3,7 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 #include <cstring>
 #include <filesystem>
 #include <fstream>

@@ -4,7 +4,7 @@
 // Fashion-MNIST and CTR.
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include "support/temporary_folder.h"
 #include "support/trainer_runs.h"

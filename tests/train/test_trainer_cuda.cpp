@@ -8,7 +8,7 @@
 // the fp32 masters every forward. Tagged [cuda].
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include "support/trainer_runs.h"
 #include "support/temporary_folder.h"

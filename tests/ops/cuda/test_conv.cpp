@@ -9,7 +9,7 @@
 //   - shapes no lowering applies to never try one.
 // The cached choice says what ran. Compiled in CUDA builds only (it reads the CUDA backend's algorithm
 // cache); tagged [cuda]: skipped without a GPU.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <nlohmann/json.hpp>
 #include <string>
@@ -382,7 +382,7 @@ TEST_CASE("CUDA conv2d choices saved as JSON are used where they are loaded; ent
       FAIL("accepted an entry with a bad " << b.key);
     } catch (const DataError& error) {
       CHECK_THAT(std::string(error.what()), Catch::Matchers::StartsWith("bad.json: ") &&
-                                                Catch::Matchers::Contains(b.expected));
+                                                Catch::Contains(b.expected));
     }
   }
 }

@@ -7,7 +7,7 @@
 // have a lowering (one GEMM per direction on the NHWC data, which policy `always` runs); every other
 // shape stays with cuDNN in every direction, the lowering never tried. Compiled in CUDA builds only;
 // tagged [cuda]: skipped without a GPU.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <string>
 #include <vector>

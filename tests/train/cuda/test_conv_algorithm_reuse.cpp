@@ -2,7 +2,7 @@
 // rerun into its folder with auto) computes with the same convolution algorithms and repeats its loss
 // curve bit for bit. Each run starts from an empty algorithm cache, as a new process would. In tests/
 // train/cuda/ because it clears the CUDA backend's cache (src/ops/cuda/conv_algorithms.h); tagged [cuda].
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <filesystem>
 #include <fstream>
