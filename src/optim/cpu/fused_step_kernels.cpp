@@ -279,6 +279,62 @@ void lamb_phase2(const ArenaView& arena, const AdamScalars& base, const SegmentS
   });
 }
 
+// ---- element-wise rules (builtin_list.h): one generic pass, the rule's element function per element ----
+template <typename Rule, typename State>
+float rule_span(float* __restrict params, const float* __restrict grads,
+                const std::array<State*, Rule::kStates>& states, int64_t count, float grad_multiplier,
+                const AdamScalars& s) {
+  float check = 0.0f;
+#pragma omp simd reduction(+ : check)
+  for (int64_t i = 0; i < count; ++i) {
+    float p = params[i];
+    float values[Rule::kStates];
+    for (int k = 0; k < Rule::kStates; ++k) values[k] = load_value(states[k][i]);
+    Rule::element(p, values, grads[i] * grad_multiplier, s);
+    params[i] = p;
+    for (int k = 0; k < Rule::kStates; ++k) store_value(states[k][i], values[k]);
+    check += p * 0.0f;
+  }
+  return check;
+}
+
+template <typename Rule>
+void rule_update(const ArenaView& arena, const AdamScalars& base, const SegmentStepScalars* segments,
+                 float grad_multiplier, float* chunk_param_check) {
+  with_state_type(arena.state_dtype, [&](auto tag) {
+    using State = decltype(tag);
+    for_each_chunk(arena, [&](int64_t c, const ArenaChunk& chunk) {
+      AdamScalars s = base;
+      s.lr = segments[chunk.segment].lr;
+      s.weight_decay = segments[chunk.segment].weight_decay;
+      std::array<State*, Rule::kStates> states{};
+      for (int k = 0; k < Rule::kStates; ++k) states[k] = state_array<State>(arena, k) + chunk.begin;
+      float* params = arena.params + chunk.begin;
+      const float* grads = arena.grads + chunk.begin;
+      float check = 0.0f;
+      staged(states, chunk.end - chunk.begin, true, [&](const auto& staged_states, int64_t start, int64_t length) {
+        // Half: block buffers indexed from 0; other types: one span, start = 0.
+        using Staged = std::remove_pointer_t<typename std::remove_cvref_t<decltype(staged_states)>::value_type>;
+        check += rule_span<Rule, Staged>(params + start, grads + start, staged_states, length, grad_multiplier, s);
+      });
+      chunk_param_check[c] = check;
+    });
+  });
+}
+
+void elementwise_update(const ArenaView& arena, UpdateRule rule, const AdamScalars& base,
+                        const SegmentStepScalars* segments, float grad_multiplier, float* chunk_param_check) {
+  switch (rule) {
+#define OPSNN_RULE_CASE(name, Rule) \
+  case UpdateRule::name: return rule_update<Rule>(arena, base, segments, grad_multiplier, chunk_param_check);
+    OPSNN_ELEMENTWISE_RULES(OPSNN_RULE_CASE)
+#undef OPSNN_RULE_CASE
+    default: break;
+  }
+  (void)arena, (void)base, (void)segments, (void)grad_multiplier, (void)chunk_param_check;
+  throw Error(detail::concat("no element-wise CPU kernel for update rule ", static_cast<int>(rule)));
+}
+
 }  // namespace
 }  // namespace opsnn::optim::cpu
 
@@ -286,7 +342,7 @@ namespace opsnn::optim {
 
 const FusedStepKernels& cpu_fused_step_kernels() {
   static const FusedStepKernels kernels{cpu::grad_sum_of_squares, cpu::adam_update, cpu::sgd_update,
-                                        cpu::lamb_phase1, cpu::lamb_phase2};
+                                        cpu::lamb_phase1, cpu::lamb_phase2, cpu::elementwise_update};
   return kernels;
 }
 

@@ -398,6 +398,65 @@ __global__ void __launch_bounds__(kThreads) sgd_kernel(FusedBuffers b, StepConst
   }
 }
 
+// ---- element-wise rules (builtin_list.h): the adam_kernel's loop with the rule's element function ----
+template <typename Rule, typename G, typename S, typename C>
+__global__ void __launch_bounds__(kThreads) rule_kernel(FusedBuffers b, StepConstants k, int with_stats) {
+  constexpr int kStates = Rule::kStates;
+  __shared__ double shared[32];
+  const StepScalars step = *b.scalars;
+  if (!step.apply) return;
+  float* __restrict__ params = b.arena.params;
+  const G* __restrict__ grads = static_cast<const G*>(b.arena.grads);
+  S* states[kStates];
+#pragma unroll
+  for (int n = 0; n < kStates; ++n) states[n] = static_cast<S*>(b.arena.states[n]);
+  C* __restrict__ copy = static_cast<C*>(b.arena.param_copy);
+  AdamScalars s = adam_scalars(k, step);
+  const float multiplier = step.grad_multiplier;
+  for (int c = blockIdx.x; c < b.chunk_count; c += gridDim.x) {
+    const ArenaChunk chunk = b.chunks[c];
+    const int64_t vector_count = apply_segment(b, step, chunk, s);
+    float check = 0.0f;
+    double sum = 0.0;
+    for (int64_t i = chunk.begin + threadIdx.x * kVector; i < chunk.begin + vector_count; i += kThreads * kVector) {
+      float p[kVector], g[kVector], values[kStates][kVector];
+      load8(params + i, p);
+      load8(grads + i, g);
+#pragma unroll
+      for (int n = 0; n < kStates; ++n) load8(states[n] + i, values[n]);
+#pragma unroll
+      for (int j = 0; j < kVector; ++j) {
+        if (with_stats) sum += static_cast<double>(g[j]) * g[j];
+        float element[kStates];
+#pragma unroll
+        for (int n = 0; n < kStates; ++n) element[n] = values[n][j];
+        Rule::element(p[j], element, g[j] * multiplier, s);
+#pragma unroll
+        for (int n = 0; n < kStates; ++n) values[n][j] = element[n];
+        check += p[j] * 0.0f;
+      }
+      store8(params + i, p);
+#pragma unroll
+      for (int n = 0; n < kStates; ++n) store8(states[n] + i, values[n]);
+      if constexpr (!std::is_same_v<C, NoCopy>) store8(copy + i, p);
+    }
+    const int64_t i = chunk.begin + vector_count + threadIdx.x;
+    if (i < chunk.end) {
+      float p = params[i], g = load1(grads, i), element[kStates];
+#pragma unroll
+      for (int n = 0; n < kStates; ++n) element[n] = load1(states[n], i);
+      if (with_stats) sum += static_cast<double>(g) * g;
+      Rule::element(p, element, g * multiplier, s);
+      check += p * 0.0f;
+      params[i] = p;
+#pragma unroll
+      for (int n = 0; n < kStates; ++n) store1(states[n], i, element[n]);
+      if constexpr (!std::is_same_v<C, NoCopy>) store1(copy, i, p);
+    }
+    finish_chunk(b, c, check, sum, with_stats, shared);
+  }
+}
+
 // ---- LAMB: one kernel, phase 1 and phase 2 of each tile as separate work items ----
 // Blocks take work items in the order of b.lamb.items (an atomic ticket each): phase 1 of a window of
 // segments, then phase 1 of the next window, then phase 2 of the first, ... The block that finishes the
@@ -558,7 +617,18 @@ __global__ void __launch_bounds__(kThreads) lamb_kernel(FusedBuffers b, StepCons
 }
 
 // ---- dtype dispatch: grads G, states S, parameter copy C ----
-enum class Pass { adam, sgd, lamb, grad_sum_of_squares };
+// Pass tags: a type each, so an element-wise rule's pass carries its rule.
+namespace pass {
+struct Adam {};
+struct Sgd {};
+struct Lamb {};
+struct GradSumOfSquares {};
+template <typename R> struct Elementwise {
+  using Rule = R;
+};
+template <typename P> inline constexpr bool is_elementwise = false;
+template <typename R> inline constexpr bool is_elementwise<Elementwise<R>> = true;
+}  // namespace pass
 
 struct LaunchArgs {
   const FusedBuffers* buffers;
@@ -581,15 +651,19 @@ int grid_size(int per_multiprocessor, const FusedBuffers& b) {
 }
 
 // One instantiation per pass and dtype combination, so each caches its own kernel's occupancy.
-template <Pass P, typename G, typename S, typename C> void launch_typed(const LaunchArgs& a) {
+template <typename P, typename G, typename S, typename C> void launch_typed(const LaunchArgs& a) {
   const FusedBuffers& b = *a.buffers;
-  if constexpr (P == Pass::adam) {
+  if constexpr (pass::is_elementwise<P>) {
+    using Rule = typename P::Rule;
+    static const int per_sm = blocks_per_multiprocessor(rule_kernel<Rule, G, S, C>);
+    rule_kernel<Rule, G, S, C><<<grid_size(per_sm, b), kThreads, 0, a.stream>>>(b, *a.constants, a.with_stats);
+  } else if constexpr (std::is_same_v<P, pass::Adam>) {
     static const int per_sm = blocks_per_multiprocessor(adam_kernel<G, S, C>);
     adam_kernel<G, S, C><<<grid_size(per_sm, b), kThreads, 0, a.stream>>>(b, *a.constants, a.with_stats);
-  } else if constexpr (P == Pass::sgd) {
+  } else if constexpr (std::is_same_v<P, pass::Sgd>) {
     static const int per_sm = blocks_per_multiprocessor(sgd_kernel<G, S, C>);
     sgd_kernel<G, S, C><<<grid_size(per_sm, b), kThreads, 0, a.stream>>>(b, *a.constants, a.with_stats);
-  } else if constexpr (P == Pass::lamb) {
+  } else if constexpr (std::is_same_v<P, pass::Lamb>) {
     static const int per_sm = blocks_per_multiprocessor(lamb_kernel<G, S, C>);
     lamb_kernel<G, S, C><<<grid_size(per_sm, b), kThreads, 0, a.stream>>>(b, *a.constants, a.with_stats);
   } else {
@@ -604,7 +678,7 @@ template <Pass P, typename G, typename S, typename C> void launch_typed(const La
                                  " (accepted: f32, f16, bf16)"));
 }
 
-template <Pass P, typename G, typename S> void dispatch_copy(const LaunchArgs& a) {
+template <typename P, typename G, typename S> void dispatch_copy(const LaunchArgs& a) {
   const DeviceArena& arena = a.buffers->arena;
   if (arena.param_copy == nullptr) return launch_typed<P, G, S, NoCopy>(a);
   switch (arena.param_copy_dtype) {
@@ -615,7 +689,7 @@ template <Pass P, typename G, typename S> void dispatch_copy(const LaunchArgs& a
   }
 }
 
-template <Pass P, typename G> void dispatch_state(const LaunchArgs& a) {
+template <typename P, typename G> void dispatch_state(const LaunchArgs& a) {
   switch (a.buffers->arena.state_dtype) {
     case DType::f32: return dispatch_copy<P, G, float>(a);
     case DType::f16: return dispatch_copy<P, G, Half>(a);
@@ -624,7 +698,7 @@ template <Pass P, typename G> void dispatch_state(const LaunchArgs& a) {
   }
 }
 
-template <Pass P> void dispatch(const LaunchArgs& a) {
+template <typename P> void dispatch(const LaunchArgs& a) {
   switch (a.buffers->arena.grad_dtype) {
     case DType::f32: return dispatch_state<P, float>(a);
     case DType::f16: return dispatch_state<P, Half>(a);
@@ -643,7 +717,7 @@ int multiprocessor_count(int device) {
 
 void launch_grad_sum_of_squares(const FusedBuffers& b, cudaStream_t stream) {
   if (b.chunk_count == 0) return;
-  dispatch<Pass::grad_sum_of_squares>(LaunchArgs{&b, nullptr, 0, stream});
+  dispatch<pass::GradSumOfSquares>(LaunchArgs{&b, nullptr, 0, stream});
 }
 
 void launch_segment_sums(const FusedBuffers& b, int arrays, cudaStream_t stream) {
@@ -659,13 +733,19 @@ void launch_step_prologue(const FusedBuffers& b, const StepConstants& k, bool tw
 void launch_update(const FusedBuffers& b, const StepConstants& k, bool with_stats, cudaStream_t stream) {
   if (b.chunk_count == 0) return;
   LaunchArgs args{&b, &k, with_stats ? 1 : 0, stream};
-  if (k.rule == UpdateRule::sgd) dispatch<Pass::sgd>(args);
-  else dispatch<Pass::adam>(args);
+  switch (k.rule) {
+#define OPSNN_RULE_CASE(name, Rule) \
+  case UpdateRule::name: return dispatch<pass::Elementwise<Rule>>(args);
+    OPSNN_ELEMENTWISE_RULES(OPSNN_RULE_CASE)
+#undef OPSNN_RULE_CASE
+    case UpdateRule::sgd: return dispatch<pass::Sgd>(args);
+    default: return dispatch<pass::Adam>(args);
+  }
 }
 
 void launch_lamb(const FusedBuffers& b, const StepConstants& k, bool with_stats, cudaStream_t stream) {
   if (b.chunk_count == 0) return;
-  dispatch<Pass::lamb>(LaunchArgs{&b, &k, with_stats ? 1 : 0, stream});
+  dispatch<pass::Lamb>(LaunchArgs{&b, &k, with_stats ? 1 : 0, stream});
 }
 
 void launch_step_epilogue(const FusedBuffers& b, const StepConstants& k, bool single_pass, cudaStream_t stream) {
