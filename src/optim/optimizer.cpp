@@ -428,8 +428,7 @@ const StepState& Optimizer::step() {
   bool skip = monitor_.check_gradients(state, bad_segment, bad_name, scaler_.enabled());
 
   if (skip) {
-    state.skipped_steps += 1;
-    state.monitor_flags |= kStepSkipped;
+    mark_skipped(state);
   } else {
     auto [beta1, beta2] = options_.effective_betas(name_);
     double lr = scheduled_lr(state.step);

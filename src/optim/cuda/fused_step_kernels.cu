@@ -200,12 +200,6 @@ __device__ void gradient_totals(const FusedBuffers& b, double inverse_squared, d
   bad = bad_shared == INT_MAX ? -1 : bad_shared;
 }
 
-__device__ void record_first_nonfinite(StepState& state, int64_t call_index, int segment) {
-  if (state.first_nonfinite_step >= 0) return;
-  state.first_nonfinite_step = call_index;
-  state.first_nonfinite_segment = segment;
-}
-
 // ---- the tiny step ----
 __global__ void step_prologue_kernel(FusedBuffers b, StepConstants k, int two_pass) {
   StepState& state = *b.state;
@@ -228,21 +222,13 @@ __global__ void step_prologue_kernel(FusedBuffers b, StepConstants k, int two_pa
   b.report->bad_param_chunk = INT_MAX;
   if (two_pass) {
     const double norm = sqrt(total);
-    state.found_inf = bad >= 0 ? 1 : 0;
-    state.grad_norm = static_cast<float>(norm);
     state.clip_factor = gradient_clip_factor(norm, k.max_grad_norm);
     b.report->bad_grad_segment = bad;
-    bool skip = false;
-    if (state.found_inf) {
-      state.monitor_flags |= kNonFiniteGrad;
-      record_first_nonfinite(state, state.step + state.skipped_steps, bad);
-      skip = k.scaling || k.on_nonfinite != DeviceNonFiniteAction::warn;  // stop: the host throws after
-    } else if (state.grad_norm > k.grad_norm_warn_threshold) {
-      state.monitor_flags |= kGradNormAboveThreshold;
-    }
+    // step_logic.h, as the host's monitor: flags, first non-finite, skip (stop: the host throws after).
+    const bool skip = gradient_verdict(state, bad, norm, state.step + state.skipped_steps, k.scaling != 0,
+                                       k.on_nonfinite == DeviceNonFiniteAction::warn, k.grad_norm_warn_threshold);
     if (skip) {
-      state.skipped_steps += 1;
-      state.monitor_flags |= kStepSkipped;
+      mark_skipped(state);
       out.apply = 0;
     }
   } else {
@@ -270,22 +256,15 @@ __global__ void step_epilogue_kernel(FusedBuffers b, StepConstants k, int single
   StepState& state = *b.state;
   const int64_t call_index = state.step + state.skipped_steps - 1;  // the step just made, zero-based
   if (single_pass) {
-    state.found_inf = bad >= 0 ? 1 : 0;
-    state.grad_norm = static_cast<float>(sqrt(total));
     b.report->bad_grad_segment = bad;
-    if (state.found_inf) {
-      state.monitor_flags |= kNonFiniteGrad;
-      record_first_nonfinite(state, call_index, bad);
-    } else if (state.grad_norm > k.grad_norm_warn_threshold) {
-      state.monitor_flags |= kGradNormAboveThreshold;
-    }
+    // The step was applied already (single pass means warn without scaling): only the flags and record.
+    gradient_verdict(state, bad, sqrt(total), call_index, false, true, k.grad_norm_warn_threshold);
   }
   const int chunk = b.report->bad_param_chunk;
   if (chunk != INT_MAX) {
     const int segment = b.chunks[chunk].segment;
     b.report->bad_param_segment = segment;
-    state.monitor_flags |= kNonFiniteParam;
-    record_first_nonfinite(state, call_index, segment);
+    mark_nonfinite_parameter(state, call_index, segment);
   }
 }
 
