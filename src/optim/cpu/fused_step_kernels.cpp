@@ -280,19 +280,25 @@ void lamb_phase2(const ArenaView& arena, const AdamScalars& base, const SegmentS
 }
 
 // ---- element-wise rules (builtin_list.h): one generic pass, the rule's element function per element ----
+// The states as separate __restrict pointers (up to kMaxOptimizerStates; unused ones null): with the
+// pointers in an array the compiler cannot rule out aliasing and the fp32 loop ran 7x slower.
 template <typename Rule, typename State>
-float rule_span(float* __restrict params, const float* __restrict grads,
-                const std::array<State*, Rule::kStates>& states, int64_t count, float grad_multiplier,
-                const AdamScalars& s) {
+float rule_span(float* __restrict params, const float* __restrict grads, State* __restrict s0, State* __restrict s1,
+                State* __restrict s2, int64_t count, float grad_multiplier, const AdamScalars& s) {
+  static_assert(Rule::kStates >= 1 && Rule::kStates <= kMaxOptimizerStates, "a rule has 1 to 3 states");
   float check = 0.0f;
 #pragma omp simd reduction(+ : check)
   for (int64_t i = 0; i < count; ++i) {
     float p = params[i];
     float values[Rule::kStates];
-    for (int k = 0; k < Rule::kStates; ++k) values[k] = load_value(states[k][i]);
+    values[0] = load_value(s0[i]);
+    if constexpr (Rule::kStates > 1) values[1] = load_value(s1[i]);
+    if constexpr (Rule::kStates > 2) values[2] = load_value(s2[i]);
     Rule::element(p, values, grads[i] * grad_multiplier, s);
     params[i] = p;
-    for (int k = 0; k < Rule::kStates; ++k) store_value(states[k][i], values[k]);
+    store_value(s0[i], values[0]);
+    if constexpr (Rule::kStates > 1) store_value(s1[i], values[1]);
+    if constexpr (Rule::kStates > 2) store_value(s2[i], values[2]);
     check += p * 0.0f;
   }
   return check;
@@ -315,7 +321,8 @@ void rule_update(const ArenaView& arena, const AdamScalars& base, const SegmentS
       staged(states, chunk.end - chunk.begin, true, [&](const auto& staged_states, int64_t start, int64_t length) {
         // Half: block buffers indexed from 0; other types: one span, start = 0.
         using Staged = std::remove_pointer_t<typename std::remove_cvref_t<decltype(staged_states)>::value_type>;
-        check += rule_span<Rule, Staged>(params + start, grads + start, staged_states, length, grad_multiplier, s);
+        auto at = [&](int k) { return k < Rule::kStates ? staged_states[static_cast<size_t>(k)] : nullptr; };
+        check += rule_span<Rule, Staged>(params + start, grads + start, at(0), at(1), at(2), length, grad_multiplier, s);
       });
       chunk_param_check[c] = check;
     });
