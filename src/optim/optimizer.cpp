@@ -13,18 +13,6 @@
 namespace opsnn::optim {
 namespace {
 
-// The registered descriptor, or for a name unknown to the registry (a subclass constructed directly) a
-// generic one: host pipeline, no name-specific facts.
-const OptimizerDescriptor* descriptor_named(const std::string& name) {
-  if (const OptimizerDescriptor* found = find_optimizer(name)) return found;
-  static const OptimizerDescriptor generic = [] {
-    OptimizerDescriptor d;
-    d.supports_amsgrad = true;
-    return d;
-  }();
-  return &generic;
-}
-
 std::vector<ArenaEntry> arena_entries(const std::vector<ParamGroup>& groups, const OptimizerOptions& options) {
   std::vector<ArenaEntry> entries;
   for (size_t g = 0; g < groups.size(); ++g) {
@@ -43,7 +31,7 @@ std::vector<ArenaEntry> arena_entries(const std::vector<ParamGroup>& groups, con
 Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, OptimizerOptions options,
                      std::vector<std::string> state_names)
     : name_(std::move(name)),
-      descriptor_(descriptor_named(name_)),
+      descriptor_(&optimizer_descriptor(name_)),
       options_(std::move(options)),
       groups_(std::move(groups)),
       scaler_(options_.loss_scaling()),

@@ -17,22 +17,6 @@ template <typename... Parts> [[noreturn]] void fail(Parts&&... parts) {
   throw ConfigError(detail::concat("invalid optimizer setting: ", std::forward<Parts>(parts)...));
 }
 
-// An optimizer registered with only a factory: no built-in defaults, betas[0] as its momentum and every
-// Adam-style option accepted (it reads what it needs).
-const OptimizerDescriptor& generic_descriptor() {
-  static const OptimizerDescriptor descriptor = [] {
-    OptimizerDescriptor d;
-    d.supports_amsgrad = true;
-    return d;
-  }();
-  return descriptor;
-}
-
-const OptimizerDescriptor& descriptor_of(std::string_view optimizer) {
-  const OptimizerDescriptor* found = find_optimizer(optimizer);
-  return found != nullptr ? *found : generic_descriptor();
-}
-
 // "adam and adamw", "sgd": the built-ins with a trait, for messages.
 template <typename Trait> std::string builtins_with(Trait trait) {
   std::vector<std::string> names;
@@ -101,21 +85,21 @@ void MonitorOptions::validate() const {
 }
 
 double OptimizerOptions::effective_lr(std::string_view optimizer) const {
-  return lr_.value_or(descriptor_of(optimizer).default_lr);
+  return lr_.value_or(optimizer_descriptor(optimizer).default_lr);
 }
 
 Betas OptimizerOptions::effective_betas(std::string_view optimizer) const {
-  return betas_.value_or(descriptor_of(optimizer).default_betas);
+  return betas_.value_or(optimizer_descriptor(optimizer).default_betas);
 }
 
 double OptimizerOptions::effective_weight_decay(std::string_view optimizer) const {
   if (fp32_weight_decay_ != 0.0) return fp32_weight_decay_;
   if (weight_decay_) return *weight_decay_;
-  return descriptor_of(optimizer).default_weight_decay;
+  return optimizer_descriptor(optimizer).default_weight_decay;
 }
 
 void OptimizerOptions::validate(std::string_view optimizer) const {
-  const OptimizerDescriptor& descriptor = descriptor_of(optimizer);
+  const OptimizerDescriptor& descriptor = optimizer_descriptor(optimizer);
   const double lr = effective_lr(optimizer);
   if (!(lr >= 0.0) || !std::isfinite(lr)) fail("lr = ", lr, " must be a finite number >= 0");
   auto [beta1, beta2] = effective_betas(optimizer);

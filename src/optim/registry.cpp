@@ -42,6 +42,13 @@ OptimizerRegistry& optimizer_registry() {
   return registry;
 }
 
+// The traits of an optimizer registered with only a factory: it reads the options it needs.
+OptimizerDescriptor generic_descriptor() {
+  OptimizerDescriptor d;
+  d.supports_amsgrad = true;
+  return d;
+}
+
 // The CPU kernels are always there; other devices register theirs.
 DeviceTable<FusedStepKernels>& kernel_table() {
   static DeviceTable<FusedStepKernels> table(DeviceType::cpu, cpu_fused_step_kernels());
@@ -59,10 +66,9 @@ void register_optimizer(OptimizerDescriptor descriptor) {
 }
 
 void register_optimizer(const std::string& name, OptimizerFactory factory) {
-  OptimizerDescriptor descriptor;
+  OptimizerDescriptor descriptor = generic_descriptor();
   descriptor.name = name;
   descriptor.factory = std::move(factory);
-  descriptor.supports_amsgrad = true;  // options it does not read are its own business
   register_optimizer(std::move(descriptor));
 }
 
@@ -71,6 +77,12 @@ const OptimizerDescriptor* find_optimizer(std::string_view name) {
   std::lock_guard lock(registry.mutex);
   auto it = registry.by_name.find(name);
   return it != registry.by_name.end() ? it->second : nullptr;
+}
+
+const OptimizerDescriptor& optimizer_descriptor(std::string_view name) {
+  static const OptimizerDescriptor generic = generic_descriptor();
+  const OptimizerDescriptor* found = find_optimizer(name);
+  return found != nullptr ? *found : generic;
 }
 
 const std::vector<std::string>& builtin_optimizer_names() { return optimizer_registry().builtin_names; }

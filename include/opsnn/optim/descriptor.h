@@ -45,6 +45,10 @@ struct OptimizerDescriptor {
 void register_optimizer(OptimizerDescriptor descriptor);
 // The registered descriptor of `name`, or null.
 const OptimizerDescriptor* find_optimizer(std::string_view name);
+// The registered descriptor of `name`, else the generic one (no name, no defaults of its own, betas[0] as
+// its momentum, every Adam-style option accepted, the host pipeline): what a subclass constructed under
+// an unregistered name gets.
+const OptimizerDescriptor& optimizer_descriptor(std::string_view name);
 // The built-in optimizers' names in their fixed order (builtin_list.h): what configs accept.
 const std::vector<std::string>& builtin_optimizer_names();
 
