@@ -13,13 +13,49 @@ std::vector<ParamGroup> single_group(NamedParameters parameters) {
   return {ParamGroup{"default", std::move(parameters), 1.0, std::nullopt}};
 }
 
+// Adam and AdamW share the rule and the kernels; AdamW differs only in these traits.
+OptimizerDescriptor adam_family(std::string name, bool decoupled) {
+  OptimizerDescriptor d;
+  d.name = std::move(name);
+  d.state_names = adam_states;
+  d.builtin = true;
+  d.rule = UpdateRule::adam;
+  d.decoupled_weight_decay = decoupled;
+  d.default_weight_decay = decoupled ? 1e-2 : 0.0;  // PyTorch's AdamW default
+  d.supports_amsgrad = true;
+  d.sparse_capable = true;
+  return d;
+}
+
 }  // namespace
 
+const OptimizerDescriptor& adam_descriptor() {
+  static const OptimizerDescriptor descriptor = [] {
+    OptimizerDescriptor d = adam_family("adam", false);
+    d.factory = [](std::vector<ParamGroup> groups, const OptimizerOptions& options) -> std::unique_ptr<Optimizer> {
+      return std::make_unique<Adam>(std::move(groups), options);
+    };
+    return d;
+  }();
+  return descriptor;
+}
+
+const OptimizerDescriptor& adamw_descriptor() {
+  static const OptimizerDescriptor descriptor = [] {
+    OptimizerDescriptor d = adam_family("adamw", true);
+    d.factory = [](std::vector<ParamGroup> groups, const OptimizerOptions& options) -> std::unique_ptr<Optimizer> {
+      return std::make_unique<AdamW>(std::move(groups), options);
+    };
+    return d;
+  }();
+  return descriptor;
+}
+
 Adam::Adam(NamedParameters parameters, const OptimizerOptions& options)
-    : Adam("adam", single_group(std::move(parameters)), options) {}
+    : Adam(adam_descriptor().name, single_group(std::move(parameters)), options) {}
 
 Adam::Adam(std::vector<ParamGroup> groups, const OptimizerOptions& options)
-    : Adam("adam", std::move(groups), options) {}
+    : Adam(adam_descriptor().name, std::move(groups), options) {}
 
 Adam::Adam(std::string name, std::vector<ParamGroup> groups, const OptimizerOptions& options)
     : Optimizer(std::move(name), std::move(groups), options, adam_states(options)) {}
@@ -30,9 +66,9 @@ void Adam::apply_update(UpdateContext& context) {
 }
 
 AdamW::AdamW(NamedParameters parameters, const OptimizerOptions& options)
-    : Adam("adamw", single_group(std::move(parameters)), options) {}
+    : Adam(adamw_descriptor().name, single_group(std::move(parameters)), options) {}
 
 AdamW::AdamW(std::vector<ParamGroup> groups, const OptimizerOptions& options)
-    : Adam("adamw", std::move(groups), options) {}
+    : Adam(adamw_descriptor().name, std::move(groups), options) {}
 
 }  // namespace opsnn::optim

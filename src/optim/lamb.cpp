@@ -5,12 +5,33 @@
 #include <cmath>
 
 namespace opsnn::optim {
+namespace {
+
+std::vector<std::string> lamb_states(const OptimizerOptions&) { return {"exp_avg", "exp_avg_sq"}; }
+
+}  // namespace
+
+const OptimizerDescriptor& lamb_descriptor() {
+  static const OptimizerDescriptor descriptor = [] {
+    OptimizerDescriptor d;
+    d.name = "lamb";
+    d.factory = [](std::vector<ParamGroup> groups, const OptimizerOptions& options) -> std::unique_ptr<Optimizer> {
+      return std::make_unique<LAMB>(std::move(groups), options);
+    };
+    d.state_names = lamb_states;
+    d.builtin = true;
+    d.rule = UpdateRule::lamb;
+    d.per_tensor_norms = true;
+    return d;
+  }();
+  return descriptor;
+}
 
 LAMB::LAMB(NamedParameters parameters, const OptimizerOptions& options)
     : LAMB(std::vector<ParamGroup>{ParamGroup{"default", std::move(parameters), 1.0, std::nullopt}}, options) {}
 
 LAMB::LAMB(std::vector<ParamGroup> groups, const OptimizerOptions& options)
-    : Optimizer("lamb", std::move(groups), options, {"exp_avg", "exp_avg_sq"}) {}
+    : Optimizer(lamb_descriptor().name, std::move(groups), options, lamb_states(options)) {}
 
 void LAMB::apply_update(UpdateContext& context) {
   double* update_sums = scratch(0);

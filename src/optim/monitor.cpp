@@ -12,28 +12,24 @@ namespace {
 // 1-based number of the step() call being made (applied and skipped steps both count).
 int64_t call_number(const StepState& state) { return state.step + state.skipped_steps + 1; }
 
-void record_first(StepState& state, int32_t segment) {
-  if (state.first_nonfinite_step >= 0) return;
-  state.first_nonfinite_step = call_number(state) - 1;
-  state.first_nonfinite_segment = segment;
-}
-
 }  // namespace
 
 Monitor::Monitor(MonitorOptions options) : options_(std::move(options)) { options_.validate(); }
 
 bool Monitor::check_gradients(StepState& state, int32_t bad_segment, const std::string& bad_name,
                               bool loss_scaling_enabled) const {
+  // The flags, the first-non-finite record and the skip decision as the GPU's tiny step makes them;
+  // here only the messages and the stop action are added.
+  const bool skip = gradient_verdict(state, bad_segment, state.grad_norm, call_number(state) - 1, loss_scaling_enabled,
+                                     options_.on_nonfinite() == NonFiniteAction::warn,
+                                     options_.grad_norm_warn_threshold());
   if (!state.found_inf) {
     if (state.grad_norm > options_.grad_norm_warn_threshold()) {
-      state.monitor_flags |= kGradNormAboveThreshold;
       spdlog::warn("optimizer step {}: gradient norm {:.4g} exceeds the monitor threshold {:.4g}", call_number(state),
                    state.grad_norm, options_.grad_norm_warn_threshold());
     }
     return false;
   }
-  state.monitor_flags |= kNonFiniteGrad;
-  record_first(state, bad_segment);
   std::string what = fmt::format("optimizer step {}: non-finite (inf/NaN) gradient in tensor '{}'", call_number(state),
                                  bad_name);
   switch (options_.on_nonfinite()) {
@@ -43,22 +39,18 @@ bool Monitor::check_gradients(StepState& state, int32_t bad_segment, const std::
     case NonFiniteAction::skip:
       if (loss_scaling_enabled) spdlog::info("{}: step skipped, loss scale backs off", what);
       else spdlog::warn("{}: step skipped", what);
-      return true;
+      break;
     case NonFiniteAction::warn:
-      if (loss_scaling_enabled) {
-        spdlog::warn("{}: step skipped, loss scale backs off", what);
-        return true;
-      }
-      spdlog::warn("{}: applied anyway (monitor.on_nonfinite = warn)", what);
-      return false;
+      if (skip) spdlog::warn("{}: step skipped, loss scale backs off", what);
+      else spdlog::warn("{}: applied anyway (monitor.on_nonfinite = warn)", what);
+      break;
   }
-  return true;
+  return skip;
 }
 
 void Monitor::check_parameters(StepState& state, int32_t bad_segment, const std::string& bad_name) const {
   if (bad_segment < 0) return;
-  state.monitor_flags |= kNonFiniteParam;
-  record_first(state, bad_segment);
+  mark_nonfinite_parameter(state, call_number(state) - 1, bad_segment);
   std::string what = fmt::format("optimizer step {}: parameter '{}' became non-finite (inf/NaN) after the update",
                                  call_number(state), bad_name);
   if (options_.on_nonfinite() == NonFiniteAction::stop)

@@ -31,6 +31,7 @@ std::vector<ArenaEntry> arena_entries(const std::vector<ParamGroup>& groups, con
 Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, OptimizerOptions options,
                      std::vector<std::string> state_names)
     : name_(std::move(name)),
+      descriptor_(&optimizer_descriptor(name_)),
       options_(std::move(options)),
       groups_(std::move(groups)),
       scaler_(options_.loss_scaling()),
@@ -38,7 +39,7 @@ Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, Optimizer
   options_.validate(name_);
   validate_groups();
   schedule_ = options_.schedule();
-  schedule_.base_lr = options_.lr();
+  schedule_.base_lr = options_.effective_lr(name_);
   arena_ = std::make_unique<ParamArena>(arena_entries(groups_, options_), std::move(state_names),
                                         options_.state_dtype());
   scaler_.initialize(state_);
@@ -52,17 +53,16 @@ Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, Optimizer
   segment_scalars_.assign(segments, SegmentStepScalars{});
   // The built-in rules run on a device-resident stepper where the arena's device has one; an optimizer
   // registered under another name keeps the host pipeline (and its own apply_update).
-  bool builtin = name_ == "sgd" || name_ == "adam" || name_ == "adamw" || name_ == "lamb";
-  if (device_stepper_factory(arena_->device().type) != nullptr && builtin) build_stepper();
+  if (device_stepper_factory(arena_->device().type) != nullptr && descriptor_->builtin) build_stepper();
 }
 
 StepConstants Optimizer::device_step_constants() const {
   StepConstants k;
-  k.rule = name_ == "sgd" ? UpdateRule::sgd : name_ == "lamb" ? UpdateRule::lamb : UpdateRule::adam;
-  k.decoupled = name_ == "adamw" ? 1 : 0;
+  k.rule = descriptor_->rule;
+  k.decoupled = descriptor_->decoupled_weight_decay ? 1 : 0;
   k.amsgrad = options_.amsgrad() ? 1 : 0;
   k.nesterov = options_.nesterov() ? 1 : 0;
-  std::tie(k.beta1, k.beta2) = options_.betas();
+  std::tie(k.beta1, k.beta2) = options_.effective_betas(name_);
   k.eps = static_cast<float>(options_.eps());
   k.eps_relative = static_cast<float>(options_.eps_relative());
   k.momentum = static_cast<float>(options_.momentum());
@@ -171,7 +171,7 @@ SparseSegment Optimizer::sparse_segment(size_t index) const {
   OPSNN_CHECK_AS(ConfigError, sparse_updater_ != nullptr, "parameter '", segments[index].name,
                  "' has row-sparse gradients (sparse_grad) but no sparse updater is installed on the ", name_,
                  " optimizer (set_sparse_updater)");
-  SparseSegment sparse{index, &segments[index], {}, name_};
+  SparseSegment sparse{index, &segments[index], {}, name_, descriptor_};
   for (size_t s = 0; s < arena_->state_names().size(); ++s) sparse.states.push_back(arena_->state_view(s, index));
   return sparse;
 }
@@ -241,7 +241,7 @@ int32_t Optimizer::first_nonfinite_param_segment() const {
 }
 
 void Optimizer::step_scalars(const StepState& state, double lr, AdamScalars& adam, SgdScalars& sgd) const {
-  auto [beta1, beta2] = options_.betas();
+  auto [beta1, beta2] = options_.effective_betas(name_);
   double weight_decay = options_.effective_weight_decay(name_);
   adam = AdamScalars{};
   adam.lr = static_cast<float>(lr);
@@ -254,7 +254,7 @@ void Optimizer::step_scalars(const StepState& state, double lr, AdamScalars& ada
   adam.eps = static_cast<float>(options_.eps());
   adam.eps_relative = static_cast<float>(options_.eps_relative());
   adam.weight_decay = static_cast<float>(weight_decay);
-  adam.decoupled = name_ == "adamw";
+  adam.decoupled = descriptor_->decoupled_weight_decay;
   adam.amsgrad = options_.amsgrad();
   sgd = SgdScalars{};
   sgd.lr = static_cast<float>(lr);
@@ -416,10 +416,9 @@ const StepState& Optimizer::step() {
   bool skip = monitor_.check_gradients(state, bad_segment, bad_name, scaler_.enabled());
 
   if (skip) {
-    state.skipped_steps += 1;
-    state.monitor_flags |= kStepSkipped;
+    mark_skipped(state);
   } else {
-    auto [beta1, beta2] = options_.betas();
+    auto [beta1, beta2] = options_.effective_betas(name_);
     double lr = scheduled_lr(state.step);
     set_segment_scalars(lr);
     AdamScalars adam;

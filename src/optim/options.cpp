@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "opsnn/core/error.h"
+#include "opsnn/optim/descriptor.h"
 
 namespace opsnn::optim {
 namespace {
@@ -16,8 +17,15 @@ template <typename... Parts> [[noreturn]] void fail(Parts&&... parts) {
   throw ConfigError(detail::concat("invalid optimizer setting: ", std::forward<Parts>(parts)...));
 }
 
-bool is_adam_family(std::string_view optimizer) {
-  return optimizer == "adam" || optimizer == "adamw" || optimizer == "lamb";
+// "adam and adamw", "sgd": the built-ins with a trait, for messages.
+template <typename Trait> std::string builtins_with(Trait trait) {
+  std::vector<std::string> names;
+  for (const std::string& name : builtin_optimizer_names())
+    if (trait(*find_optimizer(name))) names.push_back(name);
+  std::string text;
+  for (size_t i = 0; i < names.size(); ++i)
+    text += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
+  return text;
 }
 
 }  // namespace
@@ -76,15 +84,25 @@ void MonitorOptions::validate() const {
     fail("monitor.grad_norm_warn_threshold = ", grad_norm_warn_threshold_, " must be > 0");
 }
 
+double OptimizerOptions::effective_lr(std::string_view optimizer) const {
+  return lr_.value_or(optimizer_descriptor(optimizer).default_lr);
+}
+
+Betas OptimizerOptions::effective_betas(std::string_view optimizer) const {
+  return betas_.value_or(optimizer_descriptor(optimizer).default_betas);
+}
+
 double OptimizerOptions::effective_weight_decay(std::string_view optimizer) const {
   if (fp32_weight_decay_ != 0.0) return fp32_weight_decay_;
   if (weight_decay_) return *weight_decay_;
-  return optimizer == "adamw" ? 1e-2 : 0.0;
+  return optimizer_descriptor(optimizer).default_weight_decay;
 }
 
 void OptimizerOptions::validate(std::string_view optimizer) const {
-  if (!(lr_ >= 0.0) || !std::isfinite(lr_)) fail("lr = ", lr_, " must be a finite number >= 0");
-  auto [beta1, beta2] = betas_;
+  const OptimizerDescriptor& descriptor = optimizer_descriptor(optimizer);
+  const double lr = effective_lr(optimizer);
+  if (!(lr >= 0.0) || !std::isfinite(lr)) fail("lr = ", lr, " must be a finite number >= 0");
+  auto [beta1, beta2] = effective_betas(optimizer);
   if (!(beta1 >= 0.0 && beta1 < 1.0)) fail("betas[0] = ", beta1, " must be in [0, 1)");
   if (!(beta2 >= 0.0 && beta2 < 1.0)) fail("betas[1] = ", beta2, " must be in [0, 1)");
   if (!(eps_ > 0.0) || !std::isfinite(eps_)) fail("eps = ", eps_, " must be a finite number > 0");
@@ -100,16 +118,16 @@ void OptimizerOptions::validate(std::string_view optimizer) const {
          " master weight); set only one");
   if (!(momentum_ >= 0.0 && momentum_ < 1.0)) fail("momentum = ", momentum_, " must be in [0, 1)");
   if (!(dampening_ >= 0.0 && dampening_ <= 1.0)) fail("dampening = ", dampening_, " must be in [0, 1]");
-  if (optimizer == "sgd") {
+  auto amsgrad_names = [] { return builtins_with([](const OptimizerDescriptor& d) { return d.supports_amsgrad; }); };
+  if (descriptor.has_momentum_option) {
     if (nesterov_ && momentum_ == 0.0) fail("nesterov = true needs momentum > 0 (momentum = 0)");
     if (nesterov_ && dampening_ != 0.0) fail("nesterov = true needs dampening = 0 (dampening = ", dampening_, ")");
-    if (amsgrad_) fail("amsgrad applies to adam and adamw, not sgd");
-  } else {
-    if (momentum_ != 0.0 || nesterov_ || dampening_ != 0.0)
-      fail("momentum, dampening and nesterov apply to sgd only, not ", optimizer,
-           " (whose momentum is betas[0])");
-    if (amsgrad_ && optimizer == "lamb") fail("amsgrad applies to adam and adamw, not lamb");
+  } else if (momentum_ != 0.0 || nesterov_ || dampening_ != 0.0) {
+    fail("momentum, dampening and nesterov apply to ",
+         builtins_with([](const OptimizerDescriptor& d) { return d.has_momentum_option; }), " only, not ", optimizer,
+         " (whose momentum is betas[0])");
   }
+  if (amsgrad_ && !descriptor.supports_amsgrad) fail("amsgrad applies to ", amsgrad_names(), ", not ", optimizer);
   if (!(trust_clamp_lower_ >= 0.0) || !(trust_clamp_upper_ > 0.0) || !(trust_clamp_lower_ <= trust_clamp_upper_))
     fail("trust_clamp_lower = ", trust_clamp_lower_, " and trust_clamp_upper = ", trust_clamp_upper_,
          " must satisfy 0 <= lower <= upper, upper > 0");
@@ -120,8 +138,8 @@ void OptimizerOptions::validate(std::string_view optimizer) const {
 
   const ScheduleParams& s = schedule_;
   if (s.warmup_steps < 0) fail("schedule.warmup_steps = ", s.warmup_steps, " must be >= 0");
-  if (!(s.min_lr >= 0.0) || !(s.min_lr <= lr_))
-    fail("schedule.min_lr = ", s.min_lr, " must be in [0, lr = ", lr_, "]");
+  if (!(s.min_lr >= 0.0) || !(s.min_lr <= lr))
+    fail("schedule.min_lr = ", s.min_lr, " must be in [0, lr = ", lr, "]");
   if ((s.kind == ScheduleKind::warmup_cosine || s.kind == ScheduleKind::linear_decay) &&
       s.total_steps <= s.warmup_steps)
     fail("schedule.total_steps = ", s.total_steps, " must exceed schedule.warmup_steps = ", s.warmup_steps, " for ",
@@ -135,9 +153,10 @@ void OptimizerOptions::validate(std::string_view optimizer) const {
 
   // fp16 momentum storage needs beta1 > 0.9 to avoid underflow (src/optim/README.md). Accepted, with a warning.
   if (state_dtype_ == DType::f16) {
-    double momentum_factor = is_adam_family(optimizer) ? beta1 : momentum_;
-    const char* name = is_adam_family(optimizer) ? "betas[0]" : "momentum";
-    if (momentum_factor <= 0.9 && !(optimizer == "sgd" && momentum_ == 0.0))
+    const bool uses_betas = !descriptor.has_momentum_option;
+    double momentum_factor = uses_betas ? beta1 : momentum_;
+    const char* name = uses_betas ? "betas[0]" : "momentum";
+    if (momentum_factor <= 0.9 && (uses_betas || momentum_ != 0.0))
       spdlog::warn("{}: fp16 optimizer states (fp16_momentum) with {} = {}: fp16 momentum needs beta1 > 0.9 "
                    "to avoid underflow; consider {} = 0.95 or bf16 states (state_dtype: bf16)",
                    optimizer, name, momentum_factor, name);

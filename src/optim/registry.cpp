@@ -1,37 +1,52 @@
 // The registries of the optimizer subsystem: optimizers by name (built-ins added on first use, so a static
 // library needs no registration objects to be linked in) and fused-step kernels by device type.
-#include <array>
+#include <deque>
 #include <mutex>
 
 #include "opsnn/core/error.h"
-#include "opsnn/optim/adam.h"
-#include "opsnn/optim/lamb.h"
-#include "opsnn/optim/sgd.h"
+#include "opsnn/optim/builtin_list.h"
+#include "opsnn/optim/descriptor.h"
+#include "opsnn/optim/optimizer.h"
 #include "optim/device_table.h"
 
 namespace opsnn::optim {
-namespace {
 
-template <typename T> OptimizerFactory factory_of() {
-  return [](std::vector<ParamGroup> groups, const OptimizerOptions& options) -> std::unique_ptr<Optimizer> {
-    return std::make_unique<T>(std::move(groups), options);
-  };
-}
+// Each built-in's descriptor, defined in its own .cpp.
+#define OPSNN_DECLARE_DESCRIPTOR(name) const OptimizerDescriptor& name##_descriptor();
+OPSNN_BUILTIN_OPTIMIZERS(OPSNN_DECLARE_DESCRIPTOR)
+#undef OPSNN_DECLARE_DESCRIPTOR
+
+namespace {
 
 struct OptimizerRegistry {
   std::mutex mutex;
-  std::map<std::string, OptimizerFactory> factories;
+  // A deque never moves its elements: find_optimizer's pointers stay valid when more are registered (a
+  // replaced descriptor is kept, only unlisted).
+  std::deque<OptimizerDescriptor> storage;
+  std::map<std::string, const OptimizerDescriptor*, std::less<>> by_name;
+  std::vector<std::string> builtin_names;
   OptimizerRegistry() {
-    factories["sgd"] = factory_of<SGD>();
-    factories["adam"] = factory_of<Adam>();
-    factories["adamw"] = factory_of<AdamW>();
-    factories["lamb"] = factory_of<LAMB>();
+#define OPSNN_ADD_DESCRIPTOR(name) add(name##_descriptor());
+    OPSNN_BUILTIN_OPTIMIZERS(OPSNN_ADD_DESCRIPTOR)
+#undef OPSNN_ADD_DESCRIPTOR
+    for (const OptimizerDescriptor& descriptor : storage) builtin_names.push_back(descriptor.name);
+  }
+  void add(OptimizerDescriptor descriptor) {
+    storage.push_back(std::move(descriptor));
+    by_name[storage.back().name] = &storage.back();
   }
 };
 
 OptimizerRegistry& optimizer_registry() {
   static OptimizerRegistry registry;
   return registry;
+}
+
+// The traits of an optimizer registered with only a factory: it reads the options it needs.
+OptimizerDescriptor generic_descriptor() {
+  OptimizerDescriptor d;
+  d.supports_amsgrad = true;
+  return d;
 }
 
 // The CPU kernels are always there; other devices register theirs.
@@ -42,18 +57,41 @@ DeviceTable<FusedStepKernels>& kernel_table() {
 
 }  // namespace
 
-void register_optimizer(const std::string& name, OptimizerFactory factory) {
-  OPSNN_CHECK_AS(ConfigError, !name.empty() && factory, "register_optimizer needs a name and a factory");
+void register_optimizer(OptimizerDescriptor descriptor) {
+  OPSNN_CHECK_AS(ConfigError, !descriptor.name.empty() && descriptor.factory,
+                 "register_optimizer needs a name and a factory");
   OptimizerRegistry& registry = optimizer_registry();
   std::lock_guard lock(registry.mutex);
-  registry.factories[name] = std::move(factory);
+  registry.add(std::move(descriptor));
 }
+
+void register_optimizer(const std::string& name, OptimizerFactory factory) {
+  OptimizerDescriptor descriptor = generic_descriptor();
+  descriptor.name = name;
+  descriptor.factory = std::move(factory);
+  register_optimizer(std::move(descriptor));
+}
+
+const OptimizerDescriptor* find_optimizer(std::string_view name) {
+  OptimizerRegistry& registry = optimizer_registry();
+  std::lock_guard lock(registry.mutex);
+  auto it = registry.by_name.find(name);
+  return it != registry.by_name.end() ? it->second : nullptr;
+}
+
+const OptimizerDescriptor& optimizer_descriptor(std::string_view name) {
+  static const OptimizerDescriptor generic = generic_descriptor();
+  const OptimizerDescriptor* found = find_optimizer(name);
+  return found != nullptr ? *found : generic;
+}
+
+const std::vector<std::string>& builtin_optimizer_names() { return optimizer_registry().builtin_names; }
 
 std::vector<std::string> optimizer_names() {
   OptimizerRegistry& registry = optimizer_registry();
   std::lock_guard lock(registry.mutex);
   std::vector<std::string> names;
-  for (const auto& entry : registry.factories) names.push_back(entry.first);
+  for (const auto& entry : registry.by_name) names.push_back(entry.first);
   return names;
 }
 
@@ -63,8 +101,8 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& name, std::vector<P
   {
     OptimizerRegistry& registry = optimizer_registry();
     std::lock_guard lock(registry.mutex);
-    auto it = registry.factories.find(name);
-    if (it != registry.factories.end()) factory = it->second;
+    auto it = registry.by_name.find(name);
+    if (it != registry.by_name.end()) factory = it->second->factory;
   }
   if (!factory) {
     std::string known;
@@ -89,8 +127,13 @@ const FusedStepKernels& fused_step_kernels(Device device) {
   const FusedStepKernels* kernels = kernel_table().find(device.type);
   // GPU arenas run the built-in optimizers on a DeviceStepper; only an optimizer registered under
   // another name asks for host-pipeline kernels on a GPU.
-  OPSNN_CHECK_AS(DeviceError, kernels != nullptr, "no host-pipeline optimizer kernels for ", device.str(),
-                 ": on a GPU only the built-in optimizers (sgd, adam, adamw, lamb) run, on the fused device step");
+  if (kernels == nullptr) {
+    std::string builtins;
+    for (const std::string& name : builtin_optimizer_names()) builtins += (builtins.empty() ? "" : ", ") + name;
+    throw DeviceError(detail::concat("no host-pipeline optimizer kernels for ", device.str(),
+                                     ": on a GPU only the built-in optimizers (", builtins,
+                                     ") run, on the fused device step"));
+  }
   return *kernels;
 }
 

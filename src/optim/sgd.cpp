@@ -11,11 +11,28 @@ std::vector<std::string> sgd_states(const OptimizerOptions& options) {
 
 }  // namespace
 
+const OptimizerDescriptor& sgd_descriptor() {
+  static const OptimizerDescriptor descriptor = [] {
+    OptimizerDescriptor d;
+    d.name = "sgd";
+    d.factory = [](std::vector<ParamGroup> groups, const OptimizerOptions& options) -> std::unique_ptr<Optimizer> {
+      return std::make_unique<SGD>(std::move(groups), options);
+    };
+    d.state_names = sgd_states;
+    d.builtin = true;
+    d.rule = UpdateRule::sgd;
+    d.has_momentum_option = true;
+    d.sparse_capable = true;
+    return d;
+  }();
+  return descriptor;
+}
+
 SGD::SGD(NamedParameters parameters, const OptimizerOptions& options)
     : SGD(std::vector<ParamGroup>{ParamGroup{"default", std::move(parameters), 1.0, std::nullopt}}, options) {}
 
 SGD::SGD(std::vector<ParamGroup> groups, const OptimizerOptions& options)
-    : Optimizer("sgd", std::move(groups), options, sgd_states(options)) {}
+    : Optimizer(sgd_descriptor().name, std::move(groups), options, sgd_states(options)) {}
 
 void SGD::apply_update(UpdateContext& context) {
   context.kernels.sgd_update(context.arena, context.sgd, context.segments.data(), context.grad_multiplier,

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "opsnn/core/error.h"
+#include "opsnn/optim/descriptor.h"
 #include "opsnn/train/config.h"
 #include "train/config_schema.h"
 
@@ -312,7 +313,9 @@ void check_consistency(const TrainConfig& config, const ConfigReader& reader) {
   require(config.train.epochs > 0 || config.train.max_steps > 0, "train.epochs", {"train.max_steps"},
           "train.epochs and train.max_steps are both 0; set at least one limit");
   const OptimizerConfig& optimizer = config.optimizer;
-  require(!optimizer.nesterov || optimizer.name == "sgd", "optimizer.nesterov", {"optimizer.name"},
+  const optim::OptimizerDescriptor* descriptor = optim::find_optimizer(optimizer.name);
+  require(!optimizer.nesterov || (descriptor != nullptr && descriptor->has_momentum_option), "optimizer.nesterov",
+          {"optimizer.name"},
           "nesterov applies to sgd only (optimizer.name is " + optimizer.name + ")");
   require(!optimizer.nesterov || (optimizer.momentum > 0.0 && optimizer.dampening == 0.0), "optimizer.nesterov",
           {"optimizer.momentum"}, "Nesterov momentum needs optimizer.momentum > 0 and optimizer.dampening = 0");

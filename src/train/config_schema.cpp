@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "opsnn/core/error.h"
+#include "opsnn/optim/descriptor.h"
 
 namespace opsnn::train {
 
@@ -20,10 +21,8 @@ const std::vector<std::string>& known_model_names() {
   static const std::vector<std::string> names{"mlp", "small_cnn", "resnet18", "resnet34", "resnet50", "ctr"};
   return names;
 }
-const std::vector<std::string>& known_optimizer_names() {
-  static const std::vector<std::string> names{"sgd", "adam", "adamw", "lamb"};
-  return names;
-}
+// The optimizer registry's built-ins, in their fixed order (include/opsnn/optim/builtin_list.h).
+const std::vector<std::string>& known_optimizer_names() { return optim::builtin_optimizer_names(); }
 const std::vector<std::string>& known_dataset_names() {
   static const std::vector<std::string> names{"fashion_mnist", "synthetic", "ctr_synthetic"};
   return names;

@@ -2,6 +2,7 @@
 // optimizer_hooks.h).
 #include "train/optimizer_hooks.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "opsnn/autograd/node.h"
@@ -31,19 +32,38 @@ std::vector<float> to_floats(const Tensor& tensor) { return tensor.to_vector<flo
 
 // ---- row-sparse updates ----
 
+namespace {
+
+// "adam, adamw or sgd": the built-ins that update row-sparse tables, for the message.
+std::string sparse_capable_names() {
+  std::vector<std::string> names;
+  for (const std::string& name : optim::builtin_optimizer_names())
+    if (optim::find_optimizer(name)->sparse_capable) names.push_back(name);
+  // Adam's family first, as the message always read.
+  std::stable_partition(names.begin(), names.end(),
+                        [](const std::string& name) { return !optim::find_optimizer(name)->has_momentum_option; });
+  std::string text;
+  for (size_t i = 0; i < names.size(); ++i) text += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  return text;
+}
+
+}  // namespace
+
 RowSparseUpdater::RowSparseUpdater(const optim::Optimizer& optimizer) {
   std::string_view name = optimizer.name();
+  const optim::OptimizerDescriptor& descriptor = optimizer.descriptor();
   const optim::ParamArena& arena = optimizer.arena();
   for (size_t i = 0; i < arena.segments().size(); ++i) {
     const optim::ArenaSegment& segment = arena.segments()[i];
     if (!segment.sparse) continue;
-    OPSNN_CHECK_AS(ConfigError, name == "adam" || name == "adamw" || name == "sgd", "key 'optimizer.name': parameter '",
-                   segment.name, "' has row-sparse gradients, which ", name,
-                   " cannot update (its trust ratio needs whole-tensor norms); use adam, adamw or sgd");
+    OPSNN_CHECK_AS(ConfigError, descriptor.sparse_capable, "key 'optimizer.name': parameter '", segment.name,
+                   "' has row-sparse gradients, which ", name, " cannot update",
+                   descriptor.per_tensor_norms ? " (its trust ratio needs whole-tensor norms)" : "", "; use ",
+                   sparse_capable_names());
     OPSNN_CHECK_AS(ConfigError, segment.shape.size() == 2, "parameter '", segment.name,
                    "' has row-sparse gradients but is not a [rows, width] table: ", shape_str(segment.shape));
     names_[i] = segment.name;
-    if (name == "sgd" && optimizer.options().momentum() > 0.0)
+    if (descriptor.rule == optim::UpdateRule::sgd && optimizer.options().momentum() > 0.0)
       row_initialized_[i] = Tensor::zeros({segment.shape[0]}, DType::u8, segment.parameter.device());
   }
 }
@@ -59,7 +79,7 @@ void RowSparseUpdater::update(const optim::SparseSegment& segment, const optim::
   const Tensor& parameter = segment.segment->parameter;
   const optim::CoalescedRows& rows = gradients_.at(segment.index);
   if (rows.row_count() == 0) return;  // no row of this table was looked up in this step
-  if (segment.optimizer == "sgd") {
+  if (segment.descriptor->rule == optim::UpdateRule::sgd) {
     Tensor momentum = segment.states.empty() ? Tensor() : segment.states[0];
     auto flags = row_initialized_.find(segment.index);
     optim::sparse_sgd_step(parameter, momentum, flags == row_initialized_.end() ? Tensor() : flags->second, rows,
@@ -104,7 +124,8 @@ GradientSparsifier::GradientSparsifier(const TrainConfig& config, const optim::O
                  ": key 'optimizer.settings.sparsification.method': topk works on unscaled gradients and cannot be "
                  "combined with loss scaling (optimizer.settings.loss_scaling.enabled / train.precision fp16)");
   if (settings.momentum_correction) {
-    OPSNN_CHECK_AS(ConfigError, config.optimizer.name == "sgd" && config.optimizer.momentum > 0.0 &&
+    const optim::OptimizerDescriptor* descriptor = optim::find_optimizer(config.optimizer.name);
+    OPSNN_CHECK_AS(ConfigError, descriptor != nullptr && descriptor->has_momentum_option && config.optimizer.momentum > 0.0 &&
                                     !config.optimizer.nesterov,
                    config.source, ": key 'optimizer.settings.sparsification.momentum_correction': DGC momentum correction moves SGD's "
                    "momentum into the sparsifier, so it needs optimizer.name sgd with momentum > 0 and nesterov "

@@ -311,7 +311,7 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
                  s.datasets.test->size(), models::count_parameters(*s.model), c.optimizer.name, s.device.str());
   if (s.sparse_updater)
     s.logger->info("row-sparse embedding gradients: {} updates only the rows each batch touches",
-                   c.optimizer.name == "sgd" ? "sparse SGD" : "lazy " + c.optimizer.name);
+                   s.optimizer->descriptor().rule == optim::UpdateRule::sgd ? "sparse SGD" : "lazy " + c.optimizer.name);
   if (s.loader->asynchronous())
     s.logger->info("training batches in pinned memory ({} reused buffers), each uploaded on a copy stream while the "
                    "batch before it computes", s.loader->host().pinned_buffer_count());

@@ -100,9 +100,9 @@ inline void require_close(const NamedParameters& parameters, const std::vector<s
 inline ReferenceConfig reference_config(const std::string& name, const OptimizerOptions& options) {
   ReferenceConfig c;
   c.name = name;
-  c.lr = options.lr();
-  c.beta1 = options.betas().first;
-  c.beta2 = options.betas().second;
+  c.lr = options.effective_lr(name);
+  c.beta1 = options.effective_betas(name).first;
+  c.beta2 = options.effective_betas(name).second;
   c.eps = options.eps();
   c.eps_relative = options.eps_relative();
   c.weight_decay = options.effective_weight_decay(name);

@@ -1,6 +1,6 @@
 // A double-precision reference of the whole optimizer step (src/optim/README.md written out plainly, one tensor
 // at a time): loss-scale unscaling, global-norm clipping, skip on inf/NaN, GradScaler update, schedules,
-// groups (lr multiplier, decay on/off), SGD/Nesterov, Adam/amsgrad, AdamW, LAMB, eps auto-scaling, and
+// groups (lr multiplier, decay on/off), SGD/Nesterov, Adam/amsgrad, AdamW, LAMB, Lion, eps auto-scaling, and
 // optional rounding of the states to fp16/bf16 after each step (as their storage would).
 #pragma once
 
@@ -15,7 +15,7 @@
 namespace opsnn::optim::testing {
 
 struct ReferenceConfig {
-  std::string name = "adam";  // sgd, adam, adamw, lamb
+  std::string name = "adam";  // sgd, adam, adamw, lamb, lion
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, eps_relative = 0.0, weight_decay = 0.0;
   bool amsgrad = false;
   double momentum = 0.0, dampening = 0.0;
@@ -114,6 +114,13 @@ class ReferenceOptimizer {
             d = c.nesterov ? g + c.momentum * m[t][i] : m[t][i];
           }
           p[i] -= lr * d;
+          continue;
+        }
+        if (c.name == "lion") {  // Chen et al. 2023: sign of the interpolation, decoupled decay
+          double interpolation = c.beta1 * m[t][i] + (1 - c.beta1) * g;
+          double sign = interpolation > 0 ? 1.0 : interpolation < 0 ? -1.0 : 0.0;
+          p[i] -= lr * (sign + wd * p[i]);
+          m[t][i] = stored(c.beta2 * m[t][i] + (1 - c.beta2) * g);
           continue;
         }
         double eps = std::max(c.eps, std::fabs(p[i]) * c.eps_relative);

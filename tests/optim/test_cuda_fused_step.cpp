@@ -165,6 +165,21 @@ TEST_CASE("cuda fused step: Adam, AdamW, amsgrad, eps scaling, schedules equal t
   }
 }
 
+TEST_CASE("cuda fused step: Lion (the generic element-wise pass) equals the CPU bit for bit", "[cuda][optim]") {
+  if (!have_gpu()) return;
+  ScheduleParams cosine;
+  cosine.kind = ScheduleKind::warmup_cosine;
+  cosine.warmup_steps = 10;
+  cosine.total_steps = 150;
+  cosine.min_lr = 1e-6;
+  for (DType dtype : kStateTypes) {
+    GradPattern pattern = dtype == DType::f32 ? GradPattern::mixed : GradPattern::bounded;
+    run_scenario(scenario("lion", OptimizerOptions().state_dtype(dtype), 150, pattern));
+    run_scenario(scenario("lion", OptimizerOptions(3e-4).weight_decay(0.1).schedule(cosine).state_dtype(dtype), 200,
+                          pattern));
+  }
+}
+
 TEST_CASE("cuda fused step: parameter groups with lr multipliers and decay flags", "[cuda][optim]") {
   if (!have_gpu()) return;
   NamedParameters all = testing::random_parameters(kShapes, 3);
@@ -381,7 +396,7 @@ TEST_CASE("cuda fused step: bf16/fp16 gradients and the low-precision parameter 
 
 TEST_CASE("cuda fused step: a captured step replayed N times equals N eager steps", "[cuda][optim]") {
   if (!have_gpu()) return;
-  for (const char* name : {"adamw", "sgd", "lamb"}) {
+  for (const char* name : {"adamw", "sgd", "lamb", "lion"}) {
     OptimizerOptions options = OptimizerOptions(std::string(name) == "sgd" ? 0.05 : 1e-3)
                                    .momentum(std::string(name) == "sgd" ? 0.9 : 0.0)
                                    .nesterov(std::string(name) == "sgd")

@@ -1,7 +1,8 @@
 // Golden trajectories from PyTorch (tools/gen_golden_optim.py, run on the GPU machine): torch.optim.SGD
 // (momentum + dampening + decay, Nesterov), Adam (L2, amsgrad), AdamW and Adam under GradScaler with
-// injected inf gradients, 200 steps each, replayed here with the stored float32 gradients. A missing
-// fixture is a failure, not a skip.
+// injected inf gradients, 200 steps each, replayed here with the stored float32 gradients; Lion from
+// tools/gen_golden_lion.py (torch has no Lion: the formula in float64, see the script). A missing fixture
+// is a failure, not a skip.
 #include "support/catch.h"
 
 #include <cmath>
@@ -36,9 +37,9 @@ OptimizerOptions options_of(const json& fixture) {
         .dampening(o.at("dampening").get<double>())
         .nesterov(o.at("nesterov").get<bool>());
   } else {
-    options.betas({o.at("betas")[0].get<double>(), o.at("betas")[1].get<double>()})
-        .eps(o.at("eps").get<double>())
-        .amsgrad(o.at("amsgrad").get<bool>());
+    options.betas({o.at("betas")[0].get<double>(), o.at("betas")[1].get<double>()});
+    if (o.contains("eps")) options.eps(o.at("eps").get<double>());  // lion has neither
+    if (o.contains("amsgrad")) options.amsgrad(o.at("amsgrad").get<bool>());
   }
   if (fixture.contains("scaler")) {
     const json& s = fixture.at("scaler");
@@ -119,6 +120,11 @@ TEST_CASE("golden: torch.optim.Adam with amsgrad", "[golden][optim]") { check_fi
 
 TEST_CASE("golden: torch.optim.AdamW", "[golden][optim]") { check_fixture("adamw", 2e-5, 1e-4); }
 
+// Lion's step is lr * (+-1 + wd*p): float32 rounding of p and of the decay only, while a sign agrees.
+TEST_CASE("golden: Lion in float64 (tools/gen_golden_lion.py)", "[golden][optim]") {
+  check_fixture("lion", 1e-5, 1e-5);
+}
+
 TEST_CASE("golden: Adam under torch.amp.GradScaler with injected inf gradients", "[golden][optim]") {
   check_fixture("grad_scaler", 2e-5, 1e-4);
 }
@@ -136,4 +142,5 @@ TEST_CASE("golden: the PyTorch trajectories through the fused CUDA step", "[gold
   check_fixture("adam_amsgrad", 2e-5, 1e-4, gpu);
   check_fixture("adamw", 2e-5, 1e-4, gpu);
   check_fixture("grad_scaler", 2e-5, 1e-4, gpu);
+  check_fixture("lion", 1e-5, 1e-5, gpu);
 }

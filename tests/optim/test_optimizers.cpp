@@ -1,5 +1,5 @@
 // Every optimizer and option against the double-precision reference over many steps: SGD (momentum,
-// dampening, Nesterov), Adam (L2, amsgrad, eps auto-scaling), AdamW, LAMB (trust clamp), clipping,
+// dampening, Nesterov), Adam (L2, amsgrad, eps auto-scaling), AdamW, LAMB (trust clamp), Lion, clipping,
 // schedules, groups with lr multipliers and no-decay, fp16/bf16 states; zero, huge and tiny gradients.
 #include "support/catch.h"
 
@@ -90,6 +90,23 @@ TEST_CASE("lamb matches the double reference: trust ratio, clamp", "[optim]") {
   check_against_reference("lamb", OptimizerOptions(1e-2).trust_clamp_lower(0.5).trust_clamp_upper(1.0), kFloat);
 }
 
+TEST_CASE("lion matches the double reference: sign update, decoupled decay, its defaults", "[optim]") {
+  // Defaults: lr 1e-4, betas (0.9, 0.99), no weight decay.
+  OptimizerOptions defaults;
+  REQUIRE(defaults.effective_lr("lion") == 1e-4);
+  REQUIRE(defaults.effective_betas("lion") == Betas(0.9, 0.99));
+  REQUIRE(defaults.effective_weight_decay("lion") == 0.0);
+  check_against_reference("lion", OptimizerOptions(), kFloat, GradPattern::bounded);
+  check_against_reference("lion", OptimizerOptions(1e-3).weight_decay(0.1), kFloat, GradPattern::mixed, 40);
+  check_against_reference("lion", OptimizerOptions(1e-3).betas({0.95, 0.98}).weight_decay(0.5).decay_1d_params(true),
+                          kFloat, GradPattern::bounded, 30, true);
+  // Clipping and a schedule in the same step.
+  check_against_reference("lion",
+                          OptimizerOptions(1e-3).weight_decay(0.1).max_grad_norm(1.0).schedule(
+                              ScheduleParams{ScheduleKind::warmup_cosine, 1e-3, 1e-5, 5, 40, 1, 0.1}),
+                          kFloat);
+}
+
 TEST_CASE("clipping by global norm and schedules inside the step match the reference", "[optim]") {
   check_against_reference("adam", OptimizerOptions(1e-2).max_grad_norm(1.0), kFloat);
   check_against_reference("sgd", OptimizerOptions(0.1).momentum(0.9).max_grad_norm(0.5), kFloat);
@@ -124,6 +141,8 @@ TEST_CASE("fp16 and bf16 optimizer states follow the reference with rounded stat
                             GradPattern::bounded);
     check_against_reference("lamb", OptimizerOptions(1e-2).betas({0.95, 0.999}).state_dtype(dtype), tolerance,
                             GradPattern::bounded);
+    check_against_reference("lion", OptimizerOptions(1e-3).betas({0.95, 0.99}).weight_decay(0.1).state_dtype(dtype),
+                            tolerance, GradPattern::bounded);
   }
 }
 

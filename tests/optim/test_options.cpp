@@ -42,6 +42,8 @@ TEST_CASE("options: bad settings raise ConfigError naming the setting", "[optim]
   require_rejected("adam", OptimizerOptions().momentum(0.9), "momentum");
   require_rejected("sgd", OptimizerOptions().amsgrad(true), "amsgrad");
   require_rejected("lamb", OptimizerOptions().amsgrad(true), "amsgrad");
+  require_rejected("lion", OptimizerOptions().amsgrad(true), "amsgrad applies to adam and adamw, not lion");
+  require_rejected("lion", OptimizerOptions().momentum(0.9), "momentum, dampening and nesterov apply to sgd only, not lion");
   require_rejected("lamb", OptimizerOptions().trust_clamp_lower(2).trust_clamp_upper(1), "trust_clamp");
   require_rejected("adam", OptimizerOptions().state_dtype(DType::f64), "state_dtype");
   require_rejected("adam", OptimizerOptions().max_grad_norm(-1), "max_grad_norm");
@@ -77,13 +79,13 @@ TEST_CASE("options: a group with a negative lr multiplier or no parameters is re
 
 TEST_CASE("registry: names, unknown name listing the known ones", "[optim]") {
   std::vector<std::string> names = optimizer_names();
-  for (const char* name : {"adam", "adamw", "lamb", "sgd"})
+  for (const char* name : {"adam", "adamw", "lamb", "lion", "sgd"})
     REQUIRE(std::find(names.begin(), names.end(), name) != names.end());
   NamedParameters parameters = random_parameters({{2, 2}}, 1);
   REQUIRE_THROWS_AS(make_optimizer("adamax", parameters), ConfigError);
   REQUIRE_THROWS_WITH(make_optimizer("adamax", parameters),
-                      Catch::Contains("adamax") && Catch::Contains("adam, adamw, lamb, sgd"));
-  for (const char* name : {"adam", "adamw", "lamb", "sgd"}) REQUIRE(make_optimizer(name, parameters)->name() == name);
+                      Catch::Contains("adamax") && Catch::Contains("adam, adamw, lamb, lion, sgd"));
+  for (const char* name : {"adam", "adamw", "lamb", "lion", "sgd"}) REQUIRE(make_optimizer(name, parameters)->name() == name);
   register_optimizer("returns_nothing", [](std::vector<ParamGroup>, const OptimizerOptions&) {
     return std::unique_ptr<Optimizer>();
   });

@@ -317,7 +317,11 @@ TEST_CASE("Config: unknown model, optimizer and dataset names list the known one
         "test.yaml:2:9: key 'model.arch': expected one of: mlp, small_cnn, resnet18, resnet34, resnet50, ctr, got "
         "resnet19 (did you mean 'resnet18'?)");
   CHECK(error_of("optimizer:\n  name: adan\n") ==
-        "test.yaml:2:9: key 'optimizer.name': expected one of: sgd, adam, adamw, lamb, got adan (did you mean 'adam'?)");
+        "test.yaml:2:9: key 'optimizer.name': expected one of: sgd, adam, adamw, lamb, lion, got adan (did you mean "
+        "'adam'?)");
+  CHECK(error_of("optimizer:\n  name: lino\n") ==
+        "test.yaml:2:9: key 'optimizer.name': expected one of: sgd, adam, adamw, lamb, lion, got lino (did you mean "
+        "'lion'?)");
   CHECK(error_of("data:\n  dataset: imagenet\n") ==
         "test.yaml:2:12: key 'data.dataset': expected one of: fashion_mnist, synthetic, ctr_synthetic, got imagenet");
   CHECK(error_of("scheduler:\n  name: cosine\n") ==
@@ -338,6 +342,11 @@ TEST_CASE("Config: rules spanning several keys", "[config]") {
         "test.yaml:3:13: key 'optimizer.nesterov': Nesterov momentum needs optimizer.momentum > 0 and "
         "optimizer.dampening = 0");
   REQUIRE(load_config_text("optimizer:\n  name: sgd\n  momentum: 0.9\n  nesterov: true\n", "t.yaml").optimizer.nesterov);
+  // Lion is a registered built-in: accepted by name, and nesterov is as foreign to it as to adam.
+  REQUIRE(load_config_text("optimizer:\n  name: lion\n  lr: 0.0001\n  weight_decay: 0.1\n", "t.yaml").optimizer.name ==
+          "lion");
+  CHECK(error_of("optimizer:\n  name: lion\n  nesterov: true\n") ==
+        "test.yaml:3:13: key 'optimizer.nesterov': nesterov applies to sgd only (optimizer.name is lion)");
   CHECK(error_of("train:\n  epochs: 0\n") ==
         "test.yaml:2:11: key 'train.epochs': train.epochs and train.max_steps are both 0; set at least one limit");
   CHECK(error_of("model:\n  arch: ctr\n") ==

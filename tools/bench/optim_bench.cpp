@@ -196,11 +196,14 @@ struct Variant {
 
 // Bytes the fused step must move per parameter: the gradient pass reads g (4); then per update pass
 // every array it touches once. s = bytes per state element.
-double fused_bytes_per_parameter(const std::string& optimizer, DType state_dtype) {
-  double s = static_cast<double>(dtype_size(state_dtype));
-  if (optimizer == "sgd") return 4 + (4 + 8 + 2 * s);           // g; p r+w; buffer r+w
-  if (optimizer == "lamb") return 4 + (4 + 4 + 4 * s) + (8 + 2 * s);  // phase 1: g, p, m/v r+w; phase 2: p r+w, m/v r
-  return 4 + (4 + 8 + 4 * s);                                   // adam/adamw: g; p r+w; m, v r+w
+// The states come from the optimizer's descriptor (sgd momentum 1, adam 2, lion 1).
+double fused_bytes_per_parameter(const std::string& optimizer, const OptimizerOptions& options) {
+  const optim::OptimizerDescriptor* descriptor = optim::find_optimizer(optimizer);
+  double s = static_cast<double>(dtype_size(options.state_dtype()));
+  double states = static_cast<double>(descriptor->state_names(options).size());
+  if (descriptor->per_tensor_norms)  // lamb: phase 1 g, p r, states r+w; phase 2 p r+w, states r
+    return 4 + (4 + 4 + 2 * states * s) + (8 + states * s);
+  return 4 + (4 + 8 + 2 * states * s);  // g; then g, p r+w, each state r+w
 }
 
 double fused_step_seconds(const Problem& problem, const Variant& variant, int warmup, int repeats) {
@@ -256,6 +259,7 @@ int run(const std::vector<std::string>& args) {
     variants.push_back({"adam", OptimizerOptions(1e-3).betas({0.95, 0.999}).state_dtype(dtype), "adam"});
     variants.push_back({"adamw", OptimizerOptions(1e-3).betas({0.95, 0.999}).state_dtype(dtype), "adamw"});
     variants.push_back({"lamb", OptimizerOptions(1e-3).betas({0.95, 0.999}).state_dtype(dtype), "lamb"});
+    variants.push_back({"lion", OptimizerOptions(1e-4).state_dtype(dtype), "lion"});
   }
   std::printf("opsnn-bench optim --device cpu: %d threads, median of %d runs after %d warm-up runs\n", threads,
               repeats, warmup);
@@ -280,9 +284,9 @@ int run(const std::vector<std::string>& args) {
                 100.0 * UnfusedAdam::kBytesPerParameter * static_cast<double>(n) / unfused / 1e9 / triad_bandwidth);
     for (const Variant& variant : variants) {
       double seconds = fused_step_seconds(problem, variant, warmup, repeats);
-      double bandwidth = fused_bytes_per_parameter(variant.optimizer, variant.options.state_dtype()) *
+      double bandwidth = fused_bytes_per_parameter(variant.optimizer, variant.options) *
                          static_cast<double>(n) / seconds / 1e9;
-      bool compare = variant.optimizer == "adam" && variant.options.state_dtype() == DType::f32;
+      bool compare = variant.label == "adam" && variant.options.state_dtype() == DType::f32;  // the chain's rule
       std::printf("%-10s %-13s %-5s %11.3f %9.1f %7.0f%%", problem.label.c_str(), variant.label.c_str(),
                   std::string(dtype_name(variant.options.state_dtype())).c_str(), seconds * 1e3, bandwidth,
                   100.0 * bandwidth / triad_bandwidth);

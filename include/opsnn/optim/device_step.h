@@ -19,8 +19,6 @@
 
 namespace opsnn::optim {
 
-enum class UpdateRule : int32_t { sgd = 0, adam = 1, lamb = 2 };
-
 // What the monitor does with non-finite gradients, as the device's tiny step sees it.
 enum class DeviceNonFiniteAction : int32_t { warn = 0, skip = 1, stop = 2 };
 

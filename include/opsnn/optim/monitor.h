@@ -16,10 +16,11 @@ class Monitor {
   explicit Monitor(MonitorOptions options = {});  // validates (ConfigError)
   const MonitorOptions& options() const { return options_; }
 
-  // After the gradient pass: state.found_inf and state.grad_norm are set; bad_segment/bad_name name the
-  // first segment holding inf/NaN (-1 when none). Sets monitor flags, logs, and returns whether the step
-  // must be skipped (always on inf/NaN with loss scaling; per on_nonfinite without). Throws
-  // RuntimeFailure for on_nonfinite = stop.
+  // After the gradient pass: state.grad_norm is set; bad_segment/bad_name name the first segment holding
+  // inf/NaN (-1 when none; it sets state.found_inf). Sets monitor flags and the first-non-finite record
+  // (step_logic.h's gradient_verdict, the GPU tiny step's code), logs, and returns whether the step must
+  // be skipped (always on inf/NaN with loss scaling; per on_nonfinite without). Throws RuntimeFailure for
+  // on_nonfinite = stop.
   bool check_gradients(StepState& state, int32_t bad_segment, const std::string& bad_name,
                        bool loss_scaling_enabled) const;
   // After the update: bad_segment/bad_name name the first segment whose parameters became inf/NaN.

@@ -1,5 +1,5 @@
 // The optimizer base in the libtorch style (named parameters + options, parameter groups, zero_grad,
-// step, state_dict / load_state_dict) and the registry by name ("sgd", "adam", "adamw", "lamb"). The base
+// step, state_dict / load_state_dict) and the registry by name (builtin_list.h; descriptor.h). The base
 // owns the bookkeeping - flat arena, step state, loss scaler, monitor, schedule, the fused pipeline
 // (src/optim/README.md) - and a subclass writes only its update pass (a kernel call over the arena).
 //
@@ -22,6 +22,7 @@
 
 #include "opsnn/core/tensor.h"
 #include "opsnn/optim/arena.h"
+#include "opsnn/optim/descriptor.h"
 #include "opsnn/optim/device_step.h"
 #include "opsnn/optim/loss_scaler.h"
 #include "opsnn/optim/monitor.h"
@@ -48,7 +49,8 @@ struct SparseSegment {
   size_t index = 0;                 // in the arena's segment table
   const ArenaSegment* segment = nullptr;
   std::vector<Tensor> states;       // shaped views of this segment's optimizer states, in state order
-  std::string_view optimizer;       // registry name: "sgd", "adam", "adamw", "lamb"
+  std::string_view optimizer;       // registry name
+  const OptimizerDescriptor* descriptor = nullptr;  // its traits (never null)
 };
 
 // Scalars of the step being applied for one sparse segment: the same values the dense pass uses.
@@ -76,6 +78,8 @@ class Optimizer {
   Optimizer& operator=(const Optimizer&) = delete;
 
   std::string_view name() const { return name_; }
+  // The registry's facts about this optimizer (a generic one for a name registered without them).
+  const OptimizerDescriptor& descriptor() const { return *descriptor_; }
   const OptimizerOptions& options() const { return options_; }
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
   // Changes a group's lr multiplier from the next step on (ConfigError if negative or not finite).
@@ -186,6 +190,7 @@ class Optimizer {
   Tensor param_copy_view(const ArenaSegment& segment) const;
 
   std::string name_;
+  const OptimizerDescriptor* descriptor_;
   OptimizerOptions options_;
   std::vector<ParamGroup> groups_;
   std::unique_ptr<ParamArena> arena_;
@@ -206,10 +211,8 @@ class Optimizer {
   std::vector<SegmentStepScalars> segment_scalars_;
 };
 
-// ---- registry ----
-using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(std::vector<ParamGroup>, const OptimizerOptions&)>;
-
-// Adds or replaces an optimizer by name.
+// ---- registry (descriptor.h: register_optimizer(descriptor), find_optimizer) ----
+// Adds or replaces an optimizer by name, with a generic descriptor (the host pipeline, no defaults).
 void register_optimizer(const std::string& name, OptimizerFactory factory);
 // Registered names, sorted.
 std::vector<std::string> optimizer_names();

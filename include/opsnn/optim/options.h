@@ -63,11 +63,10 @@ std::string_view schedule_kind_name(ScheduleKind kind);
 using Betas = std::pair<double, double>;
 
 struct OptimizerOptions {
-  explicit OptimizerOptions(double lr = 1e-3) : lr_(lr) {}
+  // No lr: the optimizer's default (its descriptor's default_lr, 1e-3 but for lion's 1e-4).
+  OptimizerOptions() = default;
+  explicit OptimizerOptions(double lr) : lr_(lr) {}
 
-  // Base learning rate (the schedule's base; ScheduleParams::base_lr is ignored in favour of it).
-  OPSNN_OPTION(double, lr, 1e-3);
-  OPSNN_OPTION(Betas, betas, Betas(0.9, 0.999));
   OPSNN_OPTION(double, eps, 1e-8);
   // eps auto-scaling: eps_t = max(eps, |p| * eps_relative) per element; 0 is plain Adam.
   OPSNN_OPTION(double, eps_relative, 0.0);
@@ -93,6 +92,19 @@ struct OptimizerOptions {
   OPSNN_OPTION(MonitorOptions, monitor, MonitorOptions{});
 
  public:
+  // Base learning rate (the schedule's base; ScheduleParams::base_lr is ignored in favour of it). Unset:
+  // the getter gives 1e-3, the optimizer uses effective_lr (its own default).
+  OptimizerOptions& lr(double value) {
+    lr_ = value;
+    return *this;
+  }
+  double lr() const { return lr_.value_or(1e-3); }
+  // Unset: the getter gives Adam's (0.9, 0.999), the optimizer uses effective_betas (lion: (0.9, 0.99)).
+  OptimizerOptions& betas(Betas value) {
+    betas_ = value;
+    return *this;
+  }
+  Betas betas() const { return betas_.value_or(Betas(0.9, 0.999)); }
   // Unset: the optimizer's default (1e-2 for adamw as in PyTorch, 0 otherwise).
   OptimizerOptions& weight_decay(double value) {
     weight_decay_ = value;
@@ -105,13 +117,18 @@ struct OptimizerOptions {
     return *this;
   }
 
-  // The weight decay the named optimizer applies: fp32_weight_decay or weight_decay or its default.
+  // What the named optimizer uses: the value set, else its descriptor's default (descriptor.h). The
+  // weight decay is fp32_weight_decay or weight_decay or the default.
+  double effective_lr(std::string_view optimizer) const;
+  Betas effective_betas(std::string_view optimizer) const;
   double effective_weight_decay(std::string_view optimizer) const;
   // Throws ConfigError naming the setting, its value and what is accepted; logs (spdlog) a
   // warning for fp16 states with beta1 (or SGD momentum) <= 0.9 (fp16 momentum wants beta1 > 0.9).
   void validate(std::string_view optimizer) const;
 
  private:
+  std::optional<double> lr_;
+  std::optional<Betas> betas_;
   std::optional<double> weight_decay_;
 };
 

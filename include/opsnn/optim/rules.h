@@ -6,7 +6,7 @@
 // (Alg. 1); AdamW: Loshchilov & Hutter 2019, "Decoupled Weight Decay Regularization" (Alg. 2); LAMB: You
 // et al. 2020, "Large Batch Optimization for Deep Learning: Training BERT in 76 minutes" (Alg. 2);
 // SGD/Nesterov: PyTorch's torch.optim.SGD (Sutskever et al. 2013, "On the importance of initialization
-// and momentum in deep learning").
+// and momentum in deep learning"); Lion: Chen et al. 2023 (below).
 #pragma once
 
 #include <cmath>
@@ -120,6 +120,26 @@ OPSNN_HD void lamb_phase2_element(float& p, float m, float v, float trust, const
   float r = m * s.inv_bias_correction1 / safe_denominator(v * s.inv_bias_correction2, eps) + s.weight_decay * p;
   p -= s.lr * trust * r;
 }
+
+// ---- element-wise rules run by the generic passes (builtin_list.h's OPSNN_ELEMENTWISE_RULES) ----
+// A rule is a type with kStates (its states, in the optimizer's state order) and a static element
+// function over the fp32 master weight, the fp32 values of its states, the unscaled clipped gradient and
+// the step's scalars (AdamScalars: lr and weight decay per segment, betas, bias corrections).
+
+// Lion (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms", Alg. 2): the update is the
+// sign of an interpolation of momentum and gradient, with decoupled weight decay folded into the step:
+// c = b1*m + (1-b1)*g; p -= lr*(sign(c) + wd*p); m = b2*m + (1-b2)*g. sign(0) = 0; a NaN c stays NaN
+// (as torch.sign), so the parameter check sees a NaN gradient that warn mode applies.
+struct LionRule {
+  static constexpr int kStates = 1;  // exp_avg
+  static OPSNN_HD void element(float& p, float (&state)[1], float g, const AdamScalars& s) {
+    float& m = state[0];
+    const float c = fmaf(s.beta1, m, s.one_minus_beta1 * g);
+    const float sign = c > 0.0f ? 1.0f : c < 0.0f ? -1.0f : c * 0.0f;
+    p -= s.lr * (sign + s.weight_decay * p);
+    m = fmaf(s.beta2, m, s.one_minus_beta2 * g);
+  }
+};
 
 // ---- learning-rate schedules, evaluated from the count of applied steps ----
 enum class ScheduleKind : int { constant = 0, warmup_cosine = 1, step_decay = 2, linear_decay = 3 };

@@ -9,9 +9,16 @@
 
 #include "opsnn/core/device.h"
 #include "opsnn/core/dtype.h"
+#include "opsnn/optim/builtin_list.h"
 #include "opsnn/optim/rules.h"
 
 namespace opsnn::optim {
+
+// The device step's update rules: the three with kernels of their own, then one per element-wise rule of
+// builtin_list.h (which the generic passes run).
+#define OPSNN_RULE_ENUMERATOR(name, Rule) name,
+enum class UpdateRule : int32_t { sgd = 0, adam = 1, lamb = 2, OPSNN_ELEMENTWISE_RULES(OPSNN_RULE_ENUMERATOR) };
+#undef OPSNN_RULE_ENUMERATOR
 
 inline constexpr int kMaxOptimizerStates = 3;  // Adam with amsgrad: exp_avg, exp_avg_sq, max_exp_avg_sq
 
@@ -57,6 +64,10 @@ struct FusedStepKernels {
   // LAMB phase 2: p -= lr * trust * r, r recomputed from the moments.
   void (*lamb_phase2)(const ArenaView& arena, const AdamScalars& base, const SegmentStepScalars* segments,
                       float* chunk_param_check) = nullptr;
+  // An element-wise rule of builtin_list.h (rule names it): states[0..Rule::kStates) in the rule's order.
+  void (*elementwise_update)(const ArenaView& arena, UpdateRule rule, const AdamScalars& base,
+                             const SegmentStepScalars* segments, float grad_multiplier,
+                             float* chunk_param_check) = nullptr;
 };
 
 void register_fused_step_kernels(DeviceType type, const FusedStepKernels& kernels);

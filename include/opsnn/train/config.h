@@ -131,7 +131,7 @@ struct OptimizerSettings {
 };
 
 struct OptimizerConfig {
-  std::string name = "adam";  // sgd | adam | adamw | lamb
+  std::string name = "adam";  // a built-in optimizer (include/opsnn/optim/builtin_list.h)
   double lr = 1e-3;
   std::array<double, 2> betas = {0.9, 0.999};
   double eps = 1e-8;

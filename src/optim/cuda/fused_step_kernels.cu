@@ -200,12 +200,6 @@ __device__ void gradient_totals(const FusedBuffers& b, double inverse_squared, d
   bad = bad_shared == INT_MAX ? -1 : bad_shared;
 }
 
-__device__ void record_first_nonfinite(StepState& state, int64_t call_index, int segment) {
-  if (state.first_nonfinite_step >= 0) return;
-  state.first_nonfinite_step = call_index;
-  state.first_nonfinite_segment = segment;
-}
-
 // ---- the tiny step ----
 __global__ void step_prologue_kernel(FusedBuffers b, StepConstants k, int two_pass) {
   StepState& state = *b.state;
@@ -228,21 +222,13 @@ __global__ void step_prologue_kernel(FusedBuffers b, StepConstants k, int two_pa
   b.report->bad_param_chunk = INT_MAX;
   if (two_pass) {
     const double norm = sqrt(total);
-    state.found_inf = bad >= 0 ? 1 : 0;
-    state.grad_norm = static_cast<float>(norm);
     state.clip_factor = gradient_clip_factor(norm, k.max_grad_norm);
     b.report->bad_grad_segment = bad;
-    bool skip = false;
-    if (state.found_inf) {
-      state.monitor_flags |= kNonFiniteGrad;
-      record_first_nonfinite(state, state.step + state.skipped_steps, bad);
-      skip = k.scaling || k.on_nonfinite != DeviceNonFiniteAction::warn;  // stop: the host throws after
-    } else if (state.grad_norm > k.grad_norm_warn_threshold) {
-      state.monitor_flags |= kGradNormAboveThreshold;
-    }
+    // step_logic.h, as the host's monitor: flags, first non-finite, skip (stop: the host throws after).
+    const bool skip = gradient_verdict(state, bad, norm, state.step + state.skipped_steps, k.scaling != 0,
+                                       k.on_nonfinite == DeviceNonFiniteAction::warn, k.grad_norm_warn_threshold);
     if (skip) {
-      state.skipped_steps += 1;
-      state.monitor_flags |= kStepSkipped;
+      mark_skipped(state);
       out.apply = 0;
     }
   } else {
@@ -270,22 +256,15 @@ __global__ void step_epilogue_kernel(FusedBuffers b, StepConstants k, int single
   StepState& state = *b.state;
   const int64_t call_index = state.step + state.skipped_steps - 1;  // the step just made, zero-based
   if (single_pass) {
-    state.found_inf = bad >= 0 ? 1 : 0;
-    state.grad_norm = static_cast<float>(sqrt(total));
     b.report->bad_grad_segment = bad;
-    if (state.found_inf) {
-      state.monitor_flags |= kNonFiniteGrad;
-      record_first_nonfinite(state, call_index, bad);
-    } else if (state.grad_norm > k.grad_norm_warn_threshold) {
-      state.monitor_flags |= kGradNormAboveThreshold;
-    }
+    // The step was applied already (single pass means warn without scaling): only the flags and record.
+    gradient_verdict(state, bad, sqrt(total), call_index, false, true, k.grad_norm_warn_threshold);
   }
   const int chunk = b.report->bad_param_chunk;
   if (chunk != INT_MAX) {
     const int segment = b.chunks[chunk].segment;
     b.report->bad_param_segment = segment;
-    state.monitor_flags |= kNonFiniteParam;
-    record_first_nonfinite(state, call_index, segment);
+    mark_nonfinite_parameter(state, call_index, segment);
   }
 }
 
@@ -392,6 +371,65 @@ __global__ void __launch_bounds__(kThreads) sgd_kernel(FusedBuffers b, StepConst
       check += p * 0.0f;
       params[i] = p;
       if (write_buffer) store1(buffers, i, buffer);
+      if constexpr (!std::is_same_v<C, NoCopy>) store1(copy, i, p);
+    }
+    finish_chunk(b, c, check, sum, with_stats, shared);
+  }
+}
+
+// ---- element-wise rules (builtin_list.h): the adam_kernel's loop with the rule's element function ----
+template <typename Rule, typename G, typename S, typename C>
+__global__ void __launch_bounds__(kThreads) rule_kernel(FusedBuffers b, StepConstants k, int with_stats) {
+  constexpr int kStates = Rule::kStates;
+  __shared__ double shared[32];
+  const StepScalars step = *b.scalars;
+  if (!step.apply) return;
+  float* __restrict__ params = b.arena.params;
+  const G* __restrict__ grads = static_cast<const G*>(b.arena.grads);
+  S* states[kStates];
+#pragma unroll
+  for (int n = 0; n < kStates; ++n) states[n] = static_cast<S*>(b.arena.states[n]);
+  C* __restrict__ copy = static_cast<C*>(b.arena.param_copy);
+  AdamScalars s = adam_scalars(k, step);
+  const float multiplier = step.grad_multiplier;
+  for (int c = blockIdx.x; c < b.chunk_count; c += gridDim.x) {
+    const ArenaChunk chunk = b.chunks[c];
+    const int64_t vector_count = apply_segment(b, step, chunk, s);
+    float check = 0.0f;
+    double sum = 0.0;
+    for (int64_t i = chunk.begin + threadIdx.x * kVector; i < chunk.begin + vector_count; i += kThreads * kVector) {
+      float p[kVector], g[kVector], values[kStates][kVector];
+      load8(params + i, p);
+      load8(grads + i, g);
+#pragma unroll
+      for (int n = 0; n < kStates; ++n) load8(states[n] + i, values[n]);
+#pragma unroll
+      for (int j = 0; j < kVector; ++j) {
+        if (with_stats) sum += static_cast<double>(g[j]) * g[j];
+        float element[kStates];
+#pragma unroll
+        for (int n = 0; n < kStates; ++n) element[n] = values[n][j];
+        Rule::element(p[j], element, g[j] * multiplier, s);
+#pragma unroll
+        for (int n = 0; n < kStates; ++n) values[n][j] = element[n];
+        check += p[j] * 0.0f;
+      }
+      store8(params + i, p);
+#pragma unroll
+      for (int n = 0; n < kStates; ++n) store8(states[n] + i, values[n]);
+      if constexpr (!std::is_same_v<C, NoCopy>) store8(copy + i, p);
+    }
+    const int64_t i = chunk.begin + vector_count + threadIdx.x;
+    if (i < chunk.end) {
+      float p = params[i], g = load1(grads, i), element[kStates];
+#pragma unroll
+      for (int n = 0; n < kStates; ++n) element[n] = load1(states[n], i);
+      if (with_stats) sum += static_cast<double>(g) * g;
+      Rule::element(p, element, g * multiplier, s);
+      check += p * 0.0f;
+      params[i] = p;
+#pragma unroll
+      for (int n = 0; n < kStates; ++n) store1(states[n], i, element[n]);
       if constexpr (!std::is_same_v<C, NoCopy>) store1(copy, i, p);
     }
     finish_chunk(b, c, check, sum, with_stats, shared);
@@ -558,7 +596,18 @@ __global__ void __launch_bounds__(kThreads) lamb_kernel(FusedBuffers b, StepCons
 }
 
 // ---- dtype dispatch: grads G, states S, parameter copy C ----
-enum class Pass { adam, sgd, lamb, grad_sum_of_squares };
+// Pass tags: a type each, so an element-wise rule's pass carries its rule.
+namespace pass {
+struct Adam {};
+struct Sgd {};
+struct Lamb {};
+struct GradSumOfSquares {};
+template <typename R> struct Elementwise {
+  using Rule = R;
+};
+template <typename P> inline constexpr bool is_elementwise = false;
+template <typename R> inline constexpr bool is_elementwise<Elementwise<R>> = true;
+}  // namespace pass
 
 struct LaunchArgs {
   const FusedBuffers* buffers;
@@ -581,15 +630,19 @@ int grid_size(int per_multiprocessor, const FusedBuffers& b) {
 }
 
 // One instantiation per pass and dtype combination, so each caches its own kernel's occupancy.
-template <Pass P, typename G, typename S, typename C> void launch_typed(const LaunchArgs& a) {
+template <typename P, typename G, typename S, typename C> void launch_typed(const LaunchArgs& a) {
   const FusedBuffers& b = *a.buffers;
-  if constexpr (P == Pass::adam) {
+  if constexpr (pass::is_elementwise<P>) {
+    using Rule = typename P::Rule;
+    static const int per_sm = blocks_per_multiprocessor(rule_kernel<Rule, G, S, C>);
+    rule_kernel<Rule, G, S, C><<<grid_size(per_sm, b), kThreads, 0, a.stream>>>(b, *a.constants, a.with_stats);
+  } else if constexpr (std::is_same_v<P, pass::Adam>) {
     static const int per_sm = blocks_per_multiprocessor(adam_kernel<G, S, C>);
     adam_kernel<G, S, C><<<grid_size(per_sm, b), kThreads, 0, a.stream>>>(b, *a.constants, a.with_stats);
-  } else if constexpr (P == Pass::sgd) {
+  } else if constexpr (std::is_same_v<P, pass::Sgd>) {
     static const int per_sm = blocks_per_multiprocessor(sgd_kernel<G, S, C>);
     sgd_kernel<G, S, C><<<grid_size(per_sm, b), kThreads, 0, a.stream>>>(b, *a.constants, a.with_stats);
-  } else if constexpr (P == Pass::lamb) {
+  } else if constexpr (std::is_same_v<P, pass::Lamb>) {
     static const int per_sm = blocks_per_multiprocessor(lamb_kernel<G, S, C>);
     lamb_kernel<G, S, C><<<grid_size(per_sm, b), kThreads, 0, a.stream>>>(b, *a.constants, a.with_stats);
   } else {
@@ -604,7 +657,7 @@ template <Pass P, typename G, typename S, typename C> void launch_typed(const La
                                  " (accepted: f32, f16, bf16)"));
 }
 
-template <Pass P, typename G, typename S> void dispatch_copy(const LaunchArgs& a) {
+template <typename P, typename G, typename S> void dispatch_copy(const LaunchArgs& a) {
   const DeviceArena& arena = a.buffers->arena;
   if (arena.param_copy == nullptr) return launch_typed<P, G, S, NoCopy>(a);
   switch (arena.param_copy_dtype) {
@@ -615,7 +668,7 @@ template <Pass P, typename G, typename S> void dispatch_copy(const LaunchArgs& a
   }
 }
 
-template <Pass P, typename G> void dispatch_state(const LaunchArgs& a) {
+template <typename P, typename G> void dispatch_state(const LaunchArgs& a) {
   switch (a.buffers->arena.state_dtype) {
     case DType::f32: return dispatch_copy<P, G, float>(a);
     case DType::f16: return dispatch_copy<P, G, Half>(a);
@@ -624,7 +677,7 @@ template <Pass P, typename G> void dispatch_state(const LaunchArgs& a) {
   }
 }
 
-template <Pass P> void dispatch(const LaunchArgs& a) {
+template <typename P> void dispatch(const LaunchArgs& a) {
   switch (a.buffers->arena.grad_dtype) {
     case DType::f32: return dispatch_state<P, float>(a);
     case DType::f16: return dispatch_state<P, Half>(a);
@@ -643,7 +696,7 @@ int multiprocessor_count(int device) {
 
 void launch_grad_sum_of_squares(const FusedBuffers& b, cudaStream_t stream) {
   if (b.chunk_count == 0) return;
-  dispatch<Pass::grad_sum_of_squares>(LaunchArgs{&b, nullptr, 0, stream});
+  dispatch<pass::GradSumOfSquares>(LaunchArgs{&b, nullptr, 0, stream});
 }
 
 void launch_segment_sums(const FusedBuffers& b, int arrays, cudaStream_t stream) {
@@ -659,13 +712,19 @@ void launch_step_prologue(const FusedBuffers& b, const StepConstants& k, bool tw
 void launch_update(const FusedBuffers& b, const StepConstants& k, bool with_stats, cudaStream_t stream) {
   if (b.chunk_count == 0) return;
   LaunchArgs args{&b, &k, with_stats ? 1 : 0, stream};
-  if (k.rule == UpdateRule::sgd) dispatch<Pass::sgd>(args);
-  else dispatch<Pass::adam>(args);
+  switch (k.rule) {
+#define OPSNN_RULE_CASE(name, Rule) \
+  case UpdateRule::name: return dispatch<pass::Elementwise<Rule>>(args);
+    OPSNN_ELEMENTWISE_RULES(OPSNN_RULE_CASE)
+#undef OPSNN_RULE_CASE
+    case UpdateRule::sgd: return dispatch<pass::Sgd>(args);
+    default: return dispatch<pass::Adam>(args);
+  }
 }
 
 void launch_lamb(const FusedBuffers& b, const StepConstants& k, bool with_stats, cudaStream_t stream) {
   if (b.chunk_count == 0) return;
-  dispatch<Pass::lamb>(LaunchArgs{&b, &k, with_stats ? 1 : 0, stream});
+  dispatch<pass::Lamb>(LaunchArgs{&b, &k, with_stats ? 1 : 0, stream});
 }
 
 void launch_step_epilogue(const FusedBuffers& b, const StepConstants& k, bool single_pass, cudaStream_t stream) {

@@ -77,7 +77,9 @@ double bytes_per_parameter(const Variant& v, bool single_pass) {
   double g = static_cast<double>(dtype_size(v.grad_dtype));
   double c = v.param_copy ? 2.0 : 0.0;
   double stats = single_pass ? 0.0 : g;  // the separate gradient pass
-  int states = v.optimizer == "sgd" ? (v.options.momentum() != 0.0 ? 1 : 0) : (v.options.amsgrad() ? 3 : 2);
+  // The optimizer's own state list for these options (descriptor.h): sgd 0-1, adam 2-3, lion 1.
+  const optim::OptimizerDescriptor* descriptor = optim::find_optimizer(v.optimizer);
+  int states = static_cast<int>(descriptor->state_names(v.options).size());
   return stats + 8 + g + 2 * states * s + c;
 }
 
@@ -148,6 +150,8 @@ int run(const std::vector<std::string>& args) {
       {"sgd momentum", "sgd", OptimizerOptions(0.1).momentum(0.9).monitor(warn)},
       {"lamb", "lamb", OptimizerOptions(1e-3).monitor(warn)},
       {"lamb graph", "lamb", OptimizerOptions(1e-3).monitor(warn), DType::f32, false, true},
+      {"lion", "lion", OptimizerOptions(1e-4).monitor(warn)},
+      {"lion graph", "lion", OptimizerOptions(1e-4).monitor(warn), DType::f32, false, true},
       {"adamw bf16 st", "adamw", OptimizerOptions(1e-3).state_dtype(DType::bf16).monitor(warn)},
       {"adamw mixed", "adamw", OptimizerOptions(1e-3).state_dtype(DType::bf16).monitor(warn), DType::bf16, true},
   };
@@ -199,8 +203,9 @@ int run(const std::vector<std::string>& args) {
     }
     for (const Variant& variant : variants) {
       Row row = measure(problem, variant, copy_gbps, warmup, repeats);
-      // Each AdamW variant against the AdamW chain (same decoupled decay), the others against Adam's.
-      const double unfused = variant.optimizer == "adamw" ? unfused_adamw : unfused_adam;
+      // Decoupled-decay variants (adamw, lion) against the AdamW chain, the others against Adam's.
+      const double unfused =
+          optim::find_optimizer(variant.optimizer)->decoupled_weight_decay ? unfused_adamw : unfused_adam;
       std::printf("%-10s %-14s %10.3f %8.0f %9.0f %7.0f%% %9.2fx\n", problem.label.c_str(), row.variant.c_str(), row.ms,
                   row.bytes_per_parameter, row.gbps, 100.0 * row.copy_fraction, unfused / row.ms);
       std::fflush(stdout);
