@@ -1,7 +1,6 @@
 // opsnn-bench: performance measurements, each a subcommand (ops, optim, ...) registered from tools/bench/.
 // Every number is printed next to a baseline measured in the same run.
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <charconv>
 #include <cstdio>

@@ -2,7 +2,6 @@
 // Exit codes: 0 success, 2 usage or config errors, 1 runtime failures (missing data, divergence stopped
 // by the monitor, corrupt checkpoints), 130 interrupted by SIGINT after saving a checkpoint.
 #include <CLI/CLI.hpp>
-
 #include <atomic>
 #include <csignal>
 #include <cstdio>

@@ -55,8 +55,10 @@ Tensor record(Tensor result, std::shared_ptr<Node> node, const std::vector<Tenso
   for (const Tensor& input : inputs) {
     Edge edge;
     if (input.defined() && input.requires_grad()) {
-      if (input.grad_fn()) edge.function = input.grad_fn();
-      else edge.leaf = input.impl_ptr();
+      if (input.grad_fn())
+        edge.function = input.grad_fn();
+      else
+        edge.leaf = input.impl_ptr();
     }
     node->inputs.push_back(std::move(edge));
   }
@@ -68,8 +70,8 @@ Tensor record(Tensor result, std::shared_ptr<Node> node, const std::vector<Tenso
 }
 
 void run_backward(const Tensor& root, const Tensor& seed) {
-  OPSNN_CHECK(root.requires_grad(), "backward() on a tensor that does not require grad (",
-              root.str(), "): no parameter or input was marked requires_grad, or it was computed under NoGradGuard");
+  OPSNN_CHECK(root.requires_grad(), "backward() on a tensor that does not require grad (", root.str(),
+              "): no parameter or input was marked requires_grad, or it was computed under NoGradGuard");
   check_same_shape(root, seed, "backward seed gradient");
   check_same_device(root, seed, "backward seed gradient");
   if (!root.grad_fn()) {  // backward on a leaf: its gradient is the seed

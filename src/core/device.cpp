@@ -26,13 +26,16 @@ Device Device::parse(std::string_view text) {
 }
 
 DType parse_dtype(std::string_view name) {
-  struct Alias { std::string_view text; DType dtype; };
-  static constexpr Alias aliases[] = {
-      {"f32", DType::f32},   {"float32", DType::f32},   {"fp32", DType::f32},  {"f64", DType::f64},
-      {"float64", DType::f64}, {"fp64", DType::f64},    {"f16", DType::f16},   {"float16", DType::f16},
-      {"fp16", DType::f16},  {"half", DType::f16},      {"bf16", DType::bf16}, {"bfloat16", DType::bf16},
-      {"i32", DType::i32},   {"int32", DType::i32},     {"i64", DType::i64},   {"int64", DType::i64},
-      {"u8", DType::u8},     {"uint8", DType::u8}};
+  struct Alias {
+    std::string_view text;
+    DType dtype;
+  };
+  static constexpr Alias aliases[] = {{"f32", DType::f32},   {"float32", DType::f32}, {"fp32", DType::f32},
+                                      {"f64", DType::f64},   {"float64", DType::f64}, {"fp64", DType::f64},
+                                      {"f16", DType::f16},   {"float16", DType::f16}, {"fp16", DType::f16},
+                                      {"half", DType::f16},  {"bf16", DType::bf16},   {"bfloat16", DType::bf16},
+                                      {"i32", DType::i32},   {"int32", DType::i32},   {"i64", DType::i64},
+                                      {"int64", DType::i64}, {"u8", DType::u8},       {"uint8", DType::u8}};
   for (const Alias& alias : aliases)
     if (alias.text == name) return alias.dtype;
   throw TypeError(detail::concat("unknown dtype '", name, "' (accepted: f32, f64, f16, bf16, i32, i64, u8)"));

@@ -38,10 +38,9 @@ auto depth_limited(std::string source, Next next) {
 // naming `source`). Syntax errors still throw nlohmann's exceptions for the caller to phrase.
 template <typename BasicJson = nlohmann::json>
 BasicJson parse_json_limited(std::string_view text, const std::string& source) {
-  return BasicJson::parse(text.begin(), text.end(),
-                          depth_limited<BasicJson>(source, [](int, typename BasicJson::parse_event_t, BasicJson&) {
-                            return true;
-                          }));
+  return BasicJson::parse(
+      text.begin(), text.end(),
+      depth_limited<BasicJson>(source, [](int, typename BasicJson::parse_event_t, BasicJson&) { return true; }));
 }
 
 // A JSON object opsnn wrote and reads back: parse_json_limited, with syntax errors and a document that is
@@ -51,7 +50,8 @@ inline nlohmann::json parse_json_object(std::string_view text, const std::string
   try {
     document = parse_json_limited(text, source);
   } catch (const nlohmann::json::exception& error) {  // syntax, or a number out of range
-    throw DataError(detail::concat(source, ": not valid JSON (truncated or corrupt): ", printable(error.what(), Printable::ascii)));
+    throw DataError(
+        detail::concat(source, ": not valid JSON (truncated or corrupt): ", printable(error.what(), Printable::ascii)));
   }
   if (!document.is_object()) throw DataError(detail::concat(source, ": expected a JSON object"));
   return document;
@@ -134,7 +134,8 @@ class JsonReader {
   void require_format(const Json& document, std::string_view format, int version, std::string_view hint = "") const {
     if (text(document, "", "format") != format) fail("format", "expected \"", format, "\"", hint);
     const int found = integer<int>(document, "", "format_version");
-    if (found != version) fail("format_version", "version ", found, " is not supported (this opsnn reads ", version, ")");
+    if (found != version)
+      fail("format_version", "version ", found, " is not supported (this opsnn reads ", version, ")");
   }
 
   static std::string join(const std::string& parent, const char* key) {

@@ -67,8 +67,8 @@ DeviceServices& device_services(Device device) {
   ensure_loaded();
   DeviceServices* services = registry().by_type[static_cast<size_t>(device.type)].get();
   if (services == nullptr)
-    throw DeviceError(detail::concat("device ", device.str(),
-                                     " is not available: this build of opsnn has no CUDA backend"));
+    throw DeviceError(
+        detail::concat("device ", device.str(), " is not available: this build of opsnn has no CUDA backend"));
   if (device.index < 0 || device.index >= services->device_count())
     throw DeviceError(detail::concat("device ", device.str(), " is not available (", services->device_count(),
                                      " device(s) of that type found)"));

@@ -53,8 +53,9 @@ static size_t checked_nbytes(const Shape& shape, DType dtype) {
     OPSNN_CHECK_AS(ShapeError, !__builtin_mul_overflow(span, std::max<int64_t>(extent, 1), &span), "shape ",
                    shape_str(shape), " has more elements than int64 can count");
   int64_t bytes = 0;
-  OPSNN_CHECK_AS(ShapeError, !__builtin_mul_overflow(shape_numel(shape), static_cast<int64_t>(dtype_size(dtype)), &bytes),
-                 "shape ", shape_str(shape), " of ", dtype_name(dtype), " needs more bytes than int64 can count");
+  OPSNN_CHECK_AS(ShapeError,
+                 !__builtin_mul_overflow(shape_numel(shape), static_cast<int64_t>(dtype_size(dtype)), &bytes), "shape ",
+                 shape_str(shape), " of ", dtype_name(dtype), " needs more bytes than int64 can count");
   return static_cast<size_t>(bytes);
 }
 
@@ -195,8 +196,8 @@ Tensor Tensor::to(Device target) const {
   if (source.device().is_cpu()) {
     device_services(target).copy_from_host(result.data_ptr(), source.data_ptr(), nbytes(), target.index);
   } else if (target.is_cpu()) {
-    device_services(source.device()).copy_to_host(result.data_ptr(), source.data_ptr(), nbytes(),
-                                                  source.device().index);
+    device_services(source.device())
+        .copy_to_host(result.data_ptr(), source.data_ptr(), nbytes(), source.device().index);
   } else {  // between two GPUs: through the host, rarely used
     return source.to(kCPU).to(target);
   }
@@ -240,8 +241,10 @@ Tensor& Tensor::fill_(double value) {
   if (!is_floating(dtype())) {
     const bool fits = visit_dtype(dtype(), [&](auto tag) {
       using T = decltype(tag);
-      if constexpr (std::is_integral_v<T>) return fits_integer<T>(value);
-      else return true;
+      if constexpr (std::is_integral_v<T>)
+        return fits_integer<T>(value);
+      else
+        return true;
     });
     OPSNN_CHECK_AS(TypeError, fits, "fill: value ", value, " is not representable as ", dtype_name(dtype()),
                    " (NaN, infinite or out of its range)");
@@ -302,8 +305,7 @@ static std::shared_ptr<TensorImpl> view_impl(const TensorImpl& base) {
 
 static size_t wrap_dim(int64_t d, int64_t rank, const Shape& shape) {
   int64_t index = d < 0 ? d + rank : d;
-  OPSNN_CHECK_AS(ShapeError, index >= 0 && index < rank, "dimension ", d, " out of range for shape ",
-                 shape_str(shape));
+  OPSNN_CHECK_AS(ShapeError, index >= 0 && index < rank, "dimension ", d, " out of range for shape ", shape_str(shape));
   return static_cast<size_t>(index);
 }
 

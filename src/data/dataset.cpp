@@ -26,8 +26,8 @@ void Dataset::check_batch_arguments(std::span<const int64_t> indices, const Tens
   const int64_t count = static_cast<int64_t>(indices.size());
   Shape expected_inputs{count};
   for (int64_t extent : sample_shape()) expected_inputs.push_back(extent);
-  OPSNN_CHECK_AS(ShapeError, inputs.defined() && inputs.shape() == expected_inputs && inputs.is_contiguous(),
-                 name(), ": input buffer must be contiguous ", shape_str(expected_inputs), ", got ",
+  OPSNN_CHECK_AS(ShapeError, inputs.defined() && inputs.shape() == expected_inputs && inputs.is_contiguous(), name(),
+                 ": input buffer must be contiguous ", shape_str(expected_inputs), ", got ",
                  inputs.defined() ? inputs.str() : std::string("an undefined tensor"));
   OPSNN_CHECK_AS(ShapeError, labels.defined() && labels.shape() == Shape{count} && labels.is_contiguous(), name(),
                  ": label buffer must be contiguous [", count, "], got ",

@@ -20,8 +20,9 @@ std::string locate_fashion_mnist_file(const std::string& root, const std::string
   namespace fs = std::filesystem;
   std::error_code error;
   if (!fs::is_directory(root, error)) {
-    throw DataError(detail::concat("data root '", root, "' ", fs::exists(root, error) ? "is not a directory" : "does not exist",
-                                   "; ", kPackageHint));
+    throw DataError(detail::concat("data root '", root, "' ",
+                                   fs::exists(root, error) ? "is not a directory" : "does not exist", "; ",
+                                   kPackageHint));
   }
   const fs::path folder(root);
   for (const std::string& candidate : {base_name + ".gz", base_name}) {
@@ -33,8 +34,8 @@ std::string locate_fashion_mnist_file(const std::string& root, const std::string
 
 FashionMnist::FashionMnist(const std::string& root, Split split, Normalization normalization) : split_(split) {
   // A NaN or infinite setting would turn every pixel into NaN (or 0) without a word: settings, not data.
-  OPSNN_CHECK_AS(ConfigError, std::isfinite(normalization.mean), "Fashion-MNIST normalisation mean must be finite, got ",
-                 normalization.mean);
+  OPSNN_CHECK_AS(ConfigError, std::isfinite(normalization.mean),
+                 "Fashion-MNIST normalisation mean must be finite, got ", normalization.mean);
   OPSNN_CHECK_AS(ConfigError, std::isfinite(normalization.std) && normalization.std > 0.0f,
                  "Fashion-MNIST normalisation std must be finite and positive, got ", normalization.std);
   const std::string prefix = split == Split::train ? "train" : "t10k";

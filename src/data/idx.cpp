@@ -78,7 +78,8 @@ void gunzip(const std::string& path, const std::vector<uint8_t>& compressed, con
       const uint64_t total = limit.total_bytes(out.data());
       discard = total == 0;
       if (!discard) cap = std::min(cap, total);
-      out.resize(discard ? produced + (size_t{1} << 16) : std::max<uint64_t>(produced, std::min<uint64_t>(guess, cap + 1)));
+      out.resize(discard ? produced + (size_t{1} << 16)
+                         : std::max<uint64_t>(produced, std::min<uint64_t>(guess, cap + 1)));
     }
     if (discard && produced > limit.header_bytes) {
       discarded += produced - limit.header_bytes;
@@ -160,8 +161,8 @@ void check_total_size(const std::string& path, const FileBytes& file, uint64_t e
 void check_header(const std::string& path, const FileBytes& file, size_t header_bytes, uint32_t expected_magic,
                   const char* what) {
   if (file.bytes.size() < header_bytes) {
-    throw DataError(detail::concat(path, ": truncated at byte ", file.bytes.size(), where(file), ", the IDX ",
-                                   what, " header needs ", header_bytes, " bytes"));
+    throw DataError(detail::concat(path, ": truncated at byte ", file.bytes.size(), where(file), ", the IDX ", what,
+                                   " header needs ", header_bytes, " bytes"));
   }
   uint32_t magic = read_big_endian_u32(file.bytes, 0);
   if (magic != expected_magic) {
@@ -193,13 +194,14 @@ IdxImages read_idx_images(const std::string& path) { return decode_idx_images(re
 
 IdxImages decode_idx_images(std::vector<uint8_t> raw, const std::string& path) {
   // The size the header promises, or 0 when it is wrong (the checks below say how).
-  FileBytes file = decode_file_bytes(std::move(raw), path, {16, [](const uint8_t* header) -> uint64_t {
-                                            uint64_t rows = big_endian_u32(header + 8), cols = big_endian_u32(header + 12);
-                                            if (big_endian_u32(header) != kIdxImagesMagic || rows == 0 || cols == 0 ||
-                                                rows > 65536 || cols > 65536)
-                                              return 0;
-                                            return 16 + big_endian_u32(header + 4) * rows * cols;  // < 2^64
-                                          }});
+  FileBytes file = decode_file_bytes(
+      std::move(raw), path,
+      {16, [](const uint8_t* header) -> uint64_t {
+         uint64_t rows = big_endian_u32(header + 8), cols = big_endian_u32(header + 12);
+         if (big_endian_u32(header) != kIdxImagesMagic || rows == 0 || cols == 0 || rows > 65536 || cols > 65536)
+           return 0;
+         return 16 + big_endian_u32(header + 4) * rows * cols;  // < 2^64
+       }});
   check_header(path, file, 16, kIdxImagesMagic, "images");
   IdxImages images;
   images.count = read_big_endian_u32(file.bytes, 4);
@@ -221,17 +223,17 @@ std::vector<uint8_t> read_idx_labels(const std::string& path, int num_classes) {
 
 std::vector<uint8_t> decode_idx_labels(std::vector<uint8_t> raw, const std::string& path, int num_classes) {
   FileBytes file = decode_file_bytes(std::move(raw), path, {8, [](const uint8_t* header) -> uint64_t {
-                                            if (big_endian_u32(header) != kIdxLabelsMagic) return 0;
-                                            return 8 + uint64_t{big_endian_u32(header + 4)};
-                                          }});
+                                                              if (big_endian_u32(header) != kIdxLabelsMagic) return 0;
+                                                              return 8 + uint64_t{big_endian_u32(header + 4)};
+                                                            }});
   check_header(path, file, 8, kIdxLabelsMagic, "labels");
   const uint64_t count = read_big_endian_u32(file.bytes, 4);
   check_total_size(path, file, 8 + count);
   std::vector<uint8_t> labels(file.bytes.begin() + 8, file.bytes.end());
   for (size_t i = 0; i < labels.size(); ++i) {
     if (labels[i] >= num_classes) {
-      throw DataError(detail::concat(path, ": label ", static_cast<int>(labels[i]), " of item ", i, " at byte ",
-                                     8 + i, where(file), " is out of range [0, ", num_classes, ")"));
+      throw DataError(detail::concat(path, ": label ", static_cast<int>(labels[i]), " of item ", i, " at byte ", 8 + i,
+                                     where(file), " is out of range [0, ", num_classes, ")"));
     }
   }
   return labels;

@@ -118,8 +118,8 @@ LoaderPosition DataLoader::position() const {
 
 void DataLoader::seek(LoaderPosition position) {
   OPSNN_CHECK(position.epoch >= 0 && position.batch >= 0 && position.batch <= batches_per_epoch_,
-              "DataLoader: cannot seek to epoch ", position.epoch, " batch ", position.batch, " (",
-              batches_per_epoch_, " batches per epoch)");
+              "DataLoader: cannot seek to epoch ", position.epoch, " batch ", position.batch, " (", batches_per_epoch_,
+              " batches per epoch)");
   // Positions are counted as one sequence number (sequence_of), which must not wrap.
   OPSNN_CHECK(position.epoch <= (std::numeric_limits<int64_t>::max() - batches_per_epoch_) / (batches_per_epoch_ + 1),
               "DataLoader: cannot seek to epoch ", position.epoch, " (too large to count batches in)");

@@ -54,10 +54,9 @@ void apply_augment(const AugmentDecision& decision, float* image, int64_t channe
                    std::span<const float> background) {
   // Negative sizes would turn into huge buffer sizes below; so would a plane size that wraps int64.
   int64_t plane_values = 0;
-  OPSNN_CHECK_AS(ShapeError,
-                 channels >= 0 && height >= 0 && width >= 0 && !__builtin_mul_overflow(height, width, &plane_values),
-                 "apply_augment: image shape must be non-negative and countable, got ", channels, " x ", height,
-                 " x ", width);
+  OPSNN_CHECK_AS(
+      ShapeError, channels >= 0 && height >= 0 && width >= 0 && !__builtin_mul_overflow(height, width, &plane_values),
+      "apply_augment: image shape must be non-negative and countable, got ", channels, " x ", height, " x ", width);
   OPSNN_CHECK(static_cast<int64_t>(background.size()) == channels, "apply_augment: ", background.size(),
               " background values for ", channels, " channels");
   std::vector<float> source(static_cast<size_t>(height * width));
@@ -80,8 +79,8 @@ void apply_augment(const AugmentDecision& decision, float* image, int64_t channe
   }
 }
 
-void augment_batch(Batch& batch, const Dataset& dataset, const AugmentOptions& options, uint64_t seed,
-                   int64_t epoch, std::span<const int64_t> sample_indices) {
+void augment_batch(Batch& batch, const Dataset& dataset, const AugmentOptions& options, uint64_t seed, int64_t epoch,
+                   std::span<const int64_t> sample_indices) {
   if (!options.any()) return;
   const Shape shape = dataset.sample_shape();
   OPSNN_CHECK(shape.size() == 3, dataset.name(), ": crop/flip augmentation needs [C, H, W] images, samples are ",
@@ -101,8 +100,8 @@ void augment_batch(Batch& batch, const Dataset& dataset, const AugmentOptions& o
   OPSNN_CHECK_AS(ShapeError, inputs.shape() == expected, "augment_batch: inputs of shape ", shape_str(inputs.shape()),
                  " do not match ", sample_indices.size(), " samples of ", dataset.name(), " (expected ",
                  shape_str(expected), ")");
-  OPSNN_CHECK_AS(ShapeError, inputs.is_contiguous(), "augment_batch: inputs must be contiguous, got a strided view of shape ",
-                 shape_str(inputs.shape()));
+  OPSNN_CHECK_AS(ShapeError, inputs.is_contiguous(),
+                 "augment_batch: inputs must be contiguous, got a strided view of shape ", shape_str(inputs.shape()));
   std::vector<float> background(static_cast<size_t>(channels));
   for (int64_t c = 0; c < channels; ++c) background[static_cast<size_t>(c)] = dataset.background_value(c);
   float* images = inputs.data<float>();

@@ -29,8 +29,9 @@ class CtrModel : public nn::Module {
                      "model.field_vocab_sizes: the fields' rows add up past a 64-bit count (at field ", f, ")");
     }
     embedding_ = register_module(
-        "embedding", std::make_shared<nn::Embedding>(
-                         nn::EmbeddingOptions(rows, options.embedding_dim).sparse(options.sparse_embeddings), generator));
+        "embedding",
+        std::make_shared<nn::Embedding>(
+            nn::EmbeddingOptions(rows, options.embedding_dim).sparse(options.sparse_embeddings), generator));
     auto mlp = std::make_shared<nn::Sequential>();
     int64_t width = options.embedding_dim * static_cast<int64_t>(field_sizes_.size());
     for (size_t i = 0; i < options.hidden.size(); ++i) {

@@ -108,12 +108,12 @@ class ResNet : public nn::Module {
                    "' (accepted: imagenet, cifar)");
     OPSNN_CHECK_AS(ConfigError, options.width >= 0, "model.width must not be negative, got ", options.width);
     int64_t base = options.width > 0 ? options.width : 64;
-    net->stem_ = net->register_module("conv1", conv(options.in_channels, base, imagenet_stem ? 7 : 3,
-                                                    imagenet_stem ? 2 : 1, false, generator));
+    net->stem_ = net->register_module(
+        "conv1", conv(options.in_channels, base, imagenet_stem ? 7 : 3, imagenet_stem ? 2 : 1, false, generator));
     net->bn1_ = net->register_module("bn1", std::make_shared<nn::BatchNorm2d>(base));
     if (imagenet_stem)
-      net->pool_ = net->register_module(
-          "maxpool", std::make_shared<nn::MaxPool2d>(nn::MaxPool2dOptions(3).stride(2).padding(1)));
+      net->pool_ = net->register_module("maxpool",
+                                        std::make_shared<nn::MaxPool2d>(nn::MaxPool2dOptions(3).stride(2).padding(1)));
     int64_t in = base;
     const int64_t planes[4] = {base, 2 * base, 4 * base, 8 * base};
     for (size_t stage = 0; stage < 4; ++stage) {
@@ -158,10 +158,14 @@ bool channels_last_by_default(Device device, DType compute_dtype, bool tf32) {
 
 std::shared_ptr<nn::Module> make_resnet(int depth, const ModelOptions& options, Generator& generator) {
   switch (depth) {
-    case 18: return ResNet::build<BasicBlock>({2, 2, 2, 2}, options, generator);
-    case 34: return ResNet::build<BasicBlock>({3, 4, 6, 3}, options, generator);
-    case 50: return ResNet::build<Bottleneck>({3, 4, 6, 3}, options, generator);
-    default: throw ConfigError(detail::concat("resnet depth ", depth, " is not built in (18, 34, 50)"));
+    case 18:
+      return ResNet::build<BasicBlock>({2, 2, 2, 2}, options, generator);
+    case 34:
+      return ResNet::build<BasicBlock>({3, 4, 6, 3}, options, generator);
+    case 50:
+      return ResNet::build<Bottleneck>({3, 4, 6, 3}, options, generator);
+    default:
+      throw ConfigError(detail::concat("resnet depth ", depth, " is not built in (18, 34, 50)"));
   }
 }
 

@@ -35,8 +35,8 @@ std::shared_ptr<nn::Module> make_small_cnn(const ModelOptions& options, Generato
   OPSNN_CHECK_AS(ConfigError, options.width >= 0, "model.width must not be negative, got ", options.width);
   int64_t width = options.width > 0 ? options.width : 16;
   auto model = std::make_shared<nn::Sequential>();
-  model->push_back("conv1", std::make_shared<nn::Conv2d>(
-                                nn::Conv2dOptions(options.in_channels, width, 3).padding(1), generator));
+  model->push_back(
+      "conv1", std::make_shared<nn::Conv2d>(nn::Conv2dOptions(options.in_channels, width, 3).padding(1), generator));
   model->push_back("relu1", std::make_shared<nn::ReLU>());
   model->push_back("pool1", std::make_shared<nn::MaxPool2d>(nn::MaxPool2dOptions(2)));
   model->push_back("conv2", std::make_shared<nn::Conv2d>(nn::Conv2dOptions(width, 2 * width, 3).padding(1), generator));

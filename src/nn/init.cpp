@@ -10,8 +10,7 @@ namespace {
 
 void check_floating(const Tensor& tensor, const char* initializer) {
   OPSNN_CHECK(tensor.defined(), initializer, ": undefined tensor");
-  OPSNN_CHECK_AS(TypeError, is_floating(tensor.dtype()), initializer, " needs a floating tensor, got ",
-                 tensor.str());
+  OPSNN_CHECK_AS(TypeError, is_floating(tensor.dtype()), initializer, " needs a floating tensor, got ", tensor.str());
 }
 
 double kaiming_std(const Tensor& tensor, double a, FanMode mode, Nonlinearity nonlinearity) {
@@ -27,10 +26,14 @@ double calculate_gain(Nonlinearity nonlinearity, double negative_slope) {
   switch (nonlinearity) {
     case Nonlinearity::linear:
     case Nonlinearity::conv:
-    case Nonlinearity::sigmoid: return 1.0;
-    case Nonlinearity::tanh: return 5.0 / 3.0;
-    case Nonlinearity::relu: return std::sqrt(2.0);
-    case Nonlinearity::leaky_relu: return std::sqrt(2.0 / (1.0 + negative_slope * negative_slope));
+    case Nonlinearity::sigmoid:
+      return 1.0;
+    case Nonlinearity::tanh:
+      return 5.0 / 3.0;
+    case Nonlinearity::relu:
+      return std::sqrt(2.0);
+    case Nonlinearity::leaky_relu:
+      return std::sqrt(2.0 / (1.0 + negative_slope * negative_slope));
   }
   return 1.0;
 }

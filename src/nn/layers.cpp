@@ -51,9 +51,8 @@ Linear::Linear(const LinearOptions& options, Generator& generator) : Module("Lin
 void Linear::reset_parameters(Generator& generator) { default_uniform_init(weight_, bias_, generator); }
 
 Tensor Linear::forward(const Tensor& input) {
-  OPSNN_CHECK_AS(ShapeError, input.dim() >= 1 && input.size(-1) == options_.in_features(), "Linear(",
-                 extra_repr(), "): input ", shape_str(input.shape()), " does not end in ", options_.in_features(),
-                 " features");
+  OPSNN_CHECK_AS(ShapeError, input.dim() >= 1 && input.size(-1) == options_.in_features(), "Linear(", extra_repr(),
+                 "): input ", shape_str(input.shape()), " does not end in ", options_.in_features(), " features");
   return ops::linear(in_compute_dtype(*this, input), in_compute_dtype(*this, weight_), in_compute_dtype(*this, bias_));
 }
 
@@ -98,8 +97,8 @@ Tensor Conv2d::forward(const Tensor& input) {
 }
 
 std::string Conv2d::extra_repr() const {
-  return detail::concat(options_.in_channels(), ", ", options_.out_channels(), ", kernel_size=",
-                        options_.kernel_size(), ", stride=", options_.stride(), ", padding=", options_.padding(),
+  return detail::concat(options_.in_channels(), ", ", options_.out_channels(), ", kernel_size=", options_.kernel_size(),
+                        ", stride=", options_.stride(), ", padding=", options_.padding(),
                         ", bias=", bool_text(options_.bias()), options_.channels_last() ? ", channels_last=true" : "");
 }
 
@@ -132,9 +131,8 @@ void BatchNorm2d::check_input(const Tensor& input) const {
                    shape_str(input.shape()));
     return;
   }
-  OPSNN_CHECK_AS(ShapeError, input.dim() >= 2 && input.size(1) == options_.num_features(), "BatchNorm2d(",
-                 extra_repr(), "): expected input [N, ", options_.num_features(), ", ...], got ",
-                 shape_str(input.shape()));
+  OPSNN_CHECK_AS(ShapeError, input.dim() >= 2 && input.size(1) == options_.num_features(), "BatchNorm2d(", extra_repr(),
+                 "): expected input [N, ", options_.num_features(), ", ...], got ", shape_str(input.shape()));
 }
 
 Tensor BatchNorm2d::forward(const Tensor& input) {
@@ -167,8 +165,8 @@ Embedding::Embedding(const EmbeddingOptions& options, Generator& generator) : Mo
 void Embedding::reset_parameters(Generator& generator) { init::normal_(weight_, 0.0, 1.0, generator); }
 
 Tensor Embedding::forward(const Tensor& indices) {
-  OPSNN_CHECK_AS(TypeError, indices.dtype() == DType::i64, "Embedding(", extra_repr(),
-                 "): indices must be i64, got ", indices.str());
+  OPSNN_CHECK_AS(TypeError, indices.dtype() == DType::i64, "Embedding(", extra_repr(), "): indices must be i64, got ",
+                 indices.str());
   return ops::embedding(weight_, indices);
 }
 
@@ -198,8 +196,8 @@ MaxPool2d::MaxPool2d(const MaxPool2dOptions& options) : Module("MaxPool2d"), opt
 }
 
 Tensor MaxPool2d::forward(const Tensor& input) {
-  return ops::max_pool2d(input, pool_geometry(options_.kernel_size(), options_.stride(), options_.padding(),
-                                              "MaxPool2d"));
+  return ops::max_pool2d(input,
+                         pool_geometry(options_.kernel_size(), options_.stride(), options_.padding(), "MaxPool2d"));
 }
 
 std::string MaxPool2d::extra_repr() const {
@@ -220,8 +218,8 @@ Tensor AvgPool2d::forward(const Tensor& input) {
 
 std::string AvgPool2d::extra_repr() const {
   return detail::concat("kernel_size=", options_.kernel_size(), ", stride=", options_.stride(),
-                        ", padding=", options_.padding(), ", count_include_pad=",
-                        bool_text(options_.count_include_pad()));
+                        ", padding=", options_.padding(),
+                        ", count_include_pad=", bool_text(options_.count_include_pad()));
 }
 
 Tensor GlobalAvgPool::forward(const Tensor& input) { return ops::global_avg_pool2d(input); }
@@ -230,8 +228,6 @@ Flatten::Flatten(int64_t start_dim, int64_t end_dim) : Module("Flatten"), start_
 
 Tensor Flatten::forward(const Tensor& input) { return ops::flatten(input, start_dim_, end_dim_); }
 
-std::string Flatten::extra_repr() const {
-  return detail::concat("start_dim=", start_dim_, ", end_dim=", end_dim_);
-}
+std::string Flatten::extra_repr() const { return detail::concat("start_dim=", start_dim_, ", end_dim=", end_dim_); }
 
 }  // namespace opsnn::nn

@@ -43,8 +43,8 @@ void Module::check_new_name(const std::string& name, const char* kind) const {
       if (entry.first == name) return true;
     return false;
   };
-  OPSNN_CHECK(!taken(parameters_) && !taken(buffers_) && !taken(children_), type_name_, ": cannot register ",
-              kind, " '", name, "': the name is already used by a parameter, buffer or submodule");
+  OPSNN_CHECK(!taken(parameters_) && !taken(buffers_) && !taken(children_), type_name_, ": cannot register ", kind,
+              " '", name, "': the name is already used by a parameter, buffer or submodule");
 }
 
 Tensor Module::register_parameter(const std::string& name, Tensor tensor, bool requires_grad) {
@@ -73,8 +73,8 @@ void Module::register_child(const std::string& name, std::shared_ptr<Module> mod
   // A module holding this one (at any depth) would make a cycle that every walk over the tree (parameters,
   // forward, state_dict) follows until the stack runs out. Before this edge the tree has no cycle, so the
   // search ends.
-  OPSNN_CHECK(!module->holds(this), type_name_, ": cannot register submodule '", name, "': it (a ",
-              module->type_name_, ") already contains this module, which would make a cycle");
+  OPSNN_CHECK(!module->holds(this), type_name_, ": cannot register submodule '", name, "': it (a ", module->type_name_,
+              ") already contains this module, which would make a cycle");
   for (auto& [child_name, tensor] : module->named_parameters()) tensor.set_name(name + "." + child_name);
   for (auto& [child_name, tensor] : module->named_buffers()) tensor.set_name(name + "." + child_name);
   children_.emplace_back(name, std::move(module));
@@ -214,8 +214,8 @@ LoadStateDictResult Module::load_state_dict(const StateDict& state, bool strict)
     std::vector<std::string> problems;
     if (!result.missing_keys.empty()) problems.push_back("missing keys: " + join(result.missing_keys));
     if (!result.unexpected_keys.empty()) problems.push_back("unexpected keys: " + join(result.unexpected_keys));
-    OPSNN_CHECK_AS(DataError, problems.empty(), "load_state_dict into ", type_name_, " (strict): ",
-                   problems[0], problems.size() > 1 ? "; " + problems[1] : std::string());
+    OPSNN_CHECK_AS(DataError, problems.empty(), "load_state_dict into ", type_name_, " (strict): ", problems[0],
+                   problems.size() > 1 ? "; " + problems[1] : std::string());
   }
   autograd::NoGradGuard no_grad;
   for (auto& [key, tensor] : own) {

@@ -23,8 +23,8 @@ class CastNode final : public autograd::Node {
 }  // namespace
 
 Tensor cast(const Tensor& x, DType dtype) {
-  OPSNN_CHECK_AS(TypeError, is_floating(x.dtype()) && is_floating(dtype), "cast: converts between floating dtypes, got ",
-                 x.str(), " to ", dtype_name(dtype));
+  OPSNN_CHECK_AS(TypeError, is_floating(x.dtype()) && is_floating(dtype),
+                 "cast: converts between floating dtypes, got ", x.str(), " to ", dtype_name(dtype));
   if (x.dtype() == dtype) return x;
   Tensor out = x.to(dtype);
   if (!autograd::any_requires_grad({x})) return out;

@@ -3,9 +3,9 @@
 // geometry.channels_last, NHWC activations; the backends take either (backend.h).
 #include <memory>
 
+#include "ops/op_support.h"
 #include "opsnn/autograd/node.h"
 #include "opsnn/ops/ops.h"
-#include "ops/op_support.h"
 
 namespace opsnn::ops {
 namespace {
@@ -34,8 +34,7 @@ Shape checked_output_shape(const Tensor& input, const Tensor& weight, const Tens
                  weight.str());
   check_same_dtype(input, weight, "conv2d input vs weight");
   check_same_device(input, weight, "conv2d input vs weight");
-  const int64_t in_channels = input.size(axes.channels), in_h = input.size(axes.height),
-                in_w = input.size(axes.width);
+  const int64_t in_channels = input.size(axes.channels), in_h = input.size(axes.height), in_w = input.size(axes.width);
   OPSNN_CHECK_AS(ShapeError, in_channels == weight.size(1), "conv2d: input ", axes.layout, " has ", in_channels,
                  " channels but weight expects ", weight.size(1), " (input ", shape_str(input.shape()), " vs weight ",
                  shape_str(weight.shape()), ")");
@@ -51,8 +50,8 @@ Shape checked_output_shape(const Tensor& input, const Tensor& weight, const Tens
   OPSNN_CHECK_AS(ShapeError, geometry.pad_h >= 0 && geometry.pad_w >= 0, "conv2d: padding ", geometry.pad_h, "x",
                  geometry.pad_w, " must not be negative");
   const int64_t padded_h = in_h + 2 * geometry.pad_h, padded_w = in_w + 2 * geometry.pad_w;
-  OPSNN_CHECK_AS(ShapeError, weight.size(2) >= 1 && weight.size(3) >= 1 && weight.size(2) <= padded_h &&
-                                 weight.size(3) <= padded_w,
+  OPSNN_CHECK_AS(ShapeError,
+                 weight.size(2) >= 1 && weight.size(3) >= 1 && weight.size(2) <= padded_h && weight.size(3) <= padded_w,
                  "conv2d: kernel ", weight.size(2), "x", weight.size(3), " does not fit the padded input ", padded_h,
                  "x", padded_w, " (input ", axes.layout, " ", shape_str(input.shape()), " vs weight ",
                  shape_str(weight.shape()), ", padding ", geometry.pad_h, "x", geometry.pad_w, ")");

@@ -12,8 +12,8 @@
 #include <set>
 
 #include "core/json_reader.h"
-#include "opsnn/core/storage.h"
 #include "ops/conv_algorithm_store.h"
+#include "opsnn/core/storage.h"
 
 namespace opsnn::ops {
 namespace {
@@ -37,7 +37,8 @@ ConvAlgorithmStore* registered_store() {
   return store_slot().get();
 }
 
-template <size_t N, typename Enum> std::string_view name_of(const std::array<std::string_view, N>& names, Enum value) {
+template <size_t N, typename Enum>
+std::string_view name_of(const std::array<std::string_view, N>& names, Enum value) {
   return names[static_cast<size_t>(value)];
 }
 
@@ -97,11 +98,11 @@ class EntryReader : public JsonReader {
   }
 
   ConvAlgorithmRecord record(const Json& entry, const std::string& parent) const {
-    static const std::set<std::string> known = {
-        "device",  "cudnn_version", "direction",  "input",           "weight",   "stride",     "padding",
-        "channels_last", "dtype",   "math",       "policy",          "deterministic_setting",  "lowering",
-        "algorithm",     "math_type", "workspace_bytes", "cudnn_ms", "lowered_ms", "deterministic",
-        "cudnn_deterministic"};
+    static const std::set<std::string> known = {"device",   "cudnn_version", "direction",     "input",
+                                                "weight",   "stride",        "padding",       "channels_last",
+                                                "dtype",    "math",          "policy",        "deterministic_setting",
+                                                "lowering", "algorithm",     "math_type",     "workspace_bytes",
+                                                "cudnn_ms", "lowered_ms",    "deterministic", "cudnn_deterministic"};
     if (!entry.is_object()) fail(parent, "expected an object, found ", entry.type_name());
     for (const auto& [key, value] : entry.items())
       if (!known.count(key)) fail(join(parent, key.c_str()), "unknown field");

@@ -4,9 +4,9 @@
 #include <memory>
 #include <string>
 
+#include "ops/op_support.h"
 #include "opsnn/autograd/node.h"
 #include "opsnn/ops/ops.h"
-#include "ops/op_support.h"
 
 namespace opsnn::ops {
 
@@ -60,10 +60,14 @@ using internal::sum_to_shape;
 
 const char* binary_op_name(BinaryOp op) {
   switch (op) {
-    case BinaryOp::add: return "add";
-    case BinaryOp::sub: return "sub";
-    case BinaryOp::mul: return "mul";
-    case BinaryOp::div: return "div";
+    case BinaryOp::add:
+      return "add";
+    case BinaryOp::sub:
+      return "sub";
+    case BinaryOp::mul:
+      return "mul";
+    case BinaryOp::div:
+      return "div";
   }
   return "binary";
 }

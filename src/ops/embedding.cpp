@@ -4,9 +4,9 @@
 #include <memory>
 #include <string>
 
+#include "ops/op_support.h"
 #include "opsnn/autograd/node.h"
 #include "opsnn/ops/ops.h"
-#include "ops/op_support.h"
 
 namespace opsnn::ops {
 namespace {
@@ -16,8 +16,11 @@ class EmbeddingNode final : public autograd::Node {
   // sparse_table is set when the gradient goes to that leaf's RowSparseGrad instead of flowing densely.
   EmbeddingNode(Tensor flat_indices, Shape weight_shape, DType dtype, Device device,
                 std::shared_ptr<TensorImpl> sparse_table)
-      : flat_indices_(std::move(flat_indices)), weight_shape_(std::move(weight_shape)), dtype_(dtype),
-        device_(device), sparse_table_(std::move(sparse_table)) {}
+      : flat_indices_(std::move(flat_indices)),
+        weight_shape_(std::move(weight_shape)),
+        dtype_(dtype),
+        device_(device),
+        sparse_table_(std::move(sparse_table)) {}
   std::string name() const override { return "EmbeddingBackward"; }
   std::vector<Tensor> backward(const Tensor& grad_output) override {
     if (!needs_grad(0)) return {Tensor()};
@@ -50,8 +53,8 @@ class EmbeddingNode final : public autograd::Node {
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
   OPSNN_CHECK_AS(ShapeError, weight.dim() == 2, "embedding: weight must be [V, D], got ", weight.str());
   OPSNN_CHECK_AS(TypeError, indices.dtype() == DType::i64, "embedding: indices must be i64, got ", indices.str());
-  OPSNN_CHECK_AS(DeviceError, indices.device() == weight.device(), "embedding: device mismatch, weight ",
-                 weight.str(), " vs indices ", indices.str());
+  OPSNN_CHECK_AS(DeviceError, indices.device() == weight.device(), "embedding: device mismatch, weight ", weight.str(),
+                 " vs indices ", indices.str());
   const int64_t count = indices.numel(), width = weight.size(1);
   Tensor flat_indices = indices.clone().view({count});
   Tensor table = weight.contiguous();

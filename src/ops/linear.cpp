@@ -3,9 +3,9 @@
 #include <memory>
 #include <string>
 
+#include "ops/op_support.h"
 #include "opsnn/autograd/node.h"
 #include "opsnn/ops/ops.h"
-#include "ops/op_support.h"
 
 namespace opsnn::ops {
 namespace {
@@ -25,8 +25,8 @@ GemmOperand as_gemm_operand(const Tensor& t) {
 
 // out = A B (or A B + out when accumulating), where A is a, transposed when flip_a, and B likewise.
 void gemm_into(const GemmOperand& a, bool flip_a, const GemmOperand& b, bool flip_b, Tensor& out, bool accumulate) {
-  backend_for(out.device()).gemm(a.matrix, a.transposed != flip_a, b.matrix, b.transposed != flip_b, out, 1.0,
-                                 accumulate ? 1.0 : 0.0);
+  backend_for(out.device())
+      .gemm(a.matrix, a.transposed != flip_a, b.matrix, b.transposed != flip_b, out, 1.0, accumulate ? 1.0 : 0.0);
 }
 
 Tensor new_matrix(int64_t rows, int64_t cols, const Tensor& like) {
@@ -61,15 +61,16 @@ class MatmulNode final : public autograd::Node {
 class LinearNode final : public autograd::Node {
  public:
   LinearNode(GemmOperand input, GemmOperand weight, Shape input_shape, bool has_bias)
-      : input_(std::move(input)), weight_(std::move(weight)), input_shape_(std::move(input_shape)),
+      : input_(std::move(input)),
+        weight_(std::move(weight)),
+        input_shape_(std::move(input_shape)),
         has_bias_(has_bias) {}
   std::string name() const override { return "LinearBackward"; }
   std::vector<Tensor> backward(const Tensor& grad_output) override {
     const int64_t rows = input_.transposed ? input_.matrix.size(1) : input_.matrix.size(0);
     const int64_t in_features = input_shape_.back();
     const int64_t out_features = weight_.transposed ? weight_.matrix.size(1) : weight_.matrix.size(0);
-    GemmOperand grad{internal::contiguous_grad(grad_output, weight_.matrix.dtype()).view({rows, out_features}),
-                     false};
+    GemmOperand grad{internal::contiguous_grad(grad_output, weight_.matrix.dtype()).view({rows, out_features}), false};
     Tensor grad_input, grad_weight, grad_bias;
     if (needs_grad(0)) {  // dL/dX = G W
       grad_input = new_matrix(rows, in_features, grad.matrix);
@@ -98,15 +99,15 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   internal::check_same_dtype_and_device(a, b, "matmul");
   OPSNN_CHECK_AS(ShapeError, a.dim() == 2 && b.dim() == 2, "matmul: expects 2-D operands [M, K] x [K, N], got ",
                  shape_str(a.shape()), " x ", shape_str(b.shape()));
-  OPSNN_CHECK_AS(ShapeError, a.size(1) == b.size(0), "matmul: inner dimensions differ, ", shape_str(a.shape()),
-                 " x ", shape_str(b.shape()), " (", a.size(1), " vs ", b.size(0), ")");
+  OPSNN_CHECK_AS(ShapeError, a.size(1) == b.size(0), "matmul: inner dimensions differ, ", shape_str(a.shape()), " x ",
+                 shape_str(b.shape()), " (", a.size(1), " vs ", b.size(0), ")");
   GemmOperand a_operand = as_gemm_operand(a), b_operand = as_gemm_operand(b);
   Tensor out = new_matrix(a.size(0), b.size(1), a);
   gemm_into(a_operand, false, b_operand, false, out, false);
   if (!autograd::any_requires_grad({a, b})) return out;
-  auto node = std::make_shared<MatmulNode>(GemmOperand{a_operand.matrix.detach(), a_operand.transposed},
-                                           GemmOperand{b_operand.matrix.detach(), b_operand.transposed}, a.shape(),
-                                           b.shape());
+  auto node =
+      std::make_shared<MatmulNode>(GemmOperand{a_operand.matrix.detach(), a_operand.transposed},
+                                   GemmOperand{b_operand.matrix.detach(), b_operand.transposed}, a.shape(), b.shape());
   return autograd::record(out, std::move(node), {a, b});
 }
 

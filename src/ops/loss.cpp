@@ -3,9 +3,9 @@
 #include <memory>
 #include <string>
 
+#include "ops/op_support.h"
 #include "opsnn/autograd/node.h"
 #include "opsnn/ops/ops.h"
-#include "ops/op_support.h"
 
 namespace opsnn::ops {
 namespace {
@@ -29,7 +29,10 @@ class LogSoftmaxNode final : public autograd::Node {
 class NllLossNode final : public autograd::Node {
  public:
   NllLossNode(Tensor target, double label_smoothing, Shape shape, DType dtype, Device device)
-      : target_(std::move(target)), label_smoothing_(label_smoothing), shape_(std::move(shape)), dtype_(dtype),
+      : target_(std::move(target)),
+        label_smoothing_(label_smoothing),
+        shape_(std::move(shape)),
+        dtype_(dtype),
         device_(device) {}
   std::string name() const override { return "NllLossBackward"; }
   std::vector<Tensor> backward(const Tensor& grad_output) override {

@@ -6,9 +6,9 @@
 // as an [N, C] input (the CUDA backend runs kernels for channel-innermost data there).
 #include <memory>
 
+#include "ops/op_support.h"
 #include "opsnn/autograd/node.h"
 #include "opsnn/ops/ops.h"
-#include "ops/op_support.h"
 
 namespace opsnn::ops {
 namespace {
@@ -35,7 +35,8 @@ void check_channel_tensor(const Tensor& input, const Tensor& tensor, const char*
 void check_running_stat(const Tensor& input, const Tensor& stat, const char* what, bool training) {
   OPSNN_CHECK(stat.defined() || training, "batch_norm: eval mode needs ", what, " (got an undefined tensor)");
   check_channel_tensor(input, stat, what);
-  OPSNN_CHECK(!stat.defined() || stat.is_contiguous(), "batch_norm: ", what, " must be contiguous: it is updated in place");
+  OPSNN_CHECK(!stat.defined() || stat.is_contiguous(), "batch_norm: ", what,
+              " must be contiguous: it is updated in place");
 }
 
 Tensor defined_or(const Tensor& tensor, double fill, const Tensor& input) {

@@ -2,9 +2,9 @@
 // dispatch to the device's kernels, and the backward recorded for autograd.
 #include <memory>
 
+#include "ops/op_support.h"
 #include "opsnn/autograd/node.h"
 #include "opsnn/ops/ops.h"
-#include "ops/op_support.h"
 
 namespace opsnn::ops {
 namespace {
@@ -31,7 +31,8 @@ Shape checked_pool_shape(const char* op, const Tensor& input, const Pool2dGeomet
 
 class MaxPool2dBackward final : public autograd::Node {
  public:
-  MaxPool2dBackward(Shape input_shape, Tensor indices) : input_shape_(std::move(input_shape)), indices_(std::move(indices)) {}
+  MaxPool2dBackward(Shape input_shape, Tensor indices)
+      : input_shape_(std::move(input_shape)), indices_(std::move(indices)) {}
   std::string name() const override { return "MaxPool2dBackward"; }
   std::vector<Tensor> backward(const Tensor& grad_output) override {
     const Tensor grad_out = internal::contiguous_grad(grad_output, output_dtype);

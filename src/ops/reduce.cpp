@@ -3,9 +3,9 @@
 #include <memory>
 #include <string>
 
+#include "ops/op_support.h"
 #include "opsnn/autograd/node.h"
 #include "opsnn/ops/ops.h"
-#include "ops/op_support.h"
 
 namespace opsnn::ops {
 namespace {
@@ -70,8 +70,7 @@ Tensor sum_over(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim)
     out = out.view(reduced_shape);
   }
   if (!autograd::any_requires_grad({x})) return out;
-  return autograd::record(out, std::make_shared<SumNode>(x.shape(), keepdim_shape(x.shape(), dims), x.dtype()),
-                          {x});
+  return autograd::record(out, std::make_shared<SumNode>(x.shape(), keepdim_shape(x.shape(), dims), x.dtype()), {x});
 }
 
 int64_t reduced_count(const Shape& shape, const std::vector<int64_t>& dims) {

@@ -4,9 +4,9 @@
 #include <memory>
 #include <string>
 
+#include "ops/op_support.h"
 #include "opsnn/autograd/node.h"
 #include "opsnn/ops/ops.h"
-#include "ops/op_support.h"
 
 namespace opsnn::ops {
 namespace {
@@ -45,8 +45,8 @@ Shape resolve_shape(const Shape& from, const Shape& shape) {
                    total, " elements) into ", shape_str(shape));
     resolved[static_cast<size_t>(infer_at)] = total / known;
   }
-  OPSNN_CHECK_AS(ShapeError, shape_numel(resolved) == total, "reshape: cannot reshape ", shape_str(from), " (",
-                 total, " elements) into ", shape_str(shape), " (", shape_numel(resolved), " elements)");
+  OPSNN_CHECK_AS(ShapeError, shape_numel(resolved) == total, "reshape: cannot reshape ", shape_str(from), " (", total,
+                 " elements) into ", shape_str(shape), " (", shape_numel(resolved), " elements)");
   return resolved;
 }
 

@@ -130,14 +130,17 @@ void ParamArena::reclaim_grads() {
     ArenaSegment& segment = segments_[i];
     const Tensor& p = segment.parameter;
     OPSNN_CHECK(p.storage() == params_ && p.offset() == segment.offset && p.is_contiguous(), "parameter '",
-                segment.name, "' no longer lives in this optimizer's arena (another optimizer or a re-home moved "
+                segment.name,
+                "' no longer lives in this optimizer's arena (another optimizer or a re-home moved "
                 "it); build one optimizer per set of parameters");
     if (segment.sparse) continue;
     Tensor grad = p.grad();
     if (grad.defined() && grad.storage() == grads_ && grad.offset() == segment.offset) continue;
     Tensor arena_grad = grad_view(i);
-    if (grad.defined()) arena_grad.copy_(grad);
-    else arena_grad.zero_();
+    if (grad.defined())
+      arena_grad.copy_(grad);
+    else
+      arena_grad.zero_();
     segment.parameter.set_grad(arena_grad);
   }
 }

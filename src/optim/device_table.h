@@ -12,7 +12,8 @@
 
 namespace opsnn::optim {
 
-template <typename Table> class DeviceTable {
+template <typename Table>
+class DeviceTable {
  public:
   DeviceTable() = default;
   DeviceTable(DeviceType type, Table table) { set(type, std::move(table)); }

@@ -40,8 +40,8 @@ Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, Optimizer
   validate_groups();
   schedule_ = options_.schedule();
   schedule_.base_lr = options_.effective_lr(name_);
-  arena_ = std::make_unique<ParamArena>(arena_entries(groups_, options_), std::move(state_names),
-                                        options_.state_dtype());
+  arena_ =
+      std::make_unique<ParamArena>(arena_entries(groups_, options_), std::move(state_names), options_.state_dtype());
   scaler_.initialize(state_);
   size_t chunks = arena_->dense_chunks().size();
   size_t segments = arena_->segments().size();
@@ -77,9 +77,15 @@ StepConstants Optimizer::device_step_constants() const {
   k.backoff_factor = scaling.backoff_factor();
   k.growth_interval = scaling.growth_interval();
   switch (monitor_.options().on_nonfinite()) {
-    case NonFiniteAction::warn: k.on_nonfinite = DeviceNonFiniteAction::warn; break;
-    case NonFiniteAction::skip: k.on_nonfinite = DeviceNonFiniteAction::skip; break;
-    case NonFiniteAction::stop: k.on_nonfinite = DeviceNonFiniteAction::stop; break;
+    case NonFiniteAction::warn:
+      k.on_nonfinite = DeviceNonFiniteAction::warn;
+      break;
+    case NonFiniteAction::skip:
+      k.on_nonfinite = DeviceNonFiniteAction::skip;
+      break;
+    case NonFiniteAction::stop:
+      k.on_nonfinite = DeviceNonFiniteAction::stop;
+      break;
   }
   k.grad_norm_warn_threshold = monitor_.options().grad_norm_warn_threshold();
   return k;
@@ -180,17 +186,16 @@ void Optimizer::validate_groups() const {
   OPSNN_CHECK_AS(ConfigError, !groups_.empty(), "the optimizer got no parameter groups");
   for (const ParamGroup& group : groups_) {
     OPSNN_CHECK_AS(ConfigError, !group.parameters.empty(), "parameter group '", group.name, "' has no parameters");
-    OPSNN_CHECK_AS(ConfigError, group.lr_multiplier >= 0.0 && std::isfinite(group.lr_multiplier),
-                   "parameter group '", group.name, "': lr_multiplier = ", group.lr_multiplier,
-                   " must be a finite number >= 0");
+    OPSNN_CHECK_AS(ConfigError, group.lr_multiplier >= 0.0 && std::isfinite(group.lr_multiplier), "parameter group '",
+                   group.name, "': lr_multiplier = ", group.lr_multiplier, " must be a finite number >= 0");
   }
 }
 
 void Optimizer::set_lr_multiplier(size_t group, double multiplier) {
   OPSNN_CHECK_AS(ConfigError, group < groups_.size(), "parameter group ", group, " out of range (", groups_.size(),
                  " groups)");
-  OPSNN_CHECK_AS(ConfigError, multiplier >= 0.0 && std::isfinite(multiplier), "parameter group '",
-                 groups_[group].name, "': lr_multiplier = ", multiplier, " must be a finite number >= 0");
+  OPSNN_CHECK_AS(ConfigError, multiplier >= 0.0 && std::isfinite(multiplier), "parameter group '", groups_[group].name,
+                 "': lr_multiplier = ", multiplier, " must be a finite number >= 0");
   groups_[group].lr_multiplier = multiplier;
   if (stepper_) stepper_->set_segments(device_segments());
 }
@@ -214,7 +219,8 @@ int32_t Optimizer::gradient_pass(float inverse_scale) {
   // Per-chunk partials summed in chunk order: the same result for any thread count.
   std::fill(segment_sum_squares_.begin(), segment_sum_squares_.end(), 0.0);
   const std::vector<ArenaChunk>& chunks = arena.dense_chunks();
-  for (size_t c = 0; c < chunks.size(); ++c) segment_sum_squares_[static_cast<size_t>(chunks[c].segment)] += chunk_sums_[c];
+  for (size_t c = 0; c < chunks.size(); ++c)
+    segment_sum_squares_[static_cast<size_t>(chunks[c].segment)] += chunk_sums_[c];
   double inverse_squared = static_cast<double>(inverse_scale) * static_cast<double>(inverse_scale);
   const std::vector<ArenaSegment>& segments = arena.segments();
   for (size_t i = 0; i < segments.size(); ++i) {
@@ -427,8 +433,14 @@ const StepState& Optimizer::step() {
 
     // Pass 2: the update, with unscale and clip folded into the gradient read.
     ArenaView view = arena_->view();
-    UpdateContext context{view,   fused_step_kernels(arena_->device()), state, adam, sgd, segment_scalars_,
-                          inverse_scale * state.clip_factor, chunk_param_check_};
+    UpdateContext context{view,
+                          fused_step_kernels(arena_->device()),
+                          state,
+                          adam,
+                          sgd,
+                          segment_scalars_,
+                          inverse_scale * state.clip_factor,
+                          chunk_param_check_};
     apply_update(context);
     update_sparse_segments(context.adam, context.sgd, state.clip_factor);
     int32_t bad_parameter = first_nonfinite_param_segment();

@@ -2,10 +2,10 @@
 // optimizers' default weight decay, the fp16-momentum warning (beta1 <= 0.9) and enum name parsing.
 #include "opsnn/optim/options.h"
 
+#include <spdlog/spdlog.h>
+
 #include <cmath>
 #include <limits>
-
-#include <spdlog/spdlog.h>
 
 #include "opsnn/core/error.h"
 #include "opsnn/optim/descriptor.h"
@@ -13,18 +13,19 @@
 namespace opsnn::optim {
 namespace {
 
-template <typename... Parts> [[noreturn]] void fail(Parts&&... parts) {
+template <typename... Parts>
+[[noreturn]] void fail(Parts&&... parts) {
   throw ConfigError(detail::concat("invalid optimizer setting: ", std::forward<Parts>(parts)...));
 }
 
 // "adam and adamw", "sgd": the built-ins with a trait, for messages.
-template <typename Trait> std::string builtins_with(Trait trait) {
+template <typename Trait>
+std::string builtins_with(Trait trait) {
   std::vector<std::string> names;
   for (const std::string& name : builtin_optimizer_names())
     if (trait(*find_optimizer(name))) names.push_back(name);
   std::string text;
-  for (size_t i = 0; i < names.size(); ++i)
-    text += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
+  for (size_t i = 0; i < names.size(); ++i) text += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
   return text;
 }
 
@@ -39,9 +40,12 @@ NonFiniteAction parse_nonfinite_action(std::string_view text) {
 
 std::string_view nonfinite_action_name(NonFiniteAction action) {
   switch (action) {
-    case NonFiniteAction::warn: return "warn";
-    case NonFiniteAction::skip: return "skip";
-    case NonFiniteAction::stop: return "stop";
+    case NonFiniteAction::warn:
+      return "warn";
+    case NonFiniteAction::skip:
+      return "skip";
+    case NonFiniteAction::stop:
+      return "stop";
   }
   return "?";
 }
@@ -51,16 +55,20 @@ ScheduleKind parse_schedule_kind(std::string_view text) {
   if (text == "warmup_cosine" || text == "cosine") return ScheduleKind::warmup_cosine;
   if (text == "step_decay" || text == "step") return ScheduleKind::step_decay;
   if (text == "linear_decay" || text == "linear") return ScheduleKind::linear_decay;
-  throw ConfigError(detail::concat("unknown schedule '", text,
-                                   "' (accepted: constant, warmup_cosine, step_decay, linear_decay)"));
+  throw ConfigError(
+      detail::concat("unknown schedule '", text, "' (accepted: constant, warmup_cosine, step_decay, linear_decay)"));
 }
 
 std::string_view schedule_kind_name(ScheduleKind kind) {
   switch (kind) {
-    case ScheduleKind::constant: return "constant";
-    case ScheduleKind::warmup_cosine: return "warmup_cosine";
-    case ScheduleKind::step_decay: return "step_decay";
-    case ScheduleKind::linear_decay: return "linear_decay";
+    case ScheduleKind::constant:
+      return "constant";
+    case ScheduleKind::warmup_cosine:
+      return "warmup_cosine";
+    case ScheduleKind::step_decay:
+      return "step_decay";
+    case ScheduleKind::linear_decay:
+      return "linear_decay";
   }
   return "?";
 }
@@ -138,8 +146,7 @@ void OptimizerOptions::validate(std::string_view optimizer) const {
 
   const ScheduleParams& s = schedule_;
   if (s.warmup_steps < 0) fail("schedule.warmup_steps = ", s.warmup_steps, " must be >= 0");
-  if (!(s.min_lr >= 0.0) || !(s.min_lr <= lr))
-    fail("schedule.min_lr = ", s.min_lr, " must be in [0, lr = ", lr, "]");
+  if (!(s.min_lr >= 0.0) || !(s.min_lr <= lr)) fail("schedule.min_lr = ", s.min_lr, " must be in [0, lr = ", lr, "]");
   if ((s.kind == ScheduleKind::warmup_cosine || s.kind == ScheduleKind::linear_decay) &&
       s.total_steps <= s.warmup_steps)
     fail("schedule.total_steps = ", s.total_steps, " must exceed schedule.warmup_steps = ", s.warmup_steps, " for ",
@@ -157,9 +164,10 @@ void OptimizerOptions::validate(std::string_view optimizer) const {
     double momentum_factor = uses_betas ? beta1 : momentum_;
     const char* name = uses_betas ? "betas[0]" : "momentum";
     if (momentum_factor <= 0.9 && (uses_betas || momentum_ != 0.0))
-      spdlog::warn("{}: fp16 optimizer states (fp16_momentum) with {} = {}: fp16 momentum needs beta1 > 0.9 "
-                   "to avoid underflow; consider {} = 0.95 or bf16 states (state_dtype: bf16)",
-                   optimizer, name, momentum_factor, name);
+      spdlog::warn(
+          "{}: fp16 optimizer states (fp16_momentum) with {} = {}: fp16 momentum needs beta1 > 0.9 "
+          "to avoid underflow; consider {} = 0.95 or bf16 states (state_dtype: bf16)",
+          optimizer, name, momentum_factor, name);
   }
 }
 

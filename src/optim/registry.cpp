@@ -121,7 +121,9 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& name, NamedParamete
                         options);
 }
 
-void register_fused_step_kernels(DeviceType type, const FusedStepKernels& kernels) { kernel_table().set(type, kernels); }
+void register_fused_step_kernels(DeviceType type, const FusedStepKernels& kernels) {
+  kernel_table().set(type, kernels);
+}
 
 const FusedStepKernels& fused_step_kernels(Device device) {
   const FusedStepKernels* kernels = kernel_table().find(device.type);

@@ -53,13 +53,14 @@ void sort_occurrences(const RowChunkView* chunks, int64_t chunk_count, int64_t t
 
 // Rows handed to an update run in parallel, so they must be unique; sorted order makes that an O(n) check.
 void check_update_rows(const int64_t* rows, int64_t row_count, int64_t num_rows, int64_t width, const char* who) {
-  OPSNN_CHECK(width > 0 && num_rows >= 0 && row_count >= 0, who, ": bad sizes (num_rows ", num_rows, ", width ",
-              width, ", row_count ", row_count, ")");
+  OPSNN_CHECK(width > 0 && num_rows >= 0 && row_count >= 0, who, ": bad sizes (num_rows ", num_rows, ", width ", width,
+              ", row_count ", row_count, ")");
   for (int64_t i = 0; i < row_count; ++i) {
     OPSNN_CHECK(rows[i] >= 0 && rows[i] < num_rows, who, ": row index ", rows[i], " (entry ", i,
                 ") is outside the table of ", num_rows, " rows [0, ", num_rows, ")");
-    OPSNN_CHECK(i == 0 || rows[i] > rows[i - 1], who, ": row indices must be strictly increasing (coalesced), but entry ",
-                i, " is ", rows[i], " after ", rows[i - 1]);
+    OPSNN_CHECK(i == 0 || rows[i] > rows[i - 1], who,
+                ": row indices must be strictly increasing (coalesced), but entry ", i, " is ", rows[i], " after ",
+                rows[i - 1]);
   }
 }
 
@@ -73,12 +74,12 @@ void coalesce_rows(const RowChunkView* chunks, int64_t chunk_count, int64_t num_
   for (int64_t c = 0; c < chunk_count; ++c) {
     const RowChunkView& chunk = chunks[c];
     OPSNN_CHECK(chunk.count >= 0, "coalesce_rows: chunk ", c, " has a negative count ", chunk.count);
-    OPSNN_CHECK(chunk.count == 0 || (chunk.indices != nullptr && chunk.rows != nullptr), "coalesce_rows: chunk ",
-                c, " has null data");
+    OPSNN_CHECK(chunk.count == 0 || (chunk.indices != nullptr && chunk.rows != nullptr), "coalesce_rows: chunk ", c,
+                " has null data");
     for (int64_t i = 0; i < chunk.count; ++i) {
       int64_t index = chunk.indices[i];
-      OPSNN_CHECK(index >= 0 && index < num_rows, "row-sparse gradient: index ", index, " (chunk ", c,
-                  ", position ", i, ") is outside the embedding table of ", num_rows, " rows [0, ", num_rows, ")");
+      OPSNN_CHECK(index >= 0 && index < num_rows, "row-sparse gradient: index ", index, " (chunk ", c, ", position ", i,
+                  ") is outside the embedding table of ", num_rows, " rows [0, ", num_rows, ")");
     }
     total += chunk.count;
   }
@@ -156,8 +157,8 @@ void sparse_sgd_step(float* param, State* momentum_buffer, uint8_t* row_initiali
                      float grad_multiplier) {
   check_update_rows(rows, row_count, num_rows, width, "sparse_sgd_step");
   const bool has_momentum = scalars.momentum != 0.0f;
-  OPSNN_CHECK(!has_momentum || (momentum_buffer != nullptr && row_initialized != nullptr),
-              "sparse_sgd_step: momentum ", scalars.momentum, " needs a momentum buffer and row flags");
+  OPSNN_CHECK(!has_momentum || (momentum_buffer != nullptr && row_initialized != nullptr), "sparse_sgd_step: momentum ",
+              scalars.momentum, " needs a momentum buffer and row flags");
 #pragma omp parallel for schedule(static) if (row_count * width >= kParallelValues)
   for (int64_t r = 0; r < row_count; ++r) {
     const int64_t row = rows[r];
@@ -220,16 +221,16 @@ void lazy_adam_step(float* param, State* exp_avg, State* exp_avg_sq, State* max_
   }
 }
 
-template void sparse_sgd_step<float>(float*, float*, uint8_t*, int64_t, int64_t, const int64_t*, const float*,
-                                     int64_t, const SgdScalars&, float);
-template void sparse_sgd_step<Half>(float*, Half*, uint8_t*, int64_t, int64_t, const int64_t*, const float*,
-                                    int64_t, const SgdScalars&, float);
-template void sparse_sgd_step<BFloat16>(float*, BFloat16*, uint8_t*, int64_t, int64_t, const int64_t*,
-                                        const float*, int64_t, const SgdScalars&, float);
-template void lazy_adam_step<float>(float*, float*, float*, float*, int64_t, int64_t, const int64_t*,
-                                    const float*, int64_t, const AdamScalars&, float);
-template void lazy_adam_step<Half>(float*, Half*, Half*, Half*, int64_t, int64_t, const int64_t*, const float*,
-                                   int64_t, const AdamScalars&, float);
+template void sparse_sgd_step<float>(float*, float*, uint8_t*, int64_t, int64_t, const int64_t*, const float*, int64_t,
+                                     const SgdScalars&, float);
+template void sparse_sgd_step<Half>(float*, Half*, uint8_t*, int64_t, int64_t, const int64_t*, const float*, int64_t,
+                                    const SgdScalars&, float);
+template void sparse_sgd_step<BFloat16>(float*, BFloat16*, uint8_t*, int64_t, int64_t, const int64_t*, const float*,
+                                        int64_t, const SgdScalars&, float);
+template void lazy_adam_step<float>(float*, float*, float*, float*, int64_t, int64_t, const int64_t*, const float*,
+                                    int64_t, const AdamScalars&, float);
+template void lazy_adam_step<Half>(float*, Half*, Half*, Half*, int64_t, int64_t, const int64_t*, const float*, int64_t,
+                                   const AdamScalars&, float);
 template void lazy_adam_step<BFloat16>(float*, BFloat16*, BFloat16*, BFloat16*, int64_t, int64_t, const int64_t*,
                                        const float*, int64_t, const AdamScalars&, float);
 
@@ -254,8 +255,7 @@ std::pair<int64_t, int64_t> check_table(const Tensor& param, const CoalescedRows
   check_on_device(param, param.device(), "the parameter", who);
   OPSNN_CHECK_AS(TypeError, param.dtype() == DType::f32, who, ": the parameter (master weight) must be f32, got ",
                  param.str());
-  OPSNN_CHECK_AS(ShapeError, param.dim() == 2, who, ": the parameter must be a [rows, width] table, got ",
-                 param.str());
+  OPSNN_CHECK_AS(ShapeError, param.dim() == 2, who, ": the parameter must be a [rows, width] table, got ", param.str());
   OPSNN_CHECK_AS(ShapeError, grad.width == param.size(1), who, ": gradient rows of width ", grad.width,
                  " do not fit the table ", param.str());
   if (grad.device.is_cpu()) {
@@ -315,8 +315,8 @@ void coalesce(const RowSparseGrad& grad, int64_t num_rows, int64_t width, float 
                    " indices of a table with width ", width);
     keep_alive.push_back(indices.contiguous());
     keep_alive.push_back(rows.to(DType::f32).contiguous());
-    chunks.push_back({keep_alive[keep_alive.size() - 2].data<int64_t>(), keep_alive.back().data<float>(),
-                      indices.numel()});
+    chunks.push_back(
+        {keep_alive[keep_alive.size() - 2].data<int64_t>(), keep_alive.back().data<float>(), indices.numel()});
   }
   coalesce_rows(chunks.data(), static_cast<int64_t>(chunks.size()), num_rows, width, scale, out);
 }
@@ -394,9 +394,8 @@ void lazy_adam_step(const Tensor& param, const Tensor& exp_avg, const Tensor& ex
     using State = decltype(tag);
     if constexpr (std::is_same_v<State, float> || std::is_same_v<State, Half> || std::is_same_v<State, BFloat16>) {
       State* max_state = scalars.amsgrad ? max_exp_avg_sq.data<State>() : nullptr;
-      lazy_adam_step<State>(param.data<float>(), exp_avg.data<State>(), exp_avg_sq.data<State>(), max_state,
-                            num_rows, width, grad.indices.data(), grad.values.data(), grad.row_count(), scalars,
-                            grad_multiplier);
+      lazy_adam_step<State>(param.data<float>(), exp_avg.data<State>(), exp_avg_sq.data<State>(), max_state, num_rows,
+                            width, grad.indices.data(), grad.values.data(), grad.row_count(), scalars, grad_multiplier);
     }
   });
 }

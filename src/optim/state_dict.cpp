@@ -74,8 +74,7 @@ StateDict Optimizer::state_dict() const {
     DeviceStepReport report;
     stepper_->read(current, report);
   }
-  for (const ScalarField& field : kScalarFields)
-    result[field.key] = Tensor::scalar(field.get(current), field.dtype);
+  for (const ScalarField& field : kScalarFields) result[field.key] = Tensor::scalar(field.get(current), field.dtype);
   return result;
 }
 
@@ -90,8 +89,8 @@ void Optimizer::load_state_dict(const StateDict& state) {
                    "' (expected shape ", shape_str(shape), ")");
     OPSNN_CHECK_AS(ConfigError, it->second.defined() && it->second.shape() == shape, name_,
                    " optimizer state_dict: key '", key, "' has shape ",
-                   it->second.defined() ? shape_str(it->second.shape()) : std::string("(undefined)"),
-                   ", expected ", shape_str(shape));
+                   it->second.defined() ? shape_str(it->second.shape()) : std::string("(undefined)"), ", expected ",
+                   shape_str(shape));
     return it->second;
   };
   std::vector<std::pair<Tensor, const Tensor*>> copies;
@@ -100,8 +99,8 @@ void Optimizer::load_state_dict(const StateDict& state) {
       Tensor destination = arena.state_view(s, i);
       const Tensor& source = lookup(arena.segments()[i].name + "." + arena.state_names()[s], destination.shape());
       OPSNN_CHECK_AS(ConfigError, is_floating(source.dtype()), name_, " optimizer state_dict: key '",
-                     arena.segments()[i].name, ".", arena.state_names()[s], "' has dtype ",
-                     dtype_name(source.dtype()), ", expected a floating dtype");
+                     arena.segments()[i].name, ".", arena.state_names()[s], "' has dtype ", dtype_name(source.dtype()),
+                     ", expected a floating dtype");
       OPSNN_CHECK_AS(ConfigError, valid_state_values(arena.state_names()[s], source), name_,
                      " optimizer state_dict: key '", arena.segments()[i].name, ".", arena.state_names()[s],
                      "' holds negative or NaN values (a second moment is a mean of squares)");
@@ -118,13 +117,15 @@ void Optimizer::load_state_dict(const StateDict& state) {
     field.set(loaded, value);
   }
   std::string state_names;
-  for (const std::string& state_name : arena.state_names()) state_names += (state_names.empty() ? "" : ", ") + state_name;
+  for (const std::string& state_name : arena.state_names())
+    state_names += (state_names.empty() ? "" : ", ") + state_name;
   for (const auto& [key, tensor] : state)
     OPSNN_CHECK_AS(ConfigError, expected.count(key) != 0, name_, " optimizer state_dict: unexpected key '", key,
                    "' (this optimizer keeps per parameter: ", state_names.empty() ? "nothing" : state_names,
                    "; is the dict from another optimizer or model?)");
-  OPSNN_CHECK_AS(ConfigError, loaded.step >= 0 && loaded.loss_scale > 0.0f && loaded.beta1_power >= 0.0 &&
-                                  loaded.beta1_power <= 1.0 && loaded.beta2_power >= 0.0 && loaded.beta2_power <= 1.0,
+  OPSNN_CHECK_AS(ConfigError,
+                 loaded.step >= 0 && loaded.loss_scale > 0.0f && loaded.beta1_power >= 0.0 &&
+                     loaded.beta1_power <= 1.0 && loaded.beta2_power >= 0.0 && loaded.beta2_power <= 1.0,
                  name_, " optimizer state_dict: inconsistent step state (step ", loaded.step, ", loss_scale ",
                  loaded.loss_scale, ", beta powers ", loaded.beta1_power, ", ", loaded.beta2_power, ")");
   for (auto& [destination, source] : copies) destination.copy_(*source);

@@ -41,8 +41,8 @@ void TopKOptions::validate() const {
   check_unit_interval(variance_beta, true, false, "topk.variance_beta");
   check_unit_interval(momentum, true, false, "topk.momentum");
   check_unit_interval(warmup_start_density, false, true, "topk.warmup_start_density");
-  OPSNN_CHECK_AS(ConfigError, min_sample_selected >= 1, "top-k sparsification: topk.min_sample_selected = ",
-                 min_sample_selected, " must be at least 1");
+  OPSNN_CHECK_AS(ConfigError, min_sample_selected >= 1,
+                 "top-k sparsification: topk.min_sample_selected = ", min_sample_selected, " must be at least 1");
   OPSNN_CHECK_AS(ConfigError, warmup_epochs >= 0, "top-k sparsification: topk.warmup_epochs = ", warmup_epochs,
                  " must be non-negative");
   OPSNN_CHECK_AS(ConfigError, warmup_densities.empty() || warmup_epochs == 0,
@@ -176,7 +176,8 @@ void TopKSparsifier::draw_sample(int64_t sample_size) {
   for (size_t b = 1; b < block_sample_first_.size(); ++b) block_sample_first_[b] += block_sample_first_[b - 1];
   sample_by_block_.resize(static_cast<size_t>(sample_size));
   std::vector<int64_t> cursor(block_sample_first_.begin(), block_sample_first_.end() - 1);
-  for (int64_t position : sample_positions_) sample_by_block_[static_cast<size_t>(cursor[position / kBlock]++)] = position;
+  for (int64_t position : sample_positions_)
+    sample_by_block_[static_cast<size_t>(cursor[position / kBlock]++)] = position;
 }
 
 void TopKSparsifier::accumulate(const float* gradient, float grad_multiplier, float accumulator_factor,
@@ -259,7 +260,8 @@ int64_t TopKSparsifier::plan_blocks(const Selection& selection) {
 bool TopKSparsifier::try_sampled_selection(double density, int64_t k, Selection& selection) {
   const int64_t sample_size = static_cast<int64_t>(sample_scores_.size());
   // The sample's own k-th largest, k scaled to the sample: an estimate of the population's threshold.
-  const int64_t sample_k = std::clamp<int64_t>(std::llround(density * static_cast<double>(sample_size)), 1, sample_size);
+  const int64_t sample_k =
+      std::clamp<int64_t>(std::llround(density * static_cast<double>(sample_size)), 1, sample_size);
   // NaN scores (non-finite inputs) count as 0, as in exact_selection(): with NaN, std::greater is no strict
   // weak order, and nth_element's answer would depend on the order of the sample, which the CPU (grouped
   // by block) and the CUDA sparsifier (draw order) do not share.
@@ -421,8 +423,9 @@ TopKStepReport TopKSparsifier::sparsify(const Tensor& gradient, int64_t epoch, f
                  device_.str(), " with the sparsifier's state, got ", gradient.str());
   OPSNN_CHECK_AS(TypeError, gradient.dtype() == DType::f32, "TopKSparsifier::sparsify: the gradient must be f32, got ",
                  gradient.str());
-  OPSNN_CHECK_AS(ShapeError, gradient.is_contiguous() && gradient.numel() == n_, "TopKSparsifier::sparsify: the gradient ",
-                 gradient.str(), " must be contiguous with ", n_, " elements");
+  OPSNN_CHECK_AS(ShapeError, gradient.is_contiguous() && gradient.numel() == n_,
+                 "TopKSparsifier::sparsify: the gradient ", gradient.str(), " must be contiguous with ", n_,
+                 " elements");
   if (!device_.is_cpu()) return sparsify_on_device(gradient.data<float>(), epoch, grad_multiplier, lr);
   return sparsify(gradient.data<float>(), epoch, grad_multiplier, lr);
 }
@@ -465,7 +468,8 @@ int64_t TopKSparsifier::tie_cutoff(double threshold) {
     const int64_t begin = static_cast<int64_t>(b) * kBlock, end = std::min(n_, begin + kBlock);
     if (block_tie_allowance_[b] == 0) return begin;
     return topk_kernels(device_).tie_position(device_accumulator_.data<float>(), device_variance_.data<float>(), begin,
-                                              end, threshold, block_tie_allowance_[b] - 1) + 1;
+                                              end, threshold, block_tie_allowance_[b] - 1) +
+           1;
   }
   return n_;
 }

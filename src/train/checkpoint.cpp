@@ -150,7 +150,6 @@ class StateReader : public JsonReader {
     const Json& record = object(files, "files", key.c_str());
     return FileDigest{integer<uint64_t>(record, parent, "size_bytes"), integer<uint32_t>(record, parent, "crc32")};
   }
-
 };
 
 // Reads one tensor file of a checkpoint, checking it against the size and CRC that state.json recorded.
@@ -300,8 +299,7 @@ CheckpointState parse_checkpoint_state(std::string_view state_text, const std::s
   size_t first = state_text.find_first_not_of(" \t\r\n");
   if (first == std::string::npos || state_text[first] != '{')
     throw DataError(detail::concat(source, ": expected a checkpoint folder or its ", kStateFileName, " (this file ",
-                                   first == std::string::npos ? "is empty" : "does not hold a JSON object",
-                                   ")"));
+                                   first == std::string::npos ? "is empty" : "does not hold a JSON object", ")"));
   Json state = parse_json_object(state_text, source);
   StateReader reader(source);
   uint32_t recorded_crc = reader.integer<uint32_t>(state, "", kStateCrcKey);

@@ -29,12 +29,26 @@ constexpr const char* kEmbeddedSource = "<embedded quickstart.yaml>";
 // Names people reach for from other frameworks, mapped to ours (used for suggestions only).
 const std::map<std::string, std::string>& common_aliases() {
   static const std::map<std::string, std::string> aliases{
-      {"learning_rate", "lr"},     {"wd", "weight_decay"},       {"beta1", "betas"},     {"beta2", "betas"},
-      {"epsilon", "eps"},          {"type", "name"},             {"model", "arch"},      {"architecture", "arch"},
-      {"lr_min", "min_lr"},        {"eta_min", "min_lr"},        {"warmup", "warmup_steps"},
-      {"steps", "max_steps"},      {"batch", "batch_size"},      {"workers", "num_workers"},
-      {"clip_grad_norm", "max_grad_norm"}, {"grad_clip", "max_grad_norm"}, {"accumulation_steps", "grad_accumulation"},
-      {"dataset_root", "root"},    {"data_dir", "root"},         {"path", "root"},
+      {"learning_rate", "lr"},
+      {"wd", "weight_decay"},
+      {"beta1", "betas"},
+      {"beta2", "betas"},
+      {"epsilon", "eps"},
+      {"type", "name"},
+      {"model", "arch"},
+      {"architecture", "arch"},
+      {"lr_min", "min_lr"},
+      {"eta_min", "min_lr"},
+      {"warmup", "warmup_steps"},
+      {"steps", "max_steps"},
+      {"batch", "batch_size"},
+      {"workers", "num_workers"},
+      {"clip_grad_norm", "max_grad_norm"},
+      {"grad_clip", "max_grad_norm"},
+      {"accumulation_steps", "grad_accumulation"},
+      {"dataset_root", "root"},
+      {"data_dir", "root"},
+      {"path", "root"},
   };
   return aliases;
 }
@@ -81,8 +95,7 @@ class EventBudget : public YAML::EventHandler {
   void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t, const std::string&) override {
     spend(mark);
   }
-  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
-                       YAML::EmitterStyle::value) override {
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
     spend(mark);
   }
   void OnSequenceEnd() override { spend(); }
@@ -122,7 +135,8 @@ class ConfigReader {
       std::vector<YAML::Node> documents = load_all_documents(text);
       if (documents.size() > 1) {
         Origin origin = detail::origin_of(documents[1], file_origin_);
-        throw ConfigError(origin.text() + ": a second YAML document (after '---'); a config file holds one mapping of "
+        throw ConfigError(origin.text() +
+                          ": a second YAML document (after '---'); a config file holds one mapping of "
                           "sections, so merge the documents or split them into separate files");
       }
       return documents.empty() ? YAML::Node() : documents[0];
@@ -176,8 +190,10 @@ class ConfigReader {
     // as read() refuses it without --set, not replaced by a mapping of the overrides alone.
     // "--set optimizer=" would replace the file's whole optimizer section by nothing, i.e. the defaults.
     if (detail::is_section(path) && (value.IsNull() || (value.IsMap() && value.size() == 0)))
-      throw ConfigError(origin.text() + ": key '" + path + "' is a section: setting it to an empty value would drop "
-                        "all its keys; set single keys (--set " + path + ".KEY=VALUE) or give a mapping");
+      throw ConfigError(origin.text() + ": key '" + path +
+                        "' is a section: setting it to an empty value would drop "
+                        "all its keys; set single keys (--set " +
+                        path + ".KEY=VALUE) or give a mapping");
     if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
     if (!root.IsMap()) throw_not_a_mapping(root);
     YAML::Node current = root;
@@ -188,7 +204,8 @@ class ConfigReader {
       if (!child.IsDefined() || child.IsNull()) {
         child = YAML::Node(YAML::NodeType::Map);
       } else if (!child.IsMap()) {
-        fail(detail::origin_of(child, file_origin_), walked, "expected a section (a mapping), got " + detail::describe(child));
+        fail(detail::origin_of(child, file_origin_), walked,
+             "expected a section (a mapping), got " + detail::describe(child));
       }
       current.reset(child);  // rebind the handle; assignment would overwrite the map entry
     }
@@ -264,7 +281,8 @@ class ConfigReader {
       const std::string name = key.Scalar();
       const std::string path = join_path(section, name);
       if (auto previous = seen.find(name); previous != seen.end()) {
-        throw ConfigError(key_origin.text() + ": duplicate key '" + path + "' (first set at " + previous->second.text() + ")");
+        throw ConfigError(key_origin.text() + ": duplicate key '" + path + "' (first set at " +
+                          previous->second.text() + ")");
       }
       seen.emplace(name, key_origin);
       const std::vector<std::string>& children = detail::section_children(section);
@@ -315,8 +333,7 @@ void check_consistency(const TrainConfig& config, const ConfigReader& reader) {
   const OptimizerConfig& optimizer = config.optimizer;
   const optim::OptimizerDescriptor* descriptor = optim::find_optimizer(optimizer.name);
   require(!optimizer.nesterov || (descriptor != nullptr && descriptor->has_momentum_option), "optimizer.nesterov",
-          {"optimizer.name"},
-          "nesterov applies to sgd only (optimizer.name is " + optimizer.name + ")");
+          {"optimizer.name"}, "nesterov applies to sgd only (optimizer.name is " + optimizer.name + ")");
   require(!optimizer.nesterov || (optimizer.momentum > 0.0 && optimizer.dampening == 0.0), "optimizer.nesterov",
           {"optimizer.momentum"}, "Nesterov momentum needs optimizer.momentum > 0 and optimizer.dampening = 0");
   const OptimizerSettings& settings = optimizer.settings;
@@ -341,8 +358,9 @@ void check_consistency(const TrainConfig& config, const ConfigReader& reader) {
   require(ctr_model == ctr_data, "model.arch", {"data.dataset"},
           ctr_model ? "model 'ctr' needs data.dataset ctr_synthetic (it is " + config.data.dataset + ")"
                     : "model '" + config.model.arch + "' needs an image dataset (data.dataset is ctr_synthetic)");
-  require(!ctr_data || (config.data.augment.crop_padding == 0 && !config.data.augment.flip), "data.augment.crop_padding",
-          {"data.augment.flip"}, "crop/flip augmentation applies to image datasets, not ctr_synthetic");
+  require(!ctr_data || (config.data.augment.crop_padding == 0 && !config.data.augment.flip),
+          "data.augment.crop_padding", {"data.augment.flip"},
+          "crop/flip augmentation applies to image datasets, not ctr_synthetic");
   // Each extent and vocabulary is bounded by its key; these products stay below int64 with them.
   const SyntheticDataConfig& synthetic = config.data.synthetic;
   const int64_t image_values = synthetic.channels * synthetic.height * synthetic.width;
@@ -354,7 +372,8 @@ void check_consistency(const TrainConfig& config, const ConfigReader& reader) {
   for (int64_t size : config.data.ctr.vocab_sizes) vocabulary += size;
   require(vocabulary <= detail::kMaxCtrVocabulary, "data.ctr.vocab_sizes", {},
           "the vocabularies total " + std::to_string(vocabulary) + " values, more than the " +
-              std::to_string(detail::kMaxCtrVocabulary) + " allowed (each needs a planted weight and an embedding row)");
+              std::to_string(detail::kMaxCtrVocabulary) +
+              " allowed (each needs a planted weight and an embedding row)");
 }
 
 // A run name from a file name: its stem, with characters a folder name should not hold replaced.

@@ -69,7 +69,8 @@ std::string format_string(const std::string& value) {
   static const char* const reserved[] = {"true", "false", "yes", "no", "on", "off", "y", "n", "null", "~"};
   std::string lower = value;
   std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-  bool plain = !value.empty() && (std::isalnum(static_cast<unsigned char>(value[0])) || value[0] == '_' || value[0] == '/');
+  bool plain =
+      !value.empty() && (std::isalnum(static_cast<unsigned char>(value[0])) || value[0] == '_' || value[0] == '/');
   for (char c : value) {
     plain = plain && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' || c == '/');
   }
@@ -78,8 +79,14 @@ std::string format_string(const std::string& value) {
   std::string quoted = "\"";
   for (char c : value) {
     if (c == '"' || c == '\\') quoted += '\\';
-    if (c == '\n') { quoted += "\\n"; continue; }
-    if (c == '\t') { quoted += "\\t"; continue; }
+    if (c == '\n') {
+      quoted += "\\n";
+      continue;
+    }
+    if (c == '\t') {
+      quoted += "\\t";
+      continue;
+    }
     quoted += c;
   }
   return quoted + "\"";
@@ -91,7 +98,8 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   for (size_t i = 1; i <= a.size(); ++i) {
     current[0] = i;
     for (size_t j = 1; j <= b.size(); ++j) {
-      const bool same = std::tolower(static_cast<unsigned char>(a[i - 1])) == std::tolower(static_cast<unsigned char>(b[j - 1]));
+      const bool same =
+          std::tolower(static_cast<unsigned char>(a[i - 1])) == std::tolower(static_cast<unsigned char>(b[j - 1]));
       current[j] = std::min({previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (same ? 0 : 1)});
     }
     std::swap(previous, current);
@@ -104,7 +112,10 @@ std::string closest_match(const std::string& word, const std::vector<std::string
   size_t best_distance = std::numeric_limits<size_t>::max();
   for (const std::string& candidate : candidates) {
     const size_t distance = edit_distance(word, candidate);
-    if (distance < best_distance) { best_distance = distance; best = candidate; }
+    if (distance < best_distance) {
+      best_distance = distance;
+      best = candidate;
+    }
   }
   // A plausible typo: within a third of the longer word (at least 2 edits).
   const size_t allowed = std::max<size_t>(2, std::max(word.size(), best.size()) / 3);
@@ -112,7 +123,8 @@ std::string closest_match(const std::string& word, const std::vector<std::string
   // Or a part of a name ("cosine" for "warmup_cosine"), or a name with something added.
   if (word.size() >= 3) {
     for (const std::string& candidate : candidates) {
-      if (candidate.find(word) != std::string::npos || (candidate.size() >= 3 && word.find(candidate) != std::string::npos)) {
+      if (candidate.find(word) != std::string::npos ||
+          (candidate.size() >= 3 && word.find(candidate) != std::string::npos)) {
         return candidate;
       }
     }
@@ -191,7 +203,7 @@ struct Range {
   static Range at_least(double low) { return {low, false}; }
   static Range above(double low) { return {low, true}; }
   static Range closed(double low, double high) { return {low, false, high, false}; }
-  static Range half_open(double low, double high) { return {low, false, high, true}; }  // [low, high)
+  static Range half_open(double low, double high) { return {low, false, high, true}; }    // [low, high)
   static Range open_closed(double low, double high) { return {low, true, high, false}; }  // (low, high]
   static Range open(double low, double high) { return {low, true, high, true}; }
 
@@ -210,7 +222,8 @@ struct Range {
     const bool bounded_low = std::isfinite(low), bounded_high = std::isfinite(high);
     if (bounded_low && low == 0.0 && low_open && !bounded_high) return "a positive " + std::string(noun);
     if (bounded_low && bounded_high) {
-      return article + noun + " in " + (low_open ? "(" : "[") + bound(low) + ", " + bound(high) + (high_open ? ")" : "]");
+      return article + noun + " in " + (low_open ? "(" : "[") + bound(low) + ", " + bound(high) +
+             (high_open ? ")" : "]");
     }
     if (bounded_low) return article + noun + (low_open ? " > " : " >= ") + bound(low);
     if (bounded_high) return article + noun + (high_open ? " < " : " <= ") + bound(high);
@@ -239,7 +252,10 @@ KeySpec optional_number_key(std::string path, Field field, Range range) {
   std::string expected = range.text("number") + " or null";
   return {path, expected,
           [path, expected, field, range](const YAML::Node& node, const Origin& origin, TrainConfig& config) {
-            if (node.IsNull()) { field(config).reset(); return; }
+            if (node.IsNull()) {
+              field(config).reset();
+              return;
+            }
             std::optional<double> value = parse_number(node);
             if (!value || !std::isfinite(*value) || !range.contains(*value)) {
               fail(origin, path, "expected " + expected + ", got " + describe(node));
@@ -282,7 +298,10 @@ template <typename Field>
 KeySpec auto_bool_key(std::string path, Field field) {
   return {path, "true, false or auto",
           [path, field](const YAML::Node& node, const Origin& origin, TrainConfig& config) {
-            if (is_plain_scalar(node) && node.Scalar() == "auto") { field(config).reset(); return; }
+            if (is_plain_scalar(node) && node.Scalar() == "auto") {
+              field(config).reset();
+              return;
+            }
             std::optional<bool> value = parse_bool(node);
             if (!value) fail(origin, path, "expected true, false or auto, got " + describe(node));
             field(config) = *value;
@@ -303,7 +322,8 @@ KeySpec string_key(std::string path, Field field, bool allow_empty = true) {
   return {path, expected,
           [path, expected, field, allow_empty](const YAML::Node& node, const Origin& origin, TrainConfig& config) {
             std::optional<std::string> value = node.IsNull() && allow_empty ? std::string() : parse_string(node);
-            if (!value || (!allow_empty && value->empty())) fail(origin, path, "expected " + expected + ", got " + describe(node));
+            if (!value || (!allow_empty && value->empty()))
+              fail(origin, path, "expected " + expected + ", got " + describe(node));
             field(config) = *value;
           },
           [field](const TrainConfig& config) { return format_string(field(config)); }};
@@ -338,8 +358,10 @@ KeySpec pair_key(std::string path, Field field, Range range) {
   std::string expected = "a list of 2 numbers, each " + range.text("number");
   return {path, expected,
           [path, expected, field, range](const YAML::Node& node, const Origin& origin, TrainConfig& config) {
-            if (!node.IsSequence() || node.size() != 2) fail(origin, path, "expected " + expected + ", got " + describe(node) +
-                                                             (node.IsSequence() ? " of " + std::to_string(node.size()) : ""));
+            if (!node.IsSequence() || node.size() != 2)
+              fail(origin, path,
+                   "expected " + expected + ", got " + describe(node) +
+                       (node.IsSequence() ? " of " + std::to_string(node.size()) : ""));
             for (size_t i = 0; i < 2; ++i) {
               std::optional<double> value = parse_number(node[i]);
               if (!value || !std::isfinite(*value) || !range.contains(*value)) {
@@ -358,27 +380,29 @@ template <typename Field>
 KeySpec integer_list_key(std::string path, Field field, Range range, bool allow_empty) {
   std::string expected = std::string(allow_empty ? "a list" : "a non-empty list") + " of integers, each " +
                          range.text("integer").substr(std::string("an integer ").size());
-  return {path, expected,
-          [path, expected, field, range, allow_empty](const YAML::Node& node, const Origin& origin, TrainConfig& config) {
-            if (!node.IsSequence() || (!allow_empty && node.size() == 0)) {
-              fail(origin, path, "expected " + expected + ", got " + describe(node) + (node.IsSequence() ? " (empty)" : ""));
-            }
-            std::vector<int64_t> values;
-            for (size_t i = 0; i < node.size(); ++i) {
-              std::optional<int64_t> value = parse_integer(node[i]);
-              if (!value || !range.contains(static_cast<double>(*value))) {
-                fail(origin_of(node[i], origin), path + "[" + std::to_string(i) + "]",
-                     "expected " + range.text("integer") + ", got " + describe_integer(node[i]));
-              }
-              values.push_back(*value);
-            }
-            field(config) = values;
-          },
-          [field](const TrainConfig& config) {
-            std::string text = "[";
-            for (size_t i = 0; i < field(config).size(); ++i) text += (i ? ", " : "") + std::to_string(field(config)[i]);
-            return text + "]";
-          }};
+  return {
+      path, expected,
+      [path, expected, field, range, allow_empty](const YAML::Node& node, const Origin& origin, TrainConfig& config) {
+        if (!node.IsSequence() || (!allow_empty && node.size() == 0)) {
+          fail(origin, path,
+               "expected " + expected + ", got " + describe(node) + (node.IsSequence() ? " (empty)" : ""));
+        }
+        std::vector<int64_t> values;
+        for (size_t i = 0; i < node.size(); ++i) {
+          std::optional<int64_t> value = parse_integer(node[i]);
+          if (!value || !range.contains(static_cast<double>(*value))) {
+            fail(origin_of(node[i], origin), path + "[" + std::to_string(i) + "]",
+                 "expected " + range.text("integer") + ", got " + describe_integer(node[i]));
+          }
+          values.push_back(*value);
+        }
+        field(config) = values;
+      },
+      [field](const TrainConfig& config) {
+        std::string text = "[";
+        for (size_t i = 0; i < field(config).size(); ++i) text += (i ? ", " : "") + std::to_string(field(config)[i]);
+        return text + "]";
+      }};
 }
 
 bool valid_device(const std::string& text) {
@@ -424,7 +448,8 @@ KeySpec name_key(std::string path, Field field) {
 constexpr double kMaxEpochs = 1e6, kMaxSteps = 1e12;
 
 std::vector<KeySpec> build_schema() {
-#define OPSNN_FIELD(member) [](auto& config) -> auto& { return config.member; }
+#define OPSNN_FIELD(member) \
+  [](auto& config) -> auto& { return config.member; }
   auto models = [] { return known_model_names(); };
   auto optimizers = [] { return known_optimizer_names(); };
   auto datasets = [] { return known_dataset_names(); };
@@ -505,17 +530,19 @@ std::vector<KeySpec> build_schema() {
       optional_number_key("optimizer.settings.fp32_weight_decay", OPSNN_FIELD(optimizer.settings.fp32_weight_decay),
                           float_non_negative),
       bool_key("optimizer.settings.fp16_momentum", OPSNN_FIELD(optimizer.settings.fp16_momentum)),
-      choice_key("optimizer.settings.state_dtype", OPSNN_FIELD(optimizer.settings.state_dtype), fixed({"f32", "f16", "bf16"})),
+      choice_key("optimizer.settings.state_dtype", OPSNN_FIELD(optimizer.settings.state_dtype),
+                 fixed({"f32", "f16", "bf16"})),
       number_key("optimizer.settings.eps_relative", OPSNN_FIELD(optimizer.settings.eps_relative), float_non_negative),
       bool_key("optimizer.settings.amsgrad", OPSNN_FIELD(optimizer.settings.amsgrad)),
       number_key("optimizer.settings.max_grad_norm", OPSNN_FIELD(optimizer.settings.max_grad_norm), float_non_negative),
-      pair_key("optimizer.settings.lamb_trust_bounds", OPSNN_FIELD(optimizer.settings.lamb_trust_bounds), float_non_negative),
+      pair_key("optimizer.settings.lamb_trust_bounds", OPSNN_FIELD(optimizer.settings.lamb_trust_bounds),
+               float_non_negative),
       bool_key("optimizer.settings.decay_bias_and_norm", OPSNN_FIELD(optimizer.settings.decay_bias_and_norm)),
       auto_bool_key("optimizer.settings.loss_scaling.enabled", OPSNN_FIELD(optimizer.settings.loss_scaling.enabled)),
-      number_key("optimizer.settings.loss_scaling.initial_scale", OPSNN_FIELD(optimizer.settings.loss_scaling.initial_scale),
-                 float_positive),
-      number_key("optimizer.settings.loss_scaling.growth_factor", OPSNN_FIELD(optimizer.settings.loss_scaling.growth_factor),
-                 Range::open_closed(1, 1e30)),
+      number_key("optimizer.settings.loss_scaling.initial_scale",
+                 OPSNN_FIELD(optimizer.settings.loss_scaling.initial_scale), float_positive),
+      number_key("optimizer.settings.loss_scaling.growth_factor",
+                 OPSNN_FIELD(optimizer.settings.loss_scaling.growth_factor), Range::open_closed(1, 1e30)),
       number_key("optimizer.settings.loss_scaling.backoff_factor",
                  OPSNN_FIELD(optimizer.settings.loss_scaling.backoff_factor), Range::open(0, 1)),
       integer_key("optimizer.settings.loss_scaling.growth_interval",  // counted in int32

@@ -16,9 +16,9 @@ namespace opsnn::train::detail {
 
 // Where a YAML node came from: FILE:LINE:COL, or the --set argument that supplied it.
 struct Origin {
-  std::string source;        // file name, or "--set key=value"
+  std::string source;          // file name, or "--set key=value"
   int line = -1, column = -1;  // 0-based as yaml-cpp reports them; -1 when unknown
-  std::string text() const;  // "FILE:LINE:COL" (1-based) or "--set ..."
+  std::string text() const;    // "FILE:LINE:COL" (1-based) or "--set ..."
 };
 
 // The location of `node` within `base` (the origin of the document or --set value holding it).
@@ -41,10 +41,10 @@ struct KeySpec {
 
 // Upper bounds of the synthetic data keys (config_schema.cpp says why). The image extents are bounded
 // each and, in check_consistency, as a product; the CTR vocabularies each and in total.
-inline constexpr int64_t kMaxSyntheticSamples = 2147483647;                // 2^31 - 1
-inline constexpr int64_t kMaxSyntheticImageExtent = 65536;                 // channels, height, width
-inline constexpr int64_t kMaxSyntheticImageValues = int64_t{1} << 28;      // 1 GiB of f32 per image
-inline constexpr int64_t kMaxCtrVocabulary = int64_t{1} << 26;             // 512 MiB of planted f64 weights
+inline constexpr int64_t kMaxSyntheticSamples = 2147483647;            // 2^31 - 1
+inline constexpr int64_t kMaxSyntheticImageExtent = 65536;             // channels, height, width
+inline constexpr int64_t kMaxSyntheticImageValues = int64_t{1} << 28;  // 1 GiB of f32 per image
+inline constexpr int64_t kMaxCtrVocabulary = int64_t{1} << 26;         // 512 MiB of planted f64 weights
 
 // configs/quickstart.yaml, compiled in by CMake (config_quickstart.cpp.in).
 extern const char* const kQuickstartYaml;

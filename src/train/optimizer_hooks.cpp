@@ -101,8 +101,9 @@ std::vector<std::pair<std::string, Tensor>> RowSparseUpdater::state_tensors() co
 
 void RowSparseUpdater::load_state_tensors(std::map<std::string, Tensor>& tensors) {
   for (auto& [index, flags] : row_initialized_)
-    flags.copy_(take_state(tensors, hook_key("sparse_rows." + names_.at(index) + ".row_initialized"), flags.numel(),
-                           DType::u8).view(flags.shape()));
+    flags.copy_(
+        take_state(tensors, hook_key("sparse_rows." + names_.at(index) + ".row_initialized"), flags.numel(), DType::u8)
+            .view(flags.shape()));
 }
 
 std::shared_ptr<RowSparseUpdater> install_row_sparse_updater(optim::Optimizer& optimizer) {
@@ -125,11 +126,14 @@ GradientSparsifier::GradientSparsifier(const TrainConfig& config, const optim::O
                  "combined with loss scaling (optimizer.settings.loss_scaling.enabled / train.precision fp16)");
   if (settings.momentum_correction) {
     const optim::OptimizerDescriptor* descriptor = optim::find_optimizer(config.optimizer.name);
-    OPSNN_CHECK_AS(ConfigError, descriptor != nullptr && descriptor->has_momentum_option && config.optimizer.momentum > 0.0 &&
-                                    !config.optimizer.nesterov,
-                   config.source, ": key 'optimizer.settings.sparsification.momentum_correction': DGC momentum correction moves SGD's "
+    OPSNN_CHECK_AS(ConfigError,
+                   descriptor != nullptr && descriptor->has_momentum_option && config.optimizer.momentum > 0.0 &&
+                       !config.optimizer.nesterov,
+                   config.source,
+                   ": key 'optimizer.settings.sparsification.momentum_correction': DGC momentum correction moves SGD's "
                    "momentum into the sparsifier, so it needs optimizer.name sgd with momentum > 0 and nesterov "
-                   "false (got ", config.optimizer.name, ", momentum ", config.optimizer.momentum,
+                   "false (got ",
+                   config.optimizer.name, ", momentum ", config.optimizer.momentum,
                    "); set momentum_correction: false for other optimizers");
   }
   optim::TopKOptions options;
@@ -143,8 +147,8 @@ GradientSparsifier::GradientSparsifier(const TrainConfig& config, const optim::O
   // warm-up runs over sparsification.warmup_steps steps.
   options.warmup_epochs = settings.warmup_steps;
   options.warmup_start_density = std::max(settings.initial_density, settings.density);
-  sparsifier_ = std::make_unique<optim::TopKSparsifier>(optimizer.arena().padded_elements(), options,
-                                                         optimizer.arena().device());
+  sparsifier_ =
+      std::make_unique<optim::TopKSparsifier>(optimizer.arena().padded_elements(), options, optimizer.arena().device());
 }
 
 std::optional<optim::TopKStepReport> GradientSparsifier::apply(const optim::Optimizer& optimizer) {

@@ -1,12 +1,11 @@
 // The terminal progress bar of opsnn-train (see progress.h).
 #include "train/progress.h"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
-
-#include <fmt/format.h>
 
 namespace opsnn::train {
 

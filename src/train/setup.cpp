@@ -13,7 +13,8 @@ Datasets make_datasets(const TrainConfig& config) {
   const DataConfig& data = config.data;
   Datasets sets;
   if (data.dataset == "fashion_mnist") {
-    data::Normalization normalization = data.normalize ? data::Normalization::fashion_mnist() : data::Normalization::none();
+    data::Normalization normalization =
+        data.normalize ? data::Normalization::fashion_mnist() : data::Normalization::none();
     sets.train = std::make_shared<data::FashionMnist>(data.root, data::Split::train, normalization);
     sets.test = std::make_shared<data::FashionMnist>(data.root, data::Split::test, normalization);
   } else if (data.dataset == "synthetic") {
@@ -58,8 +59,8 @@ models::ModelOptions make_model_options(const TrainConfig& config, const data::D
                                      "); ctr goes with ctr_synthetic, image models with image datasets"));
   // Fewer outputs than the dataset has classes would only fail at the first loss, on a label out of range.
   if (model.num_classes > 0 && model.num_classes < dataset.num_classes())
-    throw ConfigError(detail::concat(config.source, ": key 'model.num_classes': ", model.num_classes, " is fewer than the ",
-                                     dataset.num_classes(), " classes of ", dataset.name(),
+    throw ConfigError(detail::concat(config.source, ": key 'model.num_classes': ", model.num_classes,
+                                     " is fewer than the ", dataset.num_classes(), " classes of ", dataset.name(),
                                      " (its labels go up to ", dataset.num_classes() - 1,
                                      "); use 0 to take the dataset's count"));
   options.num_classes = model.num_classes > 0 ? model.num_classes : dataset.num_classes();
@@ -90,10 +91,12 @@ static optim::ScheduleKind schedule_kind(const std::string& name) {
   if (name == "warmup_cosine") return optim::ScheduleKind::warmup_cosine;
   if (name == "step") return optim::ScheduleKind::step_decay;
   if (name == "linear") return optim::ScheduleKind::linear_decay;
-  throw ConfigError("key 'scheduler.name': unknown schedule '" + name + "' (accepted: constant, warmup_cosine, step, linear)");
+  throw ConfigError("key 'scheduler.name': unknown schedule '" + name +
+                    "' (accepted: constant, warmup_cosine, step, linear)");
 }
 
-optim::OptimizerOptions make_optimizer_options(const TrainConfig& config, int64_t steps_per_epoch, int64_t total_steps) {
+optim::OptimizerOptions make_optimizer_options(const TrainConfig& config, int64_t steps_per_epoch,
+                                               int64_t total_steps) {
   const OptimizerConfig& o = config.optimizer;
   const OptimizerSettings& s = o.settings;
   // DGC momentum correction accumulates the velocity inside the top-k sparsifier (optimizer_hooks.h); the
@@ -127,16 +130,18 @@ optim::OptimizerOptions make_optimizer_options(const TrainConfig& config, int64_
     warmup_key = "scheduler.warmup_epochs";
     const double steps = std::round(config.scheduler.warmup_epochs * static_cast<double>(steps_per_epoch));
     if (!(steps < 9.2e18))  // llround would overflow
-      throw ConfigError(detail::concat(config.source, ": key 'scheduler.warmup_epochs': ", config.scheduler.warmup_epochs,
-                                       " epochs of ", steps_per_epoch, " steps each is more steps than a 64-bit count holds"));
+      throw ConfigError(
+          detail::concat(config.source, ": key 'scheduler.warmup_epochs': ", config.scheduler.warmup_epochs,
+                         " epochs of ", steps_per_epoch, " steps each is more steps than a 64-bit count holds"));
     schedule.warmup_steps = static_cast<long long>(steps);
   }
   const bool ends_at_last_step =
       schedule.kind == optim::ScheduleKind::warmup_cosine || schedule.kind == optim::ScheduleKind::linear_decay;
   if (ends_at_last_step && total_steps <= schedule.warmup_steps)
-    throw ConfigError(detail::concat(
-        config.source, ": key '", warmup_key, "': the warm-up (", schedule.warmup_steps, " steps) must end before the run does (",
-        total_steps, " steps from train.epochs and train.max_steps) for scheduler.name ", config.scheduler.name));
+    throw ConfigError(detail::concat(config.source, ": key '", warmup_key, "': the warm-up (", schedule.warmup_steps,
+                                     " steps) must end before the run does (", total_steps,
+                                     " steps from train.epochs and train.max_steps) for scheduler.name ",
+                                     config.scheduler.name));
   schedule.total_steps = total_steps;
   schedule.step_size = config.scheduler.step_size;
   schedule.gamma = config.scheduler.gamma;

@@ -6,16 +6,17 @@
 // progress and checkpoints happen at their configured intervals. A step never straddles an epoch end.
 #include "opsnn/train/trainer.h"
 
-#include <chrono>
-#include <cmath>
-#include <fstream>
-#include <limits>
-
-#include <nlohmann/json.hpp>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "core/json_reader.h"
 #include "opsnn/autograd/node.h"
 #include "opsnn/core/storage.h"
 #include "opsnn/data/device_loader.h"
@@ -24,7 +25,6 @@
 #include "opsnn/nn/module.h"
 #include "opsnn/ops/ops.h"
 #include "opsnn/optim/optimizer.h"
-#include "core/json_reader.h"
 #include "opsnn/train/checkpoint.h"
 #include "train/optimizer_hooks.h"
 #include "train/progress.h"
@@ -44,10 +44,10 @@ struct Trainer::State {
   std::unique_ptr<data::DeviceLoader> loader;  // training batches, on `device`
   std::shared_ptr<nn::Module> model;
   std::unique_ptr<optim::Optimizer> optimizer;
-  std::shared_ptr<RowSparseUpdater> sparse_updater;    // set when the model has row-sparse tables
-  std::unique_ptr<GradientSparsifier> sparsifier;      // set with sparsification.method: topk
-  std::shared_ptr<spdlog::logger> logger;              // train.log (+ stderr)
-  std::shared_ptr<spdlog::logger> file_logger;         // train.log only: periodic lines under a progress bar
+  std::shared_ptr<RowSparseUpdater> sparse_updater;  // set when the model has row-sparse tables
+  std::unique_ptr<GradientSparsifier> sparsifier;    // set with sparsification.method: topk
+  std::shared_ptr<spdlog::logger> logger;            // train.log (+ stderr)
+  std::shared_ptr<spdlog::logger> file_logger;       // train.log only: periodic lines under a progress bar
   std::shared_ptr<spdlog::logger> previous_default_logger;
   std::optional<ops::Fp32Math> previous_fp32_math;  // set while train.precision tf32 has changed it
   std::optional<bool> previous_conv_deterministic;  // set while train.deterministic has changed it
@@ -55,11 +55,11 @@ struct Trainer::State {
   ProgressBar progress{"plain", false};
   std::optional<double> bayes_test_loss;
 
-  int64_t step = 0;                // optimizer steps done (applied or skipped)
-  int64_t epoch = 0;               // the epoch the loader is in (0-based)
+  int64_t step = 0;   // optimizer steps done (applied or skipped)
+  int64_t epoch = 0;  // the epoch the loader is in (0-based)
   int64_t epochs_completed = 0;
   int64_t steps_per_epoch = 0;
-  int64_t total_steps = 0;         // of the whole run, for the schedule and the progress bar (0 = unknown)
+  int64_t total_steps = 0;  // of the whole run, for the schedule and the progress bar (0 = unknown)
   int64_t samples_seen = 0;
   double best_test_accuracy = 0.0;
   int64_t last_eval_step = -1, last_checkpoint_step = -1;
@@ -150,14 +150,14 @@ void check_resume_position(const CheckpointData& checkpoint, int64_t batches_per
   JsonReader reader((checkpoint.folder / kStateFileName).string());
   const DataLoaderPosition& position = checkpoint.data_loader;
   if (position.epoch != checkpoint.epoch && position.epoch != checkpoint.epoch + 1)
-    reader.fail("data_loader.epoch", "epoch ", position.epoch, " is neither the completed epochs (\"epoch\": ",
-                checkpoint.epoch, ") nor the next");
+    reader.fail("data_loader.epoch", "epoch ", position.epoch,
+                " is neither the completed epochs (\"epoch\": ", checkpoint.epoch, ") nor the next");
   if (position.epoch > checkpoint.step)
     reader.fail("data_loader.epoch", "epoch ", position.epoch, " cannot be reached in ", checkpoint.step,
                 " steps (every epoch takes at least one)");
   if (position.batch_in_epoch > batches_per_epoch)
-    reader.fail("data_loader.batch_in_epoch", "batch ", position.batch_in_epoch, " is beyond the ",
-                batches_per_epoch, " batches per epoch of this config (data.batch_size or the dataset changed?)");
+    reader.fail("data_loader.batch_in_epoch", "batch ", position.batch_in_epoch, " is beyond the ", batches_per_epoch,
+                " batches per epoch of this config (data.batch_size or the dataset changed?)");
 }
 
 // extra.best_test_accuracy (absent in checkpoints of older versions: 0).
@@ -167,7 +167,8 @@ double saved_best_accuracy(const CheckpointData& checkpoint) {
   if (!extra.is_object() || !extra.contains("best_test_accuracy")) return 0.0;
   double accuracy = reader.real(extra, "extra", "best_test_accuracy");
   if (!(accuracy >= 0.0 && accuracy <= 1.0))
-    reader.fail("extra.best_test_accuracy", "expected an accuracy in [0, 1], found ", extra["best_test_accuracy"].dump());
+    reader.fail("extra.best_test_accuracy", "expected an accuracy in [0, 1], found ",
+                extra["best_test_accuracy"].dump());
   return accuracy;
 }
 
@@ -181,13 +182,14 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
 
   // Settings this build cannot honour are config errors, found before anything is written.
   const int gpu_count = cuda_device_count();
-  s.device = c.train.device == "auto" ? (gpu_count > 0 ? Device(DeviceType::cuda, 0) : kCPU)
-                                      : Device::parse(c.train.device);
+  s.device =
+      c.train.device == "auto" ? (gpu_count > 0 ? Device(DeviceType::cuda, 0) : kCPU) : Device::parse(c.train.device);
   if (!device_available(s.device))
     throw ConfigError(detail::concat(
         c.source, ": key 'train.device': ", s.device.str(), " is not available: ",
-        gpu_count == 0 ? std::string("no CUDA device was found (or this build has no CUDA backend); use cpu or auto")
-                       : detail::concat("this machine has ", gpu_count, " CUDA device(s), cuda:0 to cuda:", gpu_count - 1)));
+        gpu_count == 0
+            ? std::string("no CUDA device was found (or this build has no CUDA backend); use cpu or auto")
+            : detail::concat("this machine has ", gpu_count, " CUDA device(s), cuda:0 to cuda:", gpu_count - 1)));
   if (c.train.precision != "fp32" && s.device.is_cpu())
     throw ConfigError(detail::concat(c.source, ": key 'train.precision': ", c.train.precision,
                                      " needs a CUDA device (train.device: cuda); the CPU trains in fp32"));
@@ -201,7 +203,8 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
                                          : fs::path("runs") / run_name_of(c);
   std::error_code error;
   fs::create_directories(s.run_dir, error);
-  if (error) throw DataError(detail::concat("cannot create the run folder ", s.run_dir.string(), ": ", error.message()));
+  if (error)
+    throw DataError(detail::concat("cannot create the run folder ", s.run_dir.string(), ": ", error.message()));
   auto file_sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>((s.run_dir / "train.log").string(), false);
   std::vector<spdlog::sink_ptr> sinks{file_sink};
   if (s.options.log_to_console) sinks.push_back(std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
@@ -247,8 +250,8 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
   if (accumulation < 1 || accumulation > batches)
     // More micro-batches than an epoch holds would end every step early at the epoch end while the loss
     // is still divided by grad_accumulation: each step one epoch, with a gradient scaled down.
-    throw ConfigError(detail::concat(c.source, ": key 'train.grad_accumulation': ", accumulation,
-                                     " must be in [1, ", batches, "], the batches in an epoch (", s.datasets.train->size(),
+    throw ConfigError(detail::concat(c.source, ": key 'train.grad_accumulation': ", accumulation, " must be in [1, ",
+                                     batches, "], the batches in an epoch (", s.datasets.train->size(),
                                      " training samples at data.batch_size ", c.data.batch_size, ")"));
   s.steps_per_epoch = batches / accumulation + (batches % accumulation != 0);  // the last step may be short
   int64_t by_epochs = 0;
@@ -257,7 +260,8 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
                                      s.steps_per_epoch, " steps each is more steps than a 64-bit count holds"));
   if (c.train.max_steps < 0)
     throw ConfigError(detail::concat(c.source, ": key 'train.max_steps': ", c.train.max_steps, " must be >= 0"));
-  s.total_steps = c.train.max_steps > 0 && (by_epochs == 0 || c.train.max_steps < by_epochs) ? c.train.max_steps : by_epochs;
+  s.total_steps =
+      c.train.max_steps > 0 && (by_epochs == 0 || c.train.max_steps < by_epochs) ? c.train.max_steps : by_epochs;
   // save_checkpoint counts in int; checked here, before training, rather than narrowed at the first save.
   if (c.checkpoint.keep_last < 0 || c.checkpoint.keep_last > std::numeric_limits<int>::max())
     throw ConfigError(detail::concat(c.source, ": key 'checkpoint.keep_last': ", c.checkpoint.keep_last,
@@ -269,12 +273,12 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
                               : c.train.precision == "fp16" ? DType::f16
                                                             : DType::f32;
   models::ModelOptions model_options = make_model_options(c, *s.datasets.train);
-  model_options.channels_last =
-      c.model.channels_last.value_or(models::channels_last_by_default(s.device, compute_dtype, c.train.precision == "tf32"));
+  model_options.channels_last = c.model.channels_last.value_or(
+      models::channels_last_by_default(s.device, compute_dtype, c.train.precision == "tf32"));
   if (model_options.arch.rfind("resnet", 0) == 0)
-    s.logger->info("model.channels_last: {} ({})", model_options.channels_last ? "true" : "false",
-                   c.model.channels_last.has_value() ? "as configured"
-                                                     : "auto: true for tf32/bf16/fp16 on a GPU, else false");
+    s.logger->info(
+        "model.channels_last: {} ({})", model_options.channels_last ? "true" : "false",
+        c.model.channels_last.has_value() ? "as configured" : "auto: true for tf32/bf16/fp16 on a GPU, else false");
   Generator init_generator(c.train.seed);
   s.model = models::build_model(model_options, init_generator);
   s.model->to(s.device);
@@ -306,18 +310,23 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
   }
   if (topk_enabled(c)) s.sparsifier = std::make_unique<GradientSparsifier>(c, *s.optimizer);
 
-  s.logger->info("opsnn run '{}' in {}: {} on {} ({} train / {} test samples), {} parameters, {} on {}",
-                 run_name_of(c), s.run_dir.string(), c.model.arch, s.datasets.train->name(), s.datasets.train->size(),
+  s.logger->info("opsnn run '{}' in {}: {} on {} ({} train / {} test samples), {} parameters, {} on {}", run_name_of(c),
+                 s.run_dir.string(), c.model.arch, s.datasets.train->name(), s.datasets.train->size(),
                  s.datasets.test->size(), models::count_parameters(*s.model), c.optimizer.name, s.device.str());
   if (s.sparse_updater)
-    s.logger->info("row-sparse embedding gradients: {} updates only the rows each batch touches",
-                   s.optimizer->descriptor().rule == optim::UpdateRule::sgd ? "sparse SGD" : "lazy " + c.optimizer.name);
+    s.logger->info(
+        "row-sparse embedding gradients: {} updates only the rows each batch touches",
+        s.optimizer->descriptor().rule == optim::UpdateRule::sgd ? "sparse SGD" : "lazy " + c.optimizer.name);
   if (s.loader->asynchronous())
-    s.logger->info("training batches in pinned memory ({} reused buffers), each uploaded on a copy stream while the "
-                   "batch before it computes", s.loader->host().pinned_buffer_count());
+    s.logger->info(
+        "training batches in pinned memory ({} reused buffers), each uploaded on a copy stream while the "
+        "batch before it computes",
+        s.loader->host().pinned_buffer_count());
   if (keeps_param_copy)
-    s.logger->info("mixed precision: the optimizer keeps the {} weights Conv2d/Linear compute with, written in its "
-                   "update pass beside the fp32 masters", dtype_name(s.model->compute_dtype()));
+    s.logger->info(
+        "mixed precision: the optimizer keeps the {} weights Conv2d/Linear compute with, written in its "
+        "update pass beside the fp32 masters",
+        dtype_name(s.model->compute_dtype()));
   if (s.sparsifier)
     s.logger->info("top-k sparsification: density {} (from {} over {} steps), momentum correction {}",
                    c.optimizer.settings.sparsification.density, c.optimizer.settings.sparsification.initial_density,
@@ -325,8 +334,10 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
                    c.optimizer.settings.sparsification.momentum_correction ? "on" : "off");
   if (const auto* ctr = dynamic_cast<const data::SyntheticCtr*>(s.datasets.test.get())) {
     s.bayes_test_loss = ctr->bayes_log_loss();
-    s.logger->info("ctr_synthetic: Bayes-optimal test log-loss {:.5f} (the planted model; no model can do better), "
-                   "base-rate log-loss {:.5f}", *s.bayes_test_loss, ctr->base_rate_log_loss());
+    s.logger->info(
+        "ctr_synthetic: Bayes-optimal test log-loss {:.5f} (the planted model; no model can do better), "
+        "base-rate log-loss {:.5f}",
+        *s.bayes_test_loss, ctr->base_rate_log_loss());
   }
 
   std::optional<fs::path> resume_from;
@@ -424,13 +435,18 @@ EvalResult Trainer::evaluate() {
   s.last_eval_step = s.step;
   s.best_test_accuracy = std::max(s.best_test_accuracy, result.accuracy);
   s.progress.clear();
-  nlohmann::json record{{"event", "eval"},          {"step", s.step},           {"epoch", s.epoch + 1},
-                        {"test_loss", result.loss}, {"test_acc", result.accuracy}, {"samples", result.samples}};
+  nlohmann::json record{{"event", "eval"},
+                        {"step", s.step},
+                        {"epoch", s.epoch + 1},
+                        {"test_loss", result.loss},
+                        {"test_acc", result.accuracy},
+                        {"samples", result.samples}};
   if (s.bayes_test_loss) {
     record["bayes_loss"] = *s.bayes_test_loss;
-    s.logger->info("eval at step {} (epoch {}): test_loss {:.5f} ({:+.2f}% from the Bayes-optimal {:.5f}), test_acc {:.2f}%",
-                   s.step, s.epoch + 1, result.loss, 100.0 * (result.loss / *s.bayes_test_loss - 1.0),
-                   *s.bayes_test_loss, 100.0 * result.accuracy);
+    s.logger->info(
+        "eval at step {} (epoch {}): test_loss {:.5f} ({:+.2f}% from the Bayes-optimal {:.5f}), test_acc {:.2f}%",
+        s.step, s.epoch + 1, result.loss, 100.0 * (result.loss / *s.bayes_test_loss - 1.0), *s.bayes_test_loss,
+        100.0 * result.accuracy);
   } else {
     s.logger->info("eval at step {} (epoch {}): test_loss {:.4f} test_acc {:.2f}%", s.step, s.epoch + 1, result.loss,
                    100.0 * result.accuracy);
@@ -519,14 +535,20 @@ double Trainer::train_steps(int64_t count) {
       }
 
       if (step_state.monitor_flags & optim::kStepSkipped)
-        s.write_metrics({{"event", "skip"}, {"step", s.step}, {"epoch", s.epoch + 1}, {"loss_scale", step_state.loss_scale},
+        s.write_metrics({{"event", "skip"},
+                         {"step", s.step},
+                         {"epoch", s.epoch + 1},
+                         {"loss_scale", step_state.loss_scale},
                          {"reason", "non-finite gradients"}});
       if (step_state.monitor_flags & optim::kGradNormAboveThreshold)
-        s.write_metrics({{"event", "warn"}, {"step", s.step}, {"epoch", s.epoch + 1}, {"grad_norm", step_state.grad_norm},
+        s.write_metrics({{"event", "warn"},
+                         {"step", s.step},
+                         {"epoch", s.epoch + 1},
+                         {"grad_norm", step_state.grad_norm},
                          {"message", "gradient norm above monitor.grad_norm_threshold"}});
       if (step_state.monitor_flags & optim::kNonFiniteParam)
-        s.write_metrics({{"event", "warn"}, {"step", s.step}, {"epoch", s.epoch + 1},
-                         {"message", "a parameter became inf/NaN"}});
+        s.write_metrics(
+            {{"event", "warn"}, {"step", s.step}, {"epoch", s.epoch + 1}, {"message", "a parameter became inf/NaN"}});
 
       double elapsed = std::chrono::duration<double>(Clock::now() - s.interval_start).count();
       double samples_per_second = elapsed > 0 ? static_cast<double>(s.interval_samples) / elapsed : 0.0;
@@ -535,14 +557,19 @@ double Trainer::train_steps(int64_t count) {
       double eta = s.total_steps > 0 && steps_this_run > 0
                        ? run_elapsed / static_cast<double>(steps_this_run) * static_cast<double>(s.total_steps - s.step)
                        : -1.0;
-      s.progress.update({s.epoch + 1, c.train.epochs, s.step, s.total_steps, step_loss, step_state.lr, samples_per_second, eta});
+      s.progress.update(
+          {s.epoch + 1, c.train.epochs, s.step, s.total_steps, step_loss, step_state.lr, samples_per_second, eta});
       bool log_now = c.logging.every_steps > 0 && s.step % c.logging.every_steps == 0;
       if (log_now || s.step == 1) {
         double mean_loss = s.interval_loss / static_cast<double>(s.interval_steps);
-        nlohmann::json record{{"event", "train"},           {"step", s.step},
-                              {"epoch", s.epoch + 1},       {"loss", mean_loss},
-                              {"lr", step_state.lr},        {"grad_norm", step_state.grad_norm},
-                              {"loss_scale", step_state.loss_scale}, {"samples_per_s", samples_per_second}};
+        nlohmann::json record{{"event", "train"},
+                              {"step", s.step},
+                              {"epoch", s.epoch + 1},
+                              {"loss", mean_loss},
+                              {"lr", step_state.lr},
+                              {"grad_norm", step_state.grad_norm},
+                              {"loss_scale", step_state.loss_scale},
+                              {"samples_per_s", samples_per_second}};
         if (s.interval_sparsified_steps > 0)
           record["density"] = s.interval_density / static_cast<double>(s.interval_sparsified_steps);
         s.write_metrics(record);
@@ -557,7 +584,8 @@ double Trainer::train_steps(int64_t count) {
         s.interval_start = Clock::now();
       }
       if (c.train.eval_every_steps > 0 && s.step % c.train.eval_every_steps == 0) evaluate();
-      if (c.checkpoint.enabled && c.checkpoint.every_steps > 0 && s.step % c.checkpoint.every_steps == 0) save_checkpoint();
+      if (c.checkpoint.enabled && c.checkpoint.every_steps > 0 && s.step % c.checkpoint.every_steps == 0)
+        save_checkpoint();
     }
 
     if (epoch_ended) {
@@ -585,8 +613,10 @@ TrainSummary Trainer::fit() {
   while (!s.finished() && !s.stop_requested()) {
     int64_t before = s.step, epochs_before = s.epochs_completed;
     double loss = train_steps(1);
-    if (s.step > before) last_loss = loss;
-    else if (s.epochs_completed == epochs_before) break;  // nothing left to do (an empty loader)
+    if (s.step > before)
+      last_loss = loss;
+    else if (s.epochs_completed == epochs_before)
+      break;  // nothing left to do (an empty loader)
   }
   summary.interrupted = !s.finished() && s.stop_requested();
   s.progress.finish();
@@ -612,9 +642,13 @@ TrainSummary Trainer::fit() {
                  summary.final_eval ? fmt::format("{:.2f}%", 100.0 * summary.final_eval->accuracy) : std::string("n/a"),
                  100.0 * summary.best_test_accuracy,
                  summary.last_checkpoint.empty() ? "" : "; checkpoint " + summary.last_checkpoint);
-  nlohmann::json record{{"event", "summary"}, {"step", s.step}, {"epoch", s.epochs_completed},
-                        {"wall_s", summary.wall_seconds}, {"samples_per_s", summary.samples_per_second},
-                        {"best_test_acc", summary.best_test_accuracy}, {"interrupted", summary.interrupted}};
+  nlohmann::json record{{"event", "summary"},
+                        {"step", s.step},
+                        {"epoch", s.epochs_completed},
+                        {"wall_s", summary.wall_seconds},
+                        {"samples_per_s", summary.samples_per_second},
+                        {"best_test_acc", summary.best_test_accuracy},
+                        {"interrupted", summary.interrupted}};
   if (summary.final_eval) {
     record["final_test_acc"] = summary.final_eval->accuracy;
     record["final_test_loss"] = summary.final_eval->loss;

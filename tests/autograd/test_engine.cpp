@@ -2,14 +2,13 @@
 // two backward calls, in place into arena views, into a first gradient only when nothing else holds
 // it), NoGradGuard, and the errors for misuse. The first cases use tiny test-local nodes so the engine
 // is checked on its own; the last ones use ops.h.
-#include "support/catch.h"
-
 #include <memory>
 #include <vector>
 
 #include "opsnn/autograd/node.h"
 #include "opsnn/core/tensor.h"
 #include "opsnn/ops/ops.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 using autograd::Node;
@@ -22,8 +21,12 @@ Tensor zip(const Tensor& a, const Tensor& b, float (*combine)(float, float)) {
   for (size_t i = 0; i < x.size(); ++i) x[i] = combine(x[i], y[i]);
   return Tensor::from_vector(x, a.shape());
 }
-Tensor times(const Tensor& a, const Tensor& b) { return zip(a, b, [](float x, float y) { return x * y; }); }
-Tensor plus(const Tensor& a, const Tensor& b) { return zip(a, b, [](float x, float y) { return x + y; }); }
+Tensor times(const Tensor& a, const Tensor& b) {
+  return zip(a, b, [](float x, float y) { return x * y; });
+}
+Tensor plus(const Tensor& a, const Tensor& b) {
+  return zip(a, b, [](float x, float y) { return x + y; });
+}
 
 // c = a * b, counting its backward calls and recording whether release() ran.
 struct MulNode final : Node {
@@ -73,7 +76,9 @@ Tensor mul(const Tensor& a, const Tensor& b, int* calls = nullptr) {
   return autograd::record(times(a, b), node, {a, b});
 }
 
-Tensor add(const Tensor& a, const Tensor& b) { return autograd::record(plus(a, b), std::make_shared<AddNode>(), {a, b}); }
+Tensor add(const Tensor& a, const Tensor& b) {
+  return autograd::record(plus(a, b), std::make_shared<AddNode>(), {a, b});
+}
 
 // x passed through a KeepNode that will hand back `gradient`; the node is reachable as result.grad_fn().
 Tensor keep(const Tensor& x, Tensor gradient) {
@@ -287,8 +292,8 @@ TEST_CASE("ops: a residual block's input gets the sum of its branch and shortcut
   Tensor x = Tensor::from_vector<float>({1, -2, 3, 0.5f}, {4}).set_requires_grad(true);
   Tensor w = Tensor::from_vector<float>({0.5f, 2, -1, 3}, {4}).set_requires_grad(true);
   const Tensor seed = Tensor::ones({4});
-  for (float times : {1.0f, 2.0f}) {  // a second backward accumulates into the gradients of the first
-    Tensor input = ops::relu(ops::scale(x, 2.0));                 // [2, 0, 6, 1]
+  for (float times : {1.0f, 2.0f}) {               // a second backward accumulates into the gradients of the first
+    Tensor input = ops::relu(ops::scale(x, 2.0));  // [2, 0, 6, 1]
     Tensor out = ops::relu(ops::add(ops::mul(input, w), input));  // relu([3, 0, 0, 4])
     out.backward(seed);
     // d out / d input = relu'(s) (w + 1) = [1.5, 0, 0, 4]; d input / d x = 2 relu'(2x).

@@ -4,8 +4,6 @@
 // permutes, slices, broadcasts) and unaligned views, fill, and accumulate with alpha 1 (float math) and
 // other alphas (double math); plus FastDivider against plain division (on the host). The [cuda] cases
 // are skipped without a GPU.
-#include "support/catch.h"
-
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -19,8 +17,9 @@
 #include "opsnn/core/rng.h"
 #include "opsnn/core/tensor.h"
 #include "support/bit_patterns.h"
-#include "support/guarded_views.h"
+#include "support/catch.h"
 #include "support/cuda_test_support.h"
+#include "support/guarded_views.h"
 
 using namespace opsnn;
 using namespace opsnn::testing;
@@ -90,8 +89,8 @@ TEST_CASE("FastDivider divides like / for dividends and divisors below 2^31", "[
   int failures = 0;
   for (uint32_t d : divisors) {
     const FastDivider divider(d);
-    std::vector<uint32_t> dividends = {0, 1, d - 1, d, 0x7fffffffu, 0x7ffffffeu, 0x7fffffffu / d * d,
-                                       0x7fffffffu / d * d - 1};
+    std::vector<uint32_t> dividends = {
+        0, 1, d - 1, d, 0x7fffffffu, 0x7ffffffeu, 0x7fffffffu / d * d, 0x7fffffffu / d * d - 1};
     if (d < 0x40000000u) dividends.insert(dividends.end(), {d + 1, 2 * d - 1, 2 * d});
     for (int k = 0; k < 200; ++k) dividends.push_back(engine() % (FastDivider::kMaxDividend + 1u));
     for (uint32_t n : dividends) {
@@ -209,9 +208,9 @@ TEST_CASE("CUDA strided copies through DeviceServices: broadcasts and unaligned 
     for (int64_t count : kSizes) {
       const Tensor values = conversion_sample(count, DType::f32, engine);
       for (auto [source_shift, destination_shift] : {std::pair<int64_t, int64_t>{1, 1}, {3, 3}, {1, 2}, {0, 1}}) {
-        const std::string what = where("f32 -> dtype shifts " + std::to_string(source_shift) + "/" +
-                                           std::to_string(destination_shift),
-                                       dtype, count);
+        const std::string what =
+            where("f32 -> dtype shifts " + std::to_string(source_shift) + "/" + std::to_string(destination_shift),
+                  dtype, count);
         const GuardedView in = guarded_view(values, source_shift, kGpu);
         GuardedView out = guarded_view(Tensor::zeros({count}, dtype), destination_shift, kGpu);
         const int64_t one_dim[] = {count};

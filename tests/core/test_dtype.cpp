@@ -1,7 +1,5 @@
 // Tests of include/opsnn/core/half.h and dtype.h: f16/bf16 rounding (ties to even, subnormals,
 // overflow, NaN, inf) against an independent double-precision reference, and dtype name parsing.
-#include "support/catch.h"
-
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -11,6 +9,7 @@
 #include "opsnn/core/error.h"
 #include "opsnn/core/half.h"
 #include "opsnn/core/tensor.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 
@@ -64,18 +63,18 @@ TEST_CASE("f16 rounds ties to even in the normal range", "[core]") {
 }
 
 TEST_CASE("f16 subnormals: smallest, largest, and rounding into and out of the range", "[core]") {
-  CHECK(to_half(pow2(-24)) == 0x0001);                      // smallest subnormal
+  CHECK(to_half(pow2(-24)) == 0x0001);  // smallest subnormal
   CHECK(half_bits_to_float(0x0001) == pow2(-24));
-  CHECK(to_half(1023 * pow2(-24)) == 0x03ff);               // largest subnormal
+  CHECK(to_half(1023 * pow2(-24)) == 0x03ff);  // largest subnormal
   CHECK(half_bits_to_float(0x03ff) == 1023 * pow2(-24));
-  CHECK(to_half(pow2(-14)) == 0x0400);                      // smallest normal
+  CHECK(to_half(pow2(-14)) == 0x0400);  // smallest normal
   CHECK(half_bits_to_float(0x0400) == pow2(-14));
   // Ties at 2^-24 granularity round to even.
-  CHECK(to_half(pow2(-25)) == 0x0000);                      // half of the smallest subnormal -> 0
-  CHECK(to_half(-pow2(-25)) == 0x8000);                     // sign kept on the zero
-  CHECK(to_half(3 * pow2(-25)) == 0x0002);                  // 1.5 units -> 2
-  CHECK(to_half(5 * pow2(-25)) == 0x0002);                  // 2.5 units -> 2
-  CHECK(to_half(pow2(-25) + pow2(-40)) == 0x0001);          // just above the tie -> 1
+  CHECK(to_half(pow2(-25)) == 0x0000);              // half of the smallest subnormal -> 0
+  CHECK(to_half(-pow2(-25)) == 0x8000);             // sign kept on the zero
+  CHECK(to_half(3 * pow2(-25)) == 0x0002);          // 1.5 units -> 2
+  CHECK(to_half(5 * pow2(-25)) == 0x0002);          // 2.5 units -> 2
+  CHECK(to_half(pow2(-25) + pow2(-40)) == 0x0001);  // just above the tie -> 1
   CHECK(to_half(pow2(-25) - pow2(-40)) == 0x0000);
   // Rounding out of the subnormal range into the smallest normal: 1023.5 units is a tie, 0x3ff odd.
   CHECK(to_half(1023.5f * pow2(-24)) == 0x0400);
@@ -132,8 +131,8 @@ TEST_CASE("f16 and bf16 keep infinities and NaN with its sign", "[core]") {
 
 TEST_CASE("bf16 rounds ties to even and overflows to inf", "[core]") {
   CHECK(to_bf16(1.0f) == 0x3f80);
-  CHECK(to_bf16(1.0f + pow2(-8)) == 0x3f80);            // tie, 0x3f80 even
-  CHECK(to_bf16(1.0f + 3 * pow2(-8)) == 0x3f82);        // tie, 0x3f81 odd -> up
+  CHECK(to_bf16(1.0f + pow2(-8)) == 0x3f80);      // tie, 0x3f80 even
+  CHECK(to_bf16(1.0f + 3 * pow2(-8)) == 0x3f82);  // tie, 0x3f81 odd -> up
   CHECK(to_bf16(1.0f + pow2(-8) + pow2(-20)) == 0x3f81);
   CHECK(to_bf16(-(1.0f + 3 * pow2(-8))) == 0xbf82);
   // Largest finite bf16 is 0x7f7f; the tie above it (odd) rounds to inf, as does FLT_MAX.
@@ -183,7 +182,7 @@ TEST_CASE("float -> f16 and bf16 match a double-precision reference rounding", "
   for (int i = 0; i < 400000; ++i) {
     uint32_t bits = any_bits(engine);
     if (i % 2 == 0) bits = (bits & 0x807fffffu) | (half_exponents(engine) << 23);
-    if (i % 7 == 0) bits = (bits & 0xffffe000u) | 0x1000u;  // many exact ties at f16 precision
+    if (i % 7 == 0) bits = (bits & 0xffffe000u) | 0x1000u;   // many exact ties at f16 precision
     if (i % 11 == 0) bits = (bits & 0xffff0000u) | 0x8000u;  // exact ties at bf16 precision
     float value = bits_float(bits);
     if (std::isnan(value)) continue;

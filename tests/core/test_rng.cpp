@@ -1,7 +1,5 @@
 // Tests of include/opsnn/core/rng.h and the random tensor factories: Philox-4x32-10 against the
 // Random123 known answers, reproducible streams independent of the OpenMP thread count, moments.
-#include "support/catch.h"
-
 #include <omp.h>
 
 #include <algorithm>
@@ -14,6 +12,7 @@
 
 #include "opsnn/core/rng.h"
 #include "opsnn/core/tensor.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 

@@ -1,7 +1,5 @@
 // Tests of src/core/tensor.cpp, storage.cpp and device.cpp: factories, views, copies and dtype
 // conversions, error messages naming both sides, CPU alignment, rehome/set_data, Device parsing.
-#include "support/catch.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -13,6 +11,7 @@
 #include "opsnn/core/error.h"
 #include "opsnn/core/storage.h"
 #include "opsnn/core/tensor.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 
@@ -64,8 +63,8 @@ TEST_CASE("factory errors name the offending shape or count", "[core]") {
   CHECK_THROWS_AS(Tensor::empty({2, -1}), ShapeError);
   CHECK_THROWS_WITH(Tensor::empty({2, -1}), Catch::Contains("[2, -1]"));
   CHECK_THROWS_AS(Tensor::from_vector<float>({1, 2, 3}, {2, 2}), ShapeError);
-  CHECK_THROWS_WITH(Tensor::from_vector<float>({1, 2, 3}, {2, 2}), Catch::Contains("3 values") &&
-                                                                       Catch::Contains("[2, 2]"));
+  CHECK_THROWS_WITH(Tensor::from_vector<float>({1, 2, 3}, {2, 2}),
+                    Catch::Contains("3 values") && Catch::Contains("[2, 2]"));
   CHECK_THROWS_WITH(Tensor::zeros({2, 2}).item(), Catch::Contains("[2, 2]"));
 }
 
@@ -90,8 +89,7 @@ TEST_CASE("slice, select, transpose and permute are views sharing storage", "[co
   CHECK(sliced.storage() == base.storage());
   CHECK(sliced.offset() == 4);
   CHECK_FALSE(sliced.is_contiguous());
-  CHECK(sliced.to_vector<float>() ==
-        std::vector<float>{4, 5, 6, 7, 8, 9, 10, 11, 16, 17, 18, 19, 20, 21, 22, 23});
+  CHECK(sliced.to_vector<float>() == std::vector<float>{4, 5, 6, 7, 8, 9, 10, 11, 16, 17, 18, 19, 20, 21, 22, 23});
   Tensor rows = base.slice(0, 1, 2);
   CHECK(rows.is_contiguous());
   CHECK(rows.offset() == 12);
@@ -181,8 +179,7 @@ TEST_CASE("to(dtype) converts between every pair of dtypes", "[core]") {
       CHECK(converted.to_vector<double>() == values);
       CHECK(converted.same(source) == (from == to));
       // A strided source converts too.
-      CHECK(source.transpose(0, 1).to(to).to_vector<double>() ==
-            std::vector<double>{0, 100, 1, 7, 2, 255, 3, 128});
+      CHECK(source.transpose(0, 1).to(to).to_vector<double>() == std::vector<double>{0, 100, 1, 7, 2, 255, 3, 128});
     }
   }
   // Negative values for the signed types, and the C++ truncation toward zero for float -> int.
@@ -205,7 +202,8 @@ TEST_CASE("floating -> integer copies saturate and take NaN to 0; fills refuse w
   const std::vector<double> values{nan, inf, -inf, 1e20, -1e20, -5.0, 300.7, -0.9, 255.9, 2147483647.9, -2147483648.9};
   for (DType from : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
     INFO("from " << dtype_name(from));
-    const Tensor source = Tensor::from_vector<double>(values, {static_cast<int64_t>(values.size())}, DType::f64).to(from);
+    const Tensor source =
+        Tensor::from_vector<double>(values, {static_cast<int64_t>(values.size())}, DType::f64).to(from);
     const std::vector<double> exact = source.to_vector<double>();  // the values as rounded into `from`
     for (DType to : {DType::u8, DType::i32, DType::i64}) {
       INFO("to " << dtype_name(to));
@@ -227,8 +225,9 @@ TEST_CASE("floating -> integer copies saturate and take NaN to 0; fills refuse w
         std::vector<int32_t>{std::numeric_limits<int32_t>::max()});
 
   // A fill is one value the caller chose: no integer stands for it, so it is refused, naming both.
-  CHECK_THROWS_MATCHES(Tensor::full({2}, inf, DType::i64), TypeError,
-                       Catch::Message("fill: value inf is not representable as i64 (NaN, infinite or out of its range)"));
+  CHECK_THROWS_MATCHES(
+      Tensor::full({2}, inf, DType::i64), TypeError,
+      Catch::Message("fill: value inf is not representable as i64 (NaN, infinite or out of its range)"));
   CHECK_THROWS_AS(Tensor::full({2}, nan, DType::i32), TypeError);
   CHECK_THROWS_AS(Tensor::full({2}, -1.0, DType::u8), TypeError);
   CHECK_THROWS_AS(Tensor::full({2}, 256.0, DType::u8), TypeError);
@@ -302,8 +301,8 @@ TEST_CASE("add_ accumulates with alpha and names both sides on mismatch", "[core
   CHECK(matrix.to_vector<float>() == std::vector<float>{1, 3, 2, 4});
 
   CHECK_THROWS_AS(a.add_(Tensor::ones({4})), ShapeError);
-  CHECK_THROWS_WITH(a.add_(Tensor::ones({4})), Catch::Contains("add_") && Catch::Contains("[3]") &&
-                                                   Catch::Contains("[4]"));
+  CHECK_THROWS_WITH(a.add_(Tensor::ones({4})),
+                    Catch::Contains("add_") && Catch::Contains("[3]") && Catch::Contains("[4]"));
   CHECK_THROWS_AS(a.add_(Tensor::ones({3}, DType::f64)), TypeError);
   CHECK_THROWS_WITH(a.add_(Tensor::ones({3}, DType::f64)), Catch::Contains("f32") && Catch::Contains("f64"));
   CHECK_THROWS_AS(Tensor::ones({3}, DType::i32).add_(Tensor::ones({3}, DType::i32)), TypeError);
@@ -424,8 +423,8 @@ TEST_CASE("Device::parse accepts cpu, cuda and cuda:N and names bad text", "[cor
   for (const char* bad : {"gpu", "CPU", "cuda:", "cuda:-1", "cuda:x", "cuda:1a", "cuda:0:1", "", " cpu"}) {
     INFO("text '" << bad << "'");
     CHECK_THROWS_AS(Device::parse(bad), DeviceError);
-    CHECK_THROWS_WITH(Device::parse(bad), Catch::Contains(std::string("'") + bad + "'") &&
-                                              Catch::Contains("cpu, cuda, cuda:N"));
+    CHECK_THROWS_WITH(Device::parse(bad),
+                      Catch::Contains(std::string("'") + bad + "'") && Catch::Contains("cpu, cuda, cuda:N"));
   }
 }
 

@@ -1,7 +1,6 @@
 // BatchPool: buffers are reused rather than reallocated, batches held at the same time never share memory
 // (across threads too), a buffer waits for the copies reading it before taking another batch, and batches
 // outlive their pool. Run on pageable memory; the [cuda] tests in test_device_loader.cpp cover pinned.
-#include "support/catch.h"
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -12,6 +11,7 @@
 #include <vector>
 
 #include "opsnn/data/batch_pool.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 using namespace opsnn::data;

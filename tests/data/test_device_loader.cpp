@@ -2,7 +2,6 @@
 // copy stream that records what it is asked, yields the plain loader's batches and positions (epoch ends,
 // seek, errors included) and orders every upload as device_loader.cpp promises; tagged [cuda], real
 // uploads of pinned batches to a GPU give the same values and leave the pinned pool at its reserve.
-#include "support/catch.h"
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -11,6 +10,7 @@
 
 #include "opsnn/core/error.h"
 #include "opsnn/data/device_loader.h"
+#include "support/catch.h"
 #include "support/index_dataset.h"
 
 using namespace opsnn;

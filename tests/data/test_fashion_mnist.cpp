@@ -3,7 +3,6 @@
 #include <zlib.h>
 
 #include <algorithm>
-#include "support/catch.h"
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -14,6 +13,7 @@
 #include "opsnn/core/error.h"
 #include "opsnn/data/fashion_mnist.h"
 #include "opsnn/data/idx.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 using namespace opsnn::data;
@@ -32,7 +32,8 @@ struct TempDir {
   fs::path path;
   TempDir() {
     static int counter = 0;
-    path = fs::temp_directory_path() / ("opsnn-data-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    path =
+        fs::temp_directory_path() / ("opsnn-data-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
     fs::remove_all(path);
     fs::create_directories(path);
   }
@@ -94,7 +95,8 @@ void put_u32(std::vector<uint8_t>& bytes, uint32_t value) {
   for (int shift = 24; shift >= 0; shift -= 8) bytes.push_back(static_cast<uint8_t>(value >> shift));
 }
 
-std::vector<uint8_t> idx_images(uint32_t count, uint32_t rows = 28, uint32_t cols = 28, uint32_t magic = kIdxImagesMagic) {
+std::vector<uint8_t> idx_images(uint32_t count, uint32_t rows = 28, uint32_t cols = 28,
+                                uint32_t magic = kIdxImagesMagic) {
   std::vector<uint8_t> bytes;
   put_u32(bytes, magic);
   put_u32(bytes, count);
@@ -250,8 +252,8 @@ TEST_CASE("Fashion-MNIST: corrupted files give DataError with file and offset", 
                Catch::Contains("train-images-idx3-ubyte.gz: unexpected extra data at byte 3936 of the decompressed "
                                "stream (more than ") &&
                    Catch::Contains("decompression stopped there; the header promises 3936)"));
-    FileBytes start = read_file_bytes(dir.file("train-images-idx3-ubyte.gz"),
-                                      {16, [](const uint8_t*) -> uint64_t { return 3936; }});
+    FileBytes start =
+        read_file_bytes(dir.file("train-images-idx3-ubyte.gz"), {16, [](const uint8_t*) -> uint64_t { return 3936; }});
     CHECK(start.stopped);
     CHECK(start.bytes.size() == 3937);
     // The labels file the same way.
@@ -273,8 +275,8 @@ TEST_CASE("Fashion-MNIST: corrupted files give DataError with file and offset", 
   }
   SECTION("missing root") {
     const std::string root = dir.file("no-such-folder");
-    CHECK_THAT(error_of(root), Catch::Contains("data root '" + root + "' does not exist") &&
-                                   Catch::Contains("dataset-fashion-mnist"));
+    CHECK_THAT(error_of(root),
+               Catch::Contains("data root '" + root + "' does not exist") && Catch::Contains("dataset-fashion-mnist"));
   }
 }
 
@@ -300,7 +302,8 @@ TEST_CASE("Fashion-MNIST: plain uncompressed IDX files read, and their size is c
     bytes.resize(10);
     write_bytes(dir.file("train-images-idx3-ubyte"), bytes);
     CHECK_THAT(error_of(dir.path.string()),
-               Catch::Contains("train-images-idx3-ubyte: truncated at byte 10 of the file, the IDX images header needs 16 bytes"));
+               Catch::Contains(
+                   "train-images-idx3-ubyte: truncated at byte 10 of the file, the IDX images header needs 16 bytes"));
   }
 }
 

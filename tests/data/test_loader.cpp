@@ -1,6 +1,5 @@
 // DataLoader: epoch order, drop_last, eval mode, resume from a saved position, worker-count independence,
 // exceptions crossing from the prefetch threads to the consumer, and pinned batches (tagged [cuda]).
-#include "support/catch.h"
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -11,6 +10,7 @@
 #include "opsnn/core/error.h"
 #include "opsnn/data/loader.h"
 #include "opsnn/data/synthetic.h"
+#include "support/catch.h"
 #include "support/index_dataset.h"
 
 using namespace opsnn;
@@ -55,8 +55,8 @@ TEST_CASE("DataLoader: each shuffled epoch is a permutation, reproducible from t
   std::vector<int64_t> sorted = flat;
   std::sort(sorted.begin(), sorted.end());
   for (int64_t i = 0; i < 103; ++i) REQUIRE(sorted[static_cast<size_t>(i)] == i);
-  REQUIRE(flat != sorted);      // actually shuffled
-  REQUIRE(epoch0 != epoch1);    // a new order every epoch
+  REQUIRE(flat != sorted);    // actually shuffled
+  REQUIRE(epoch0 != epoch1);  // a new order every epoch
   REQUIRE(one_epoch(again) == epoch0);
   REQUIRE(one_epoch(again) == epoch1);
   REQUIRE(one_epoch(other_seed) != epoch0);
@@ -151,7 +151,11 @@ TEST_CASE("DataLoader: position moves through epochs; a restored loader yields e
   int end_markers = 0;
   for (int i = 0; i < 12; ++i) {  // crosses the end of epoch 1 into epoch 2
     auto batch = original.next();
-    if (!batch) { ++end_markers; expected.push_back({}); continue; }
+    if (!batch) {
+      ++end_markers;
+      expected.push_back({});
+      continue;
+    }
     REQUIRE(batch->epoch == (i < 5 ? 1 : 2));
     expected.push_back(indices_of(*batch));
   }

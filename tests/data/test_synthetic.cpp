@@ -1,6 +1,5 @@
 // Synthetic datasets and augmentation: determinism, learnable image classes, and the CTR dataset's
 // planted ground truth (labels follow the true probabilities; the Bayes loss beats the base rate).
-#include "support/catch.h"
 #include <cmath>
 #include <cstdint>
 #include <set>
@@ -9,6 +8,7 @@
 #include "opsnn/core/error.h"
 #include "opsnn/data/synthetic.h"
 #include "opsnn/data/transforms.h"
+#include "support/catch.h"
 #include "support/sanitizers.h"
 
 using namespace opsnn;
@@ -55,9 +55,15 @@ TEST_CASE("SyntheticImages: deterministic per index, any shape, learnable classe
       for (int64_t j = 0; j < 360; ++j) {
         const double d = images[i * 360 + j] - patterns[static_cast<size_t>(c)][static_cast<size_t>(j)];
         distance += d * d;
-        if (c == label) { noise_sum += d; noise_squares += d * d; }
+        if (c == label) {
+          noise_sum += d;
+          noise_squares += d * d;
+        }
       }
-      if (distance < best_distance) { best_distance = distance; best = c; }
+      if (distance < best_distance) {
+        best_distance = distance;
+        best = c;
+      }
     }
     correct += best == label;
   }
@@ -168,7 +174,8 @@ TEST_CASE("Synthetic datasets refuse sizes whose products or sums wrap int64", "
   // Vocabularies summing past int64 wrapped to a small total: weights sized for it, offsets beyond it.
   SyntheticCtrOptions ctr;
   ctr.vocab_sizes = {INT64_MAX, INT64_MAX, 3};
-  CHECK_THROWS_WITH(SyntheticCtr(ctr), Catch::Contains("ctr vocab_sizes total more values than int64 can count (at field 1)"));
+  CHECK_THROWS_WITH(SyntheticCtr(ctr),
+                    Catch::Contains("ctr vocab_sizes total more values than int64 can count (at field 1)"));
 }
 
 TEST_CASE("Synthetic datasets refuse NaN and infinite parameters with a ConfigError naming them", "[data]") {
@@ -178,13 +185,15 @@ TEST_CASE("Synthetic datasets refuse NaN and infinite parameters with a ConfigEr
   CHECK_THROWS_MATCHES(SyntheticCtr(ctr), ConfigError, Catch::Message("ctr bias must be finite, got nan"));
   ctr.bias = -1.0;
   ctr.weight_scale = INFINITY;
-  CHECK_THROWS_MATCHES(SyntheticCtr(ctr), ConfigError, Catch::Message("ctr weight_scale must be finite and >= 0, got inf"));
+  CHECK_THROWS_MATCHES(SyntheticCtr(ctr), ConfigError,
+                       Catch::Message("ctr weight_scale must be finite and >= 0, got inf"));
   ctr.weight_scale = 0.5;
   ctr.value_skew = INFINITY;
   CHECK_THROWS_AS(SyntheticCtr(ctr), ConfigError);
   SyntheticImageOptions images;
   images.noise = INFINITY;
-  CHECK_THROWS_MATCHES(SyntheticImages(images), ConfigError, Catch::Message("synthetic noise must be finite and >= 0, got inf"));
+  CHECK_THROWS_MATCHES(SyntheticImages(images), ConfigError,
+                       Catch::Message("synthetic noise must be finite and >= 0, got inf"));
 }
 
 TEST_CASE("Augmentation helpers refuse bad counts and shapes with opsnn errors, not std:: ones", "[data]") {
@@ -205,8 +214,9 @@ TEST_CASE("Augmentation helpers refuse bad counts and shapes with opsnn errors, 
   huge.width = int64_t{1} << 10;
   SyntheticImages dataset(huge);
   CHECK_THROWS_AS(dataset.class_pattern(0), ShapeError);
-  CHECK_THROWS_WITH(dataset.class_pattern(0),
-                    Catch::Contains("synthetic image shape 1073741824 x 1024 x 1024: cannot allocate its class pattern"));
+  CHECK_THROWS_WITH(
+      dataset.class_pattern(0),
+      Catch::Contains("synthetic image shape 1073741824 x 1024 x 1024: cannot allocate its class pattern"));
 }
 
 TEST_CASE("augment_batch: inputs must be a contiguous f32 CPU [B, C, H, W] batch of the dataset's samples", "[data]") {

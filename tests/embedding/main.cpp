@@ -1,12 +1,12 @@
 // An embedding program: loads a training config, trains a few steps through opsnn::train::Trainer, saves a
 // checkpoint and prints its folder. Built against the installed opsnn package by the [embed] test.
+#include <opsnn/train/config.h>
+#include <opsnn/train/trainer.h>
+
 #include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <string>
-
-#include <opsnn/train/config.h>
-#include <opsnn/train/trainer.h>
 
 int main(int argc, char** argv) {
   if (argc != 4) {

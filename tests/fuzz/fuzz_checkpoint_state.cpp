@@ -2,9 +2,8 @@
 // itself with a CRC of its content, so almost every mutation would stop at that first check; each input
 // is therefore read twice: as given (the JSON parser and the CRC check), and, when it is a JSON object,
 // with its state_crc32 recomputed, so the field checks behind the CRC are fuzzed too.
-#include <nlohmann/json.hpp>
-
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "fuzz_support.h"

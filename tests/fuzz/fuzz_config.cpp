@@ -22,7 +22,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
   opsnn::train::TrainConfig config;
-  if (!opsnn::fuzz::expect_clean_refusal([&] { config = opsnn::train::load_config_text(yaml, "fuzz.yaml", overrides); }))
+  if (!opsnn::fuzz::expect_clean_refusal(
+          [&] { config = opsnn::train::load_config_text(yaml, "fuzz.yaml", overrides); }))
     return 0;
   // An accepted config survives its own round trip (emit_config promises load(emit(c)) == c; the run
   // name stays: emit writes it out).

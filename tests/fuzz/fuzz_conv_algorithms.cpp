@@ -4,8 +4,7 @@
 #include "opsnn/ops/backend.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  opsnn::fuzz::expect_clean_refusal([&] {
-    opsnn::ops::load_conv_algorithms(opsnn::fuzz::as_text(data, size), "conv_algorithms.json");
-  });
+  opsnn::fuzz::expect_clean_refusal(
+      [&] { opsnn::ops::load_conv_algorithms(opsnn::fuzz::as_text(data, size), "conv_algorithms.json"); });
   return 0;
 }

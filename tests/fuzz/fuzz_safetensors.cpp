@@ -8,9 +8,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   opsnn::train::SafetensorsContents contents;
-  if (!opsnn::fuzz::expect_clean_refusal([&] {
-        contents = opsnn::train::decode_safetensors(opsnn::fuzz::as_text(data, size), "fuzz.safetensors");
-      }))
+  if (!opsnn::fuzz::expect_clean_refusal(
+          [&] { contents = opsnn::train::decode_safetensors(opsnn::fuzz::as_text(data, size), "fuzz.safetensors"); }))
     return 0;
   // What the decoder accepted encodes again, and that encoding decodes to the same tensors.
   opsnn::fuzz::expect_success([&] {

@@ -1,11 +1,10 @@
 // Tests of the model zoo: parameter counts against torchvision's, names, output shapes, backward reaching
 // every parameter, zero-init of residual BatchNorms, the registry's errors.
-#include "support/catch.h"
-
 #include "opsnn/core/error.h"
 #include "opsnn/models/models.h"
 #include "opsnn/nn/layers.h"
 #include "opsnn/ops/ops.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 using models::ModelOptions;
@@ -103,7 +102,8 @@ TEST_CASE("model registry errors list the known models", "[models]") {
   bad_stem.stem = "tiny";
   CHECK_THROWS_WITH(models::build_model(bad_stem, generator), Catch::Contains("model.stem"));
   CHECK_THROWS_AS(models::register_model("nothing", nullptr), ConfigError);
-  models::register_model("returns_nothing", [](const ModelOptions&, Generator&) { return std::shared_ptr<nn::Module>(); });
+  models::register_model("returns_nothing",
+                         [](const ModelOptions&, Generator&) { return std::shared_ptr<nn::Module>(); });
   CHECK_THROWS_WITH(models::build_model(options_for("returns_nothing"), generator),
                     Catch::Contains("returns_nothing") && Catch::Contains("returned no model"));
 }

@@ -4,8 +4,6 @@
 // GPU ([cuda], skipped without one): each layout is as close to the CPU in strict f32 as the network's
 // own rounding noise allows (measured on the CPU by perturbing the weights), and the two layouts agree
 // in bf16 mixed precision (loosely).
-#include "support/catch.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -15,6 +13,7 @@
 
 #include "opsnn/models/models.h"
 #include "opsnn/ops/ops.h"
+#include "support/catch.h"
 #include "support/cuda_test_support.h"
 
 using namespace opsnn;
@@ -53,7 +52,8 @@ StepResult train_step(models::ModelOptions options, bool channels_last, const Te
     REQUIRE(tensor.grad().defined());
     result.grads.emplace_back(name, tensor.grad().to_vector<float>());
   }
-  for (const auto& [name, tensor] : model->named_buffers()) result.buffers.emplace_back(name, tensor.to_vector<float>());
+  for (const auto& [name, tensor] : model->named_buffers())
+    result.buffers.emplace_back(name, tensor.to_vector<float>());
   return result;
 }
 
@@ -125,8 +125,8 @@ void require_within_noise(const StepResult& gpu, const StepResult& reference, co
   auto check = [&](const std::vector<float>& mine, const std::vector<float>& exact, double tensor_noise,
                    const std::string& what) {
     const double error = relative_error(mine, exact), bound = factor * tensor_noise + floor;
-    INFO(layout << " " << what << ": error " << error << " of the largest magnitude; rounding noise "
-                << tensor_noise << ", bound " << bound);
+    INFO(layout << " " << what << ": error " << error << " of the largest magnitude; rounding noise " << tensor_noise
+                << ", bound " << bound);
     CHECK(error <= bound);
   };
   size_t k = 0;
@@ -147,8 +147,7 @@ void require_same_step(const StepResult& channels_last, const StepResult& nchw, 
   }
   REQUIRE(channels_last.buffers.size() == nchw.buffers.size());
   for (size_t i = 0; i < nchw.buffers.size(); ++i)
-    require_close_relative(channels_last.buffers[i].second, nchw.buffers[i].second, tolerance,
-                           nchw.buffers[i].first);
+    require_close_relative(channels_last.buffers[i].second, nchw.buffers[i].second, tolerance, nchw.buffers[i].first);
 }
 
 // RGB ResNet options: `arch` at base width `width` with the given stem.
@@ -182,8 +181,8 @@ TEST_CASE("channels-last resnet50 (bottleneck blocks, imagenet stem) equals the 
 TEST_CASE("CUDA channels-last resnet equals the NCHW one: f32 closely, bf16 loosely", "[cuda][models]") {
   if (testing::gpu_missing("the CUDA channels-last ResNet test")) return;
   Generator generator(7);
-  for (const models::ModelOptions& options : {resnet_options("resnet18", 16, "cifar"),
-                                              resnet_options("resnet50", 8, "imagenet")}) {
+  for (const models::ModelOptions& options :
+       {resnet_options("resnet18", 16, "cifar"), resnet_options("resnet50", 8, "imagenet")}) {
     INFO(options.arch);
     const Tensor images = Tensor::normal({4, 3, 32, 32}, 0.0, 1.0, generator);
     const Tensor target = Tensor::from_vector<int64_t>({1, 9, 4, 0}, {4});

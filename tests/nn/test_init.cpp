@@ -1,12 +1,11 @@
 // Tests of src/nn/init.cpp and the layers' default initialisation: sample statistics against theory,
 // fan computation, gains, in-place writes that keep storage, and seed reproducibility.
-#include "support/catch.h"
-
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "opsnn/nn/nn.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 using namespace opsnn::nn;

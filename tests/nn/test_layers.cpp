@@ -1,8 +1,6 @@
 // Tests of src/nn/layers.cpp: forward values and shapes, backward reaching every parameter with its
 // shape, BatchNorm train/eval behaviour through the module tree, channels-last Conv2d / BatchNorm2d,
 // Embedding's sparse gradients.
-#include "support/catch.h"
-
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -11,6 +9,7 @@
 #include "opsnn/autograd/node.h"
 #include "opsnn/nn/nn.h"
 #include "opsnn/ops/ops.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 using namespace opsnn::nn;
@@ -71,8 +70,8 @@ TEST_CASE("Conv2d output shapes follow stride and padding; gradients reach weigh
   std::vector<float> values = ones_conv(Tensor::ones({1, 2, 4, 4})).to_vector<float>();
   CHECK(values[5] == 18.0f);  // interior
   CHECK(values[0] == 8.0f);   // corner: 2 x 2 x 2 inside the padding
-  CHECK_THROWS_WITH(conv(Tensor::zeros({1, 2, 8, 8})), Catch::Contains("Conv2d") && Catch::Contains("[1, 2, 8, 8]") &&
-                                                           Catch::Contains("[N, 3, H, W]"));
+  CHECK_THROWS_WITH(conv(Tensor::zeros({1, 2, 8, 8})),
+                    Catch::Contains("Conv2d") && Catch::Contains("[1, 2, 8, 8]") && Catch::Contains("[N, 3, H, W]"));
 }
 
 TEST_CASE("BatchNorm2d uses batch statistics in training and running ones in eval", "[nn]") {

@@ -1,12 +1,11 @@
 // Tests of src/nn/module.cpp and sequential.cpp: registration and dotted names in order, train/eval,
 // in-place device moves and zero_grad that keep handles (so arena views survive), state dicts.
-#include "support/catch.h"
-
 #include <memory>
 #include <set>
 #include <vector>
 
 #include "opsnn/nn/nn.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 using namespace opsnn::nn;
@@ -122,7 +121,7 @@ TEST_CASE("registration refuses a submodule that already contains the parent (a 
   // Each of these closed a loop that named_parameters() and forward() followed until the stack overflowed.
   CHECK_THROWS_WITH(inner->push_back(outer), Catch::Contains("already contains this module"));
   CHECK_THROWS_WITH(middle->push_back(outer), Catch::Contains("cycle"));
-  CHECK(inner->named_modules().empty());  // nothing registered
+  CHECK(inner->named_modules().empty());      // nothing registered
   CHECK(outer->named_modules().size() == 2);  // middle, inner
   // Sharing a module in two places is no cycle.
   auto shared = std::make_shared<ReLU>();
@@ -344,13 +343,13 @@ TEST_CASE("options have chained setters and modules print as a tree", "[nn]") {
 
 TEST_CASE("layer options are validated with the layer named", "[nn]") {
   Generator generator(15);
-  CHECK_THROWS_WITH(Conv2d(Conv2dOptions(3, 4, 0), generator), Catch::Contains("Conv2d") &&
-                                                                   Catch::Contains("kernel_size"));
+  CHECK_THROWS_WITH(Conv2d(Conv2dOptions(3, 4, 0), generator),
+                    Catch::Contains("Conv2d") && Catch::Contains("kernel_size"));
   CHECK_THROWS_WITH(Conv2d(Conv2dOptions(3, 4, 3).padding(-1), generator), Catch::Contains("padding"));
   CHECK_THROWS_WITH(Linear(0, 4, generator), Catch::Contains("in_features"));
   CHECK_THROWS_WITH(BatchNorm2d(BatchNorm2dOptions(4).momentum(2.0)), Catch::Contains("momentum"));
-  CHECK_THROWS_WITH(MaxPool2d(MaxPool2dOptions(2).padding(2)), Catch::Contains("MaxPool2d") &&
-                                                                   Catch::Contains("padding"));
+  CHECK_THROWS_WITH(MaxPool2d(MaxPool2dOptions(2).padding(2)),
+                    Catch::Contains("MaxPool2d") && Catch::Contains("padding"));
   CHECK_THROWS_WITH(Embedding(EmbeddingOptions(0, 4), generator), Catch::Contains("num_embeddings"));
   // Sequential names must stay unique.
   Sequential sequential;

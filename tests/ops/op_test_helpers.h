@@ -2,8 +2,6 @@
 // GPU tensor for device-mismatch checks where a GPU exists, and value comparisons.
 #pragma once
 
-#include "support/catch.h"
-
 #include <cmath>
 #include <memory>
 #include <string>
@@ -11,6 +9,7 @@
 
 #include "opsnn/core/rng.h"
 #include "opsnn/core/tensor.h"
+#include "support/catch.h"
 #include "support/gradcheck.h"
 
 namespace opsnn::testing {
@@ -64,7 +63,8 @@ inline void require_gradcheck(const std::function<Tensor(const std::vector<Tenso
 }
 
 // Runs fn, requires it to throw ErrorType, and returns the message for further checks.
-template <typename ErrorType, typename Fn> std::string require_throws(Fn&& fn) {
+template <typename ErrorType, typename Fn>
+std::string require_throws(Fn&& fn) {
   try {
     fn();
   } catch (const ErrorType& error) {

@@ -2,14 +2,13 @@
 // (src/ops/conv.cpp, src/ops/norm.cpp, src/ops/cpu/conv.cpp): each equals its NCHW form on permuted
 // operands, values and every gradient (and the running statistics); finite-difference gradients in f64;
 // shape errors name the channels-last layout.
-#include "support/catch.h"
-
 #include <string>
 #include <vector>
 
 #include "ops/op_test_helpers.h"
 #include "opsnn/core/rng.h"
 #include "opsnn/ops/ops.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 using namespace opsnn::testing;
@@ -81,20 +80,22 @@ TEST_CASE("channels-last conv2d gradients match finite differences", "[ops][conv
   Generator generator(62);
   for (int64_t stride : {1, 2}) {
     const ops::Conv2dGeometry g = geometry_of(stride, 1, true);
-    require_gradcheck([&](const std::vector<Tensor>& in) { return ops::conv2d(in[0], in[1], in[2], g); },
-                      {random_leaf({2, 5, 4, 3}, generator), random_leaf({2, 3, 3, 3}, generator),
-                       random_leaf({2}, generator)});
+    require_gradcheck(
+        [&](const std::vector<Tensor>& in) { return ops::conv2d(in[0], in[1], in[2], g); },
+        {random_leaf({2, 5, 4, 3}, generator), random_leaf({2, 3, 3, 3}, generator), random_leaf({2}, generator)});
   }
 }
 
 TEST_CASE("channels-last conv2d errors speak of the NHWC layout", "[ops][conv]") {
   const Tensor weight = Tensor::zeros({4, 3, 3, 3});
   // An NCHW-shaped input ([N, C, H, W] with C = 3) read as NHWC has 5 channels.
-  std::string message = require_throws<ShapeError>(
-      [&] { ops::conv2d(Tensor::zeros({2, 3, 5, 5}), weight, Tensor(), geometry_of(1, 1, true)); });
+  std::string message = require_throws<ShapeError>([&] {
+    ops::conv2d(Tensor::zeros({2, 3, 5, 5}), weight, Tensor(), geometry_of(1, 1, true));
+  });
   CHECK_THAT(message, Catch::Contains("[N, H, W, C]") && Catch::Contains("5 channels"));
-  message = require_throws<ShapeError>(
-      [&] { ops::conv2d(Tensor::zeros({2, 5, 3}), weight, Tensor(), geometry_of(1, 1, true)); });
+  message = require_throws<ShapeError>([&] {
+    ops::conv2d(Tensor::zeros({2, 5, 3}), weight, Tensor(), geometry_of(1, 1, true));
+  });
   CHECK_THAT(message, Catch::Contains("[N, H, W, C]"));
   // The same tensor is a valid NCHW input.
   CHECK(ops::conv2d(Tensor::zeros({2, 3, 5, 5}), weight, Tensor(), geometry_of(1, 1, false)).shape() ==
@@ -169,13 +170,13 @@ TEST_CASE("channels-last batch_norm checks its channel axis", "[ops][batch_norm]
   Tensor running_mean = Tensor::zeros({3}), running_var = Tensor::ones({3});
   // [2, 3, 4, 5] has 5 channels channels-last: the 3-channel statistics do not match.
   const std::string message = require_throws<ShapeError>([&] {
-    ops::batch_norm(Tensor::zeros({2, 3, 4, 5}), Tensor::ones({3}), Tensor::zeros({3}), running_mean, running_var,
-                    true, 0.1, 1e-5, true);
+    ops::batch_norm(Tensor::zeros({2, 3, 4, 5}), Tensor::ones({3}), Tensor::zeros({3}), running_mean, running_var, true,
+                    0.1, 1e-5, true);
   });
   CHECK_THAT(message, Catch::Contains("[3]") && Catch::Contains("5"));
-  CHECK_THAT(require_throws<ShapeError>([&] {
-               ops::batch_norm(Tensor::zeros({0, 3}), Tensor(), Tensor(), running_mean, running_var, true, 0.1, 1e-5,
-                               true);
-             }),
-             Catch::Contains("channels_last"));
+  CHECK_THAT(
+      require_throws<ShapeError>([&] {
+        ops::batch_norm(Tensor::zeros({0, 3}), Tensor(), Tensor(), running_mean, running_var, true, 0.1, 1e-5, true);
+      }),
+      Catch::Contains("channels_last"));
 }

@@ -1,17 +1,16 @@
 // Tests of ops::conv2d (src/ops/conv.cpp, src/ops/cpu/conv.cpp): values against a direct loop
 // reference, f32 against f64, finite-difference gradients for many geometries, and argument errors.
-#include "support/catch.h"
-
 #include <omp.h>
 
 #include <cmath>
 #include <utility>
 #include <vector>
 
+#include "ops/op_test_helpers.h"
 #include "opsnn/autograd/node.h"
 #include "opsnn/core/rng.h"
 #include "opsnn/ops/ops.h"
-#include "ops/op_test_helpers.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 using namespace opsnn::testing;
@@ -98,11 +97,9 @@ struct ConvCase {
 const std::vector<ConvCase> kCases = {
     {{2, 3, 5, 6}, {4, 3, 1, 1}, geometry(1, 1, 0, 0), true},   // pointwise (direct GEMM)
     {{1, 3, 5, 6}, {2, 3, 1, 1}, geometry(2, 2, 0, 0), false},  // 1x1 stride 2
-    {{2, 2, 6, 5}, {3, 2, 3, 3}, geometry(1, 1, 1, 1), true},
-    {{3, 2, 7, 7}, {2, 2, 3, 3}, geometry(2, 2, 1, 1), true},
-    {{1, 2, 8, 7}, {3, 2, 5, 5}, geometry(1, 2, 2, 1), false},
-    {{2, 1, 9, 8}, {2, 1, 7, 7}, geometry(2, 2, 3, 3), true},
-    {{2, 2, 6, 9}, {2, 2, 3, 5}, geometry(1, 3, 0, 2), true},   // non-square kernel, asymmetric geometry
+    {{2, 2, 6, 5}, {3, 2, 3, 3}, geometry(1, 1, 1, 1), true},  {{3, 2, 7, 7}, {2, 2, 3, 3}, geometry(2, 2, 1, 1), true},
+    {{1, 2, 8, 7}, {3, 2, 5, 5}, geometry(1, 2, 2, 1), false}, {{2, 1, 9, 8}, {2, 1, 7, 7}, geometry(2, 2, 3, 3), true},
+    {{2, 2, 6, 9}, {2, 2, 3, 5}, geometry(1, 3, 0, 2), true},  // non-square kernel, asymmetric geometry
     {{1, 2, 5, 4}, {2, 2, 2, 4}, geometry(3, 1, 1, 0), false},
 };
 
@@ -113,8 +110,8 @@ TEST_CASE("conv2d forward matches a direct loop reference", "[ops]") {
   for (const ConvCase& c : kCases) {
     Tensor input = random_input(c.input, ++seed), weight = random_input(c.weight, ++seed);
     Tensor bias = c.bias ? random_input({c.weight[0]}, ++seed) : Tensor();
-    INFO("input " << shape_str(c.input) << " weight " << shape_str(c.weight) << " stride " << c.geometry.stride_h
-                  << "x" << c.geometry.stride_w << " pad " << c.geometry.pad_h << "x" << c.geometry.pad_w);
+    INFO("input " << shape_str(c.input) << " weight " << shape_str(c.weight) << " stride " << c.geometry.stride_h << "x"
+                  << c.geometry.stride_w << " pad " << c.geometry.pad_h << "x" << c.geometry.pad_w);
     Tensor out = ops::conv2d(input, weight, bias, c.geometry);
     const int64_t out_h = (c.input[2] + 2 * c.geometry.pad_h - c.weight[2]) / c.geometry.stride_h + 1;
     const int64_t out_w = (c.input[3] + 2 * c.geometry.pad_w - c.weight[3]) / c.geometry.stride_w + 1;
@@ -132,8 +129,8 @@ TEST_CASE("conv2d forward matches a direct loop reference", "[ops]") {
 TEST_CASE("conv2d gradients match finite differences", "[ops]") {
   uint64_t seed = 100;
   for (const ConvCase& c : kCases) {
-    INFO("input " << shape_str(c.input) << " weight " << shape_str(c.weight) << " stride " << c.geometry.stride_h
-                  << "x" << c.geometry.stride_w << " pad " << c.geometry.pad_h << "x" << c.geometry.pad_w);
+    INFO("input " << shape_str(c.input) << " weight " << shape_str(c.weight) << " stride " << c.geometry.stride_h << "x"
+                  << c.geometry.stride_w << " pad " << c.geometry.pad_h << "x" << c.geometry.pad_w);
     std::vector<Tensor> inputs = {random_input(c.input, ++seed), random_input(c.weight, ++seed)};
     if (c.bias) inputs.push_back(random_input({c.weight[0]}, ++seed));
     const ops::Conv2dGeometry g = c.geometry;
@@ -169,8 +166,8 @@ TEST_CASE("conv2d splits large images into row bands without changing the result
   // kernel keeps each band's im2col block near 512 KiB), including a short last band.
   const int saved_threads = omp_get_max_threads();
   for (int threads : {1, 2}) {
-    for (const auto& [batch, g] : std::vector<std::pair<int64_t, ops::Conv2dGeometry>>{
-             {1, geometry(1, 1, 1, 1)}, {2, geometry(2, 1, 1, 0)}}) {
+    for (const auto& [batch, g] :
+         std::vector<std::pair<int64_t, ops::Conv2dGeometry>>{{1, geometry(1, 1, 1, 1)}, {2, geometry(2, 1, 1, 0)}}) {
       INFO(threads << " thread(s), batch " << batch << ", stride " << g.stride_h << "x" << g.stride_w);
       omp_set_num_threads(threads);
       Tensor input = random_input({batch, 64, 83, 40}, 31), weight = random_input({3, 64, 3, 3}, 32);
@@ -214,8 +211,9 @@ TEST_CASE("conv2d on images that do not require grad computes no input gradient 
 TEST_CASE("conv2d rejects bad arguments with messages naming both sides", "[ops]") {
   Tensor input = Tensor::zeros({2, 3, 8, 8}), weight = Tensor::zeros({4, 3, 3, 3});
   SECTION("channel mismatch") {
-    std::string message = require_throws<ShapeError>(
-        [&] { ops::conv2d(input, Tensor::zeros({4, 2, 3, 3}), Tensor()); });
+    std::string message = require_throws<ShapeError>([&] {
+      ops::conv2d(input, Tensor::zeros({4, 2, 3, 3}), Tensor());
+    });
     CHECK_THAT(message, Catch::Contains("[2, 3, 8, 8]") && Catch::Contains("[4, 2, 3, 3]"));
   }
   SECTION("bias length") {
@@ -227,8 +225,9 @@ TEST_CASE("conv2d rejects bad arguments with messages naming both sides", "[ops]
     CHECK_THAT(message, Catch::Contains("4-D") && Catch::Contains("[3, 8, 8]"));
   }
   SECTION("kernel larger than the padded input") {
-    std::string message = require_throws<ShapeError>(
-        [&] { ops::conv2d(Tensor::zeros({1, 3, 2, 2}), weight, Tensor(), geometry(1, 1, 0, 0)); });
+    std::string message = require_throws<ShapeError>([&] {
+      ops::conv2d(Tensor::zeros({1, 3, 2, 2}), weight, Tensor(), geometry(1, 1, 0, 0));
+    });
     CHECK_THAT(message, Catch::Contains("kernel 3x3") && Catch::Contains("padded input 2x2"));
     // Padding 1 makes it fit.
     REQUIRE(ops::conv2d(Tensor::zeros({1, 3, 2, 2}), weight, Tensor(), geometry(1, 1, 1, 1)).shape() ==
@@ -241,14 +240,16 @@ TEST_CASE("conv2d rejects bad arguments with messages naming both sides", "[ops]
                Catch::Contains("padding -1x0"));
   }
   SECTION("dtype mismatch") {
-    std::string message =
-        require_throws<TypeError>([&] { ops::conv2d(input, Tensor::zeros({4, 3, 3, 3}, DType::f64), Tensor()); });
+    std::string message = require_throws<TypeError>([&] {
+      ops::conv2d(input, Tensor::zeros({4, 3, 3, 3}, DType::f64), Tensor());
+    });
     CHECK_THAT(message, Catch::Contains("f32") && Catch::Contains("f64"));
   }
   SECTION("integer dtype") {
-    CHECK_THAT(require_throws<TypeError>([&] {
-                 ops::conv2d(Tensor::zeros({1, 1, 3, 3}, DType::i32), Tensor::zeros({1, 1, 1, 1}, DType::i32), Tensor());
-               }),
-               Catch::Contains("i32"));
+    CHECK_THAT(
+        require_throws<TypeError>([&] {
+          ops::conv2d(Tensor::zeros({1, 1, 3, 3}, DType::i32), Tensor::zeros({1, 1, 1, 1}, DType::i32), Tensor());
+        }),
+        Catch::Contains("i32"));
   }
 }

@@ -3,13 +3,13 @@
 // for a GPU this machine does not have is skipped, and each kind of malformed document is a DataError
 // naming the origin and the field. The GPU side (entries that apply and are used) is in
 // tests/ops/cuda/test_conv.cpp.
-#include "support/catch.h"
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "opsnn/core/error.h"
 #include "opsnn/ops/backend.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 using Json = nlohmann::json;
@@ -17,13 +17,16 @@ using Json = nlohmann::json;
 namespace {
 
 Json valid_entry() {
-  return Json{{"device", "No Such GPU"},   {"cudnn_version", 91400},        {"direction", "forward"},
-              {"input", {2, 8, 9, 9}},     {"weight", {16, 8, 3, 3}},       {"stride", {1, 1}},
-              {"padding", {1, 1}},         {"channels_last", false},        {"dtype", "f32"},
-              {"math", 3},                 {"policy", "measured"},          {"deterministic_setting", true},
-              {"lowering", "cudnn"},       {"algorithm", 1},                {"math_type", 3},
-              {"workspace_bytes", 0},      {"cudnn_ms", 0.25},              {"lowered_ms", -1},
-              {"deterministic", true},     {"cudnn_deterministic", true}};
+  return Json{{"device", "No Such GPU"}, {"cudnn_version", 91400},
+              {"direction", "forward"},  {"input", {2, 8, 9, 9}},
+              {"weight", {16, 8, 3, 3}}, {"stride", {1, 1}},
+              {"padding", {1, 1}},       {"channels_last", false},
+              {"dtype", "f32"},          {"math", 3},
+              {"policy", "measured"},    {"deterministic_setting", true},
+              {"lowering", "cudnn"},     {"algorithm", 1},
+              {"math_type", 3},          {"workspace_bytes", 0},
+              {"cudnn_ms", 0.25},        {"lowered_ms", -1},
+              {"deterministic", true},   {"cudnn_deterministic", true}};
 }
 
 Json document_with(const Json& entry) {
@@ -83,10 +86,12 @@ TEST_CASE("conv algorithm files: each malformed document is a DataError naming t
        "field \"entries[0]\": expected an object"},
       {"unknown field", with_entry_field("algo", 1), "field \"entries[0].algo\": unknown field"},
       {"missing field", without_entry_field("lowering"), "field \"entries[0].lowering\": missing"},
-      {"string for a number", with_entry_field("algorithm", "1"), "field \"entries[0].algorithm\": expected an integer"},
+      {"string for a number", with_entry_field("algorithm", "1"),
+       "field \"entries[0].algorithm\": expected an integer"},
       {"negative algorithm", with_entry_field("algorithm", -1), "field \"entries[0].algorithm\": negative"},
       {"unknown direction", with_entry_field("direction", "sideways"),
-       "field \"entries[0].direction\": unknown value \"sideways\" (accepted: forward, backward_input, backward_weight)"},
+       "field \"entries[0].direction\": unknown value \"sideways\" (accepted: forward, backward_input, "
+       "backward_weight)"},
       {"unknown lowering", with_entry_field("lowering", "fft"), "field \"entries[0].lowering\": unknown value \"fft\""},
       {"unknown dtype", with_entry_field("dtype", "i32"), "field \"entries[0].dtype\": unknown value \"i32\""},
       {"three-dimensional input", with_entry_field("input", Json::array({2, 8, 9})),
@@ -97,11 +102,14 @@ TEST_CASE("conv algorithm files: each malformed document is a DataError naming t
        "field \"entries[0].stride\": expected integers of at least 1, found 0"},
       {"negative padding", with_entry_field("padding", Json::array({1, -1})),
        "field \"entries[0].padding\": expected integers of at least 0, found -1"},
-      {"number for a flag", with_entry_field("channels_last", 1), "field \"entries[0].channels_last\": expected true or false"},
-      {"negative workspace", with_entry_field("workspace_bytes", -5), "field \"entries[0].workspace_bytes\": integer -5 is out of range"},
+      {"number for a flag", with_entry_field("channels_last", 1),
+       "field \"entries[0].channels_last\": expected true or false"},
+      {"negative workspace", with_entry_field("workspace_bytes", -5),
+       "field \"entries[0].workspace_bytes\": integer -5 is out of range"},
       // Refused while parsing: a recursive walk (dump() for a message) would overflow the stack.
-      {"nested 100000 deep", R"({"format": "opsnn-conv-algorithms", "format_version": 1, "entries": [)" +
-                                 std::string(100000, '[') + std::string(100000, ']') + "]}",
+      {"nested 100000 deep",
+       R"({"format": "opsnn-conv-algorithms", "format_version": 1, "entries": [)" + std::string(100000, '[') +
+           std::string(100000, ']') + "]}",
        "nested deeper than 64 levels"},
   };
   for (const Case& c : cases) {

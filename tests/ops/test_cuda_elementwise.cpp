@@ -3,8 +3,6 @@
 // alignment (equal and different misalignments of the operands), at sizes around the vector width, in f32, f16 and
 // bf16. The CPU twin (f32 math on the values the low dtype holds, rounded once) must agree bit for bit, special values
 // included, and the elements next to each output view must stay untouched. Tagged [cuda]: skipped without a GPU.
-#include "support/catch.h"
-
 #include <array>
 #include <cmath>
 #include <iterator>
@@ -15,8 +13,9 @@
 #include "opsnn/ops/backend.h"
 #include "opsnn/ops/ops.h"
 #include "support/bit_patterns.h"
-#include "support/guarded_views.h"
+#include "support/catch.h"
 #include "support/cuda_test_support.h"
+#include "support/guarded_views.h"
 
 using namespace opsnn;
 using namespace opsnn::testing;
@@ -33,8 +32,7 @@ const std::vector<DType> kDtypes = {DType::f32, DType::f16, DType::bf16};
 Tensor sample(int64_t count, DType dtype, Generator& generator) {
   std::vector<float> values = Tensor::uniform({count}, -2.0, 2.0, generator, DType::f32).to_vector<float>();
   const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 70000.0f, -3e-6f, 1e-40f, -1e-40f, 1.0f};
-  for (size_t i = 0; i < std::size(specials) && !values.empty(); ++i)
-    values[(i * 7919) % values.size()] = specials[i];
+  for (size_t i = 0; i < std::size(specials) && !values.empty(); ++i) values[(i * 7919) % values.size()] = specials[i];
   return Tensor::from_vector(values, {count}).to(dtype);
 }
 

@@ -5,8 +5,6 @@
 // low-precision logits computing in f32; and the tf32 setting of f32 GEMMs and convolutions.
 // Tolerances are on max |low - f32| / (|f32| + mean |f32|): a few units of the dtype's rounding
 // (unit roundoff bf16: 2^-8, f16: 2^-11). Tagged [cuda]: skipped without a GPU.
-#include "support/catch.h"
-
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -16,9 +14,10 @@
 #include <tuple>
 #include <vector>
 
+#include "ops/op_test_helpers.h"
 #include "opsnn/core/rng.h"
 #include "opsnn/ops/ops.h"
-#include "ops/op_test_helpers.h"
+#include "support/catch.h"
 #include "support/cuda_test_support.h"
 
 using namespace opsnn;
@@ -99,14 +98,15 @@ TEST_CASE("CUDA f16/bf16 matmul and linear match f32 (f32 accumulation)", "[cuda
   for (DType dtype : kLowDtypes) {
     for (const auto& [rows, inner, cols] : std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {7, 13, 5}, {64, 300, 33}}) {
       const std::string dims = std::to_string(rows) + "x" + std::to_string(inner) + "x" + std::to_string(cols);
-      check_low_twins("matmul " + dims, [](const std::vector<Tensor>& in) { return ops::matmul(in[0], in[1]); },
-                      {random_low_twin({rows, inner}, dtype, generator), random_low_twin({inner, cols}, dtype, generator)},
-                      dtype, generator);
-      check_low_twins("linear " + dims,
-                      [](const std::vector<Tensor>& in) { return ops::linear(in[0], in[1], in[2]); },
-                      {random_low_twin({rows, inner}, dtype, generator), random_low_twin({cols, inner}, dtype, generator),
-                       random_low_twin({cols}, dtype, generator)},
-                      dtype, generator);
+      check_low_twins(
+          "matmul " + dims, [](const std::vector<Tensor>& in) { return ops::matmul(in[0], in[1]); },
+          {random_low_twin({rows, inner}, dtype, generator), random_low_twin({inner, cols}, dtype, generator)}, dtype,
+          generator);
+      check_low_twins(
+          "linear " + dims, [](const std::vector<Tensor>& in) { return ops::linear(in[0], in[1], in[2]); },
+          {random_low_twin({rows, inner}, dtype, generator), random_low_twin({cols, inner}, dtype, generator),
+           random_low_twin({cols}, dtype, generator)},
+          dtype, generator);
     }
   }
 }
@@ -116,26 +116,34 @@ TEST_CASE("CUDA f16/bf16 elementwise ops, relu and reductions match f32", "[cuda
   Generator generator(22);
   for (DType dtype : kLowDtypes) {
     const Shape shape{3, 5, 7, 2};
-    check_low_twins("add broadcast", [](const std::vector<Tensor>& in) { return ops::add(in[0], in[1]); },
-                    {random_low_twin(shape, dtype, generator), random_low_twin({5, 1, 1}, dtype, generator)}, dtype,
-                    generator);
-    check_low_twins("sub", [](const std::vector<Tensor>& in) { return ops::sub(in[0], in[1]); },
-                    {random_low_twin(shape, dtype, generator), random_low_twin(shape, dtype, generator)}, dtype,
-                    generator);
-    check_low_twins("mul broadcast", [](const std::vector<Tensor>& in) { return ops::mul(in[0], in[1]); },
-                    {random_low_twin(shape, dtype, generator), random_low_twin({7, 1}, dtype, generator)}, dtype,
-                    generator);
-    check_low_twins("div", [](const std::vector<Tensor>& in) { return ops::div(in[0], in[1]); },
-                    {random_low_twin(shape, dtype, generator), random_low_twin(shape, dtype, generator, 0.5, 2.0)},
-                    dtype, generator);
-    check_low_twins("scale", [](const std::vector<Tensor>& in) { return ops::scale(in[0], -0.75); },
-                    {random_low_twin(shape, dtype, generator)}, dtype, generator);
-    check_low_twins("relu", [](const std::vector<Tensor>& in) { return ops::relu(in[0]); },
-                    {random_low_twin(shape, dtype, generator)}, dtype, generator);
-    check_low_twins("sum over 0, 2", [](const std::vector<Tensor>& in) { return ops::sum(in[0], {0, 2}); },
-                    {random_low_twin(shape, dtype, generator)}, dtype, generator);
-    check_low_twins("mean of 4096", [](const std::vector<Tensor>& in) { return ops::mean(in[0]); },
-                    {random_low_twin({64, 64}, dtype, generator)}, dtype, generator);
+    check_low_twins(
+        "add broadcast", [](const std::vector<Tensor>& in) { return ops::add(in[0], in[1]); },
+        {random_low_twin(shape, dtype, generator), random_low_twin({5, 1, 1}, dtype, generator)}, dtype, generator);
+    check_low_twins(
+        "sub", [](const std::vector<Tensor>& in) { return ops::sub(in[0], in[1]); },
+        {random_low_twin(shape, dtype, generator), random_low_twin(shape, dtype, generator)}, dtype, generator);
+    check_low_twins(
+        "mul broadcast", [](const std::vector<Tensor>& in) { return ops::mul(in[0], in[1]); },
+        {random_low_twin(shape, dtype, generator), random_low_twin({7, 1}, dtype, generator)}, dtype, generator);
+    check_low_twins(
+        "div", [](const std::vector<Tensor>& in) { return ops::div(in[0], in[1]); },
+        {random_low_twin(shape, dtype, generator), random_low_twin(shape, dtype, generator, 0.5, 2.0)}, dtype,
+        generator);
+    check_low_twins(
+        "scale", [](const std::vector<Tensor>& in) { return ops::scale(in[0], -0.75); },
+        {random_low_twin(shape, dtype, generator)}, dtype, generator);
+    check_low_twins(
+        "relu", [](const std::vector<Tensor>& in) { return ops::relu(in[0]); },
+        {random_low_twin(shape, dtype, generator)}, dtype, generator);
+    check_low_twins(
+        "sum over 0, 2",
+        [](const std::vector<Tensor>& in) {
+          return ops::sum(in[0], {0, 2});
+        },
+        {random_low_twin(shape, dtype, generator)}, dtype, generator);
+    check_low_twins(
+        "mean of 4096", [](const std::vector<Tensor>& in) { return ops::mean(in[0]); },
+        {random_low_twin({64, 64}, dtype, generator)}, dtype, generator);
   }
 }
 
@@ -143,12 +151,13 @@ TEST_CASE("CUDA f16/bf16 conv2d matches f32, forward and both gradients", "[cuda
   if (gpu_missing()) return;
   Generator generator(23);
   for (DType dtype : kLowDtypes) {
-    for (const auto& [stride, pad, bias] : std::vector<std::tuple<int64_t, int64_t, bool>>{{1, 1, true}, {2, 0, false}, {2, 3, true}}) {
+    for (const auto& [stride, pad, bias] :
+         std::vector<std::tuple<int64_t, int64_t, bool>>{{1, 1, true}, {2, 0, false}, {2, 3, true}}) {
       ops::Conv2dGeometry geometry;
       geometry.stride_h = geometry.stride_w = stride;
       geometry.pad_h = geometry.pad_w = pad;
-      const std::string name = "conv2d stride " + std::to_string(stride) + " pad " + std::to_string(pad) +
-                               (bias ? " with bias" : "");
+      const std::string name =
+          "conv2d stride " + std::to_string(stride) + " pad " + std::to_string(pad) + (bias ? " with bias" : "");
       std::vector<LowTwin> leaves{random_low_twin({4, 6, 11, 9}, dtype, generator),
                                   random_low_twin({8, 6, 3, 3}, dtype, generator, -0.3, 0.3)};
       if (bias) leaves.push_back(random_low_twin({8}, dtype, generator));
@@ -169,14 +178,17 @@ TEST_CASE("CUDA f16/bf16 pooling matches f32", "[cuda][ops][mixed]") {
     ops::Pool2dGeometry overlapping;  // 3x3 stride 2 pad 1: windows overlap (ResNet's stem pool)
     overlapping.kernel_h = overlapping.kernel_w = 3;
     overlapping.pad_h = overlapping.pad_w = 1;
-    check_low_twins("max_pool2d 3x3/2 pad 1",
-                    [overlapping](const std::vector<Tensor>& in) { return ops::max_pool2d(in[0], overlapping); },
-                    {random_low_twin({2, 3, 9, 8}, dtype, generator)}, dtype, generator);
-    check_low_twins("avg_pool2d 3x3/2 pad 1",
-                    [overlapping](const std::vector<Tensor>& in) { return ops::avg_pool2d(in[0], overlapping); },
-                    {random_low_twin({2, 3, 9, 8}, dtype, generator)}, dtype, generator);
-    check_low_twins("global_avg_pool2d", [](const std::vector<Tensor>& in) { return ops::global_avg_pool2d(in[0]); },
-                    {random_low_twin({4, 5, 7, 7}, dtype, generator)}, dtype, generator);
+    check_low_twins(
+        "max_pool2d 3x3/2 pad 1",
+        [overlapping](const std::vector<Tensor>& in) { return ops::max_pool2d(in[0], overlapping); },
+        {random_low_twin({2, 3, 9, 8}, dtype, generator)}, dtype, generator);
+    check_low_twins(
+        "avg_pool2d 3x3/2 pad 1",
+        [overlapping](const std::vector<Tensor>& in) { return ops::avg_pool2d(in[0], overlapping); },
+        {random_low_twin({2, 3, 9, 8}, dtype, generator)}, dtype, generator);
+    check_low_twins(
+        "global_avg_pool2d", [](const std::vector<Tensor>& in) { return ops::global_avg_pool2d(in[0]); },
+        {random_low_twin({4, 5, 7, 7}, dtype, generator)}, dtype, generator);
   }
 }
 
@@ -216,8 +228,8 @@ TEST_CASE("CUDA batch norm on f16/bf16 data keeps f32 parameters and statistics"
     require_close_to(gamma_low.grad(), gamma_reference.grad(), tolerance, label + " grad gamma");
     require_close_to(beta_low.grad(), beta_reference.grad(), tolerance, label + " grad beta");
 
-    const Tensor eval_reference =
-        ops::batch_norm(input.reference.detach(), gamma_reference, beta_reference, mean_reference, var_reference, false);
+    const Tensor eval_reference = ops::batch_norm(input.reference.detach(), gamma_reference, beta_reference,
+                                                  mean_reference, var_reference, false);
     const Tensor eval_low = ops::batch_norm(input.low.detach(), gamma_low, beta_low, mean_low, var_low, false);
     REQUIRE(eval_low.dtype() == dtype);
     require_close_to(eval_low, eval_reference, tolerance, label + " eval forward");
@@ -247,13 +259,13 @@ TEST_CASE("cast converts with autograd; cross_entropy of f16/bf16 logits compute
 
     const Tensor targets = Tensor::from_vector<int64_t>({0, 3, 9, 4, 4, 1}, {6}, DType::i64, kGpu);
     check_low_twins(
-        "cross_entropy",
-        [&targets](const std::vector<Tensor>& in) { return ops::cross_entropy(in[0], targets, 0.1); },
+        "cross_entropy", [&targets](const std::vector<Tensor>& in) { return ops::cross_entropy(in[0], targets, 0.1); },
         {random_low_twin({6, 10}, dtype, generator, -3.0, 3.0)}, dtype, generator, DType::f32);
   }
 }
 
-TEST_CASE("tf32 lets f32 GEMMs and convolutions use TF32 tensor cores; strict restores exact f32", "[cuda][ops][mixed]") {
+TEST_CASE("tf32 lets f32 GEMMs and convolutions use TF32 tensor cores; strict restores exact f32",
+          "[cuda][ops][mixed]") {
   if (gpu_missing()) return;
   Generator generator(27);
   const Tensor a_cpu = Tensor::uniform({256, 256}, -1.0, 1.0, generator, DType::f32);

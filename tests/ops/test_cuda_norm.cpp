@@ -11,7 +11,6 @@
 // channels-last op on [N, H, W, C] GPU tensors against the CPU op, training and eval.
 // Tagged [cuda]: skipped without a GPU.
 #include <algorithm>
-#include "support/catch.h"
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -22,6 +21,7 @@
 #include "opsnn/core/rng.h"
 #include "opsnn/ops/backend.h"
 #include "opsnn/ops/ops.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 using namespace opsnn::testing;
@@ -126,8 +126,10 @@ Inputs make_inputs(const Shape& shape, DType dtype, double offset, double spread
   const int64_t channels = shape[1];
   return {Tensor::normal(shape, offset, spread, generator, DType::f32).to(dtype),
           Tensor::uniform(shape, -1.0, 1.0, generator, DType::f32).to(dtype),
-          Tensor::uniform({channels}, 0.5, 1.5, generator), Tensor::uniform({channels}, -0.5, 0.5, generator),
-          Tensor::uniform({channels}, -0.5, 0.5, generator), Tensor::uniform({channels}, 0.5, 2.0, generator)};
+          Tensor::uniform({channels}, 0.5, 1.5, generator),
+          Tensor::uniform({channels}, -0.5, 0.5, generator),
+          Tensor::uniform({channels}, -0.5, 0.5, generator),
+          Tensor::uniform({channels}, 0.5, 2.0, generator)};
 }
 
 // A GPU copy of t whose data starts `shift` elements past an allocation's start (16-byte misaligned for
@@ -224,7 +226,8 @@ void check_against_reference(const Inputs& in, const Run& run, const std::string
     grad_gamma_scale[k] = magnitude_grad_centered * saved_invstd[k] + 1e-30;
     const double scale = gamma[k] * saved_invstd[k];
     const double slope = scale * sum_grad_centered * saved_invstd[k] * saved_invstd[k] / count;
-    const double slope_magnitude = std::fabs(scale) * magnitude_grad_centered * saved_invstd[k] * saved_invstd[k] / count;
+    const double slope_magnitude =
+        std::fabs(scale) * magnitude_grad_centered * saved_invstd[k] * saved_invstd[k] / count;
     for (int64_t n = 0; n < layout.batch; ++n)
       for (int64_t i = 0; i < layout.inner; ++i) {
         const size_t at = layout.at(n, c, i);
@@ -288,9 +291,8 @@ TEST_CASE("CUDA batch norm training matches a double reference on split, odd and
   Generator generator(41);
   // Many splits per channel with odd rows; rows shorter than a warp; rows one vector long; batch 1
   // with one long row; inner 1 ([N, C]); one channel; 4-D; vector-friendly rows with many splits.
-  const std::vector<Shape> shapes = {{64, 3, 3137}, {2, 5, 1},  {1, 1, 7},      {512, 4, 49},  {7, 5, 4},
-                                     {100, 3, 8},   {1, 2, 100003}, {300, 7}, {256, 1, 64}, {8, 4, 2, 3},
-                                     {32, 2, 4104}};
+  const std::vector<Shape> shapes = {{64, 3, 3137},  {2, 5, 1}, {1, 1, 7},    {512, 4, 49}, {7, 5, 4},    {100, 3, 8},
+                                     {1, 2, 100003}, {300, 7},  {256, 1, 64}, {8, 4, 2, 3}, {32, 2, 4104}};
   for (DType dtype : kDtypes)
     for (const Shape& shape : shapes) {
       const Inputs in = make_inputs(shape, dtype, offset_for(dtype), 1.0, generator);
@@ -309,7 +311,7 @@ TEST_CASE("CUDA batch norm vectorizes planes that are no multiple of the vector 
   // value (single values everywhere) and by four (16-bit data: 8-byte partials loads where inner allows,
   // single-value map passes; f32 data: aligned again).
   const std::vector<Shape> shapes = {{16, 8, 196}, {256, 4, 196}, {8, 32, 14, 14}, {16, 8, 49}, {1024, 3, 49},
-                                     {5, 3, 13},   {3, 5, 9},     {3, 7, 7},        {9, 5, 10}, {4, 3, 12}};
+                                     {5, 3, 13},   {3, 5, 9},     {3, 7, 7},       {9, 5, 10},  {4, 3, 12}};
   check_alignments_against_reference(shapes, generator);
 }
 
@@ -371,7 +373,8 @@ TEST_CASE("CUDA batch norm eval normalizes with the running statistics", "[cuda]
   if (gpu_missing()) return;
   Generator generator(46);
   for (DType dtype : kDtypes)
-    for (const Shape& shape : std::vector<Shape>{{64, 3, 3137}, {2, 5, 1}, {32, 2, 4104}, {1, 4}, {784, 96}, {1000, 13}}) {
+    for (const Shape& shape :
+         std::vector<Shape>{{64, 3, 3137}, {2, 5, 1}, {32, 2, 4104}, {1, 4}, {784, 96}, {1000, 13}}) {
       const Inputs in = make_inputs(shape, dtype, 0.0, 2.0, generator);
       const Layout layout(shape);
       Tensor out = Tensor::zeros(shape, dtype, kGpu);
@@ -464,9 +467,16 @@ TEST_CASE("CUDA batch_norm_relu matches its CPU twin", "[cuda][ops][batch_norm]"
   Generator generator(49);
   ops::Backend& cpu = ops::backend_for(kCPU);
   for (DType dtype : kDtypes)
-    for (const Shape& shape :
-         std::vector<Shape>{{7, 5, 4}, {100, 3, 8}, {300, 7}, {8, 4, 2, 3}, {16, 3, 1023}, {4, 6, 49}, {3, 5, 13},
-                            {392, 64}, {1000, 13}, {784, 96}})
+    for (const Shape& shape : std::vector<Shape>{{7, 5, 4},
+                                                 {100, 3, 8},
+                                                 {300, 7},
+                                                 {8, 4, 2, 3},
+                                                 {16, 3, 1023},
+                                                 {4, 6, 49},
+                                                 {3, 5, 13},
+                                                 {392, 64},
+                                                 {1000, 13},
+                                                 {784, 96}})
       for (int64_t shift : {0, 1}) {
         const std::string name = case_name(shape, dtype, shift == 0 ? " relu vs CPU" : " relu misaligned vs CPU");
         const Inputs in = make_inputs(shape, dtype, 0.0, 1.0, generator);
@@ -512,8 +522,8 @@ TEST_CASE("CUDA batch norm on channel-innermost rows matches the double referenc
   // counts (13: single values; 3), many rows of few channels (many splits), 1000 channels (a partial
   // block of units), two rows. Aligned, misaligned by one value (single values) and by four (16-bit data:
   // 8-byte units).
-  const std::vector<Shape> shapes = {{392, 64}, {6272, 64}, {784, 96}, {1000, 13}, {49, 13},
-                                     {20000, 8}, {64, 1000}, {2, 3}};
+  const std::vector<Shape> shapes = {{392, 64}, {6272, 64}, {784, 96},  {1000, 13},
+                                     {49, 13},  {20000, 8}, {64, 1000}, {2, 3}};
   check_alignments_against_reference(shapes, generator);
 }
 

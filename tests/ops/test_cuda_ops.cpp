@@ -2,8 +2,6 @@
 // against its CPU twin on the same random f32 values, forward and backward (autograd gradients of every
 // input), on odd shapes; index range errors and the TypeError for unsupported dtypes. Each test
 // prints its largest scaled error so a GPU run shows the margins. Tagged [cuda]: skipped without a GPU.
-#include "support/catch.h"
-
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -12,10 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "ops/op_test_helpers.h"
 #include "opsnn/core/rng.h"
 #include "opsnn/ops/backend.h"
 #include "opsnn/ops/ops.h"
-#include "ops/op_test_helpers.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 using namespace opsnn::testing;
@@ -104,33 +103,36 @@ TEST_CASE("CUDA matmul and linear match the CPU, forward and backward", "[cuda][
   const std::vector<std::array<int64_t, 3>> sizes = {{1, 1, 1}, {7, 13, 5}, {64, 300, 33}, {1, 257, 10}, {129, 3, 65}};
   for (const auto& [rows, inner, cols] : sizes) {
     const std::string dims = std::to_string(rows) + "x" + std::to_string(inner) + "x" + std::to_string(cols);
-    check_twins("matmul " + dims, [](const std::vector<Tensor>& in) { return ops::matmul(in[0], in[1]); },
-                {random_twin({rows, inner}, generator), random_twin({inner, cols}, generator)}, kReductionTolerance,
-                generator);
+    check_twins(
+        "matmul " + dims, [](const std::vector<Tensor>& in) { return ops::matmul(in[0], in[1]); },
+        {random_twin({rows, inner}, generator), random_twin({inner, cols}, generator)}, kReductionTolerance, generator);
     // Transposed views reach gemm as transpose flags.
-    check_twins("matmul of transposed views " + dims,
-                [](const std::vector<Tensor>& in) {
-                  return ops::matmul(in[0].transpose(0, 1), in[1].transpose(0, 1));
-                },
-                {random_twin({inner, rows}, generator), random_twin({cols, inner}, generator)}, kReductionTolerance,
-                generator);
-    check_twins("linear " + dims,
-                [](const std::vector<Tensor>& in) { return ops::linear(in[0], in[1], in[2]); },
-                {random_twin({rows, inner}, generator), random_twin({cols, inner}, generator),
-                 random_twin({cols}, generator)},
-                kReductionTolerance, generator);
+    check_twins(
+        "matmul of transposed views " + dims,
+        [](const std::vector<Tensor>& in) { return ops::matmul(in[0].transpose(0, 1), in[1].transpose(0, 1)); },
+        {random_twin({inner, rows}, generator), random_twin({cols, inner}, generator)}, kReductionTolerance, generator);
+    check_twins(
+        "linear " + dims, [](const std::vector<Tensor>& in) { return ops::linear(in[0], in[1], in[2]); },
+        {random_twin({rows, inner}, generator), random_twin({cols, inner}, generator), random_twin({cols}, generator)},
+        kReductionTolerance, generator);
   }
   // An empty inner dimension gives zeros.
-  const Tensor empty_product = ops::matmul(Tensor::zeros({3, 0}, DType::f32, kGpu), Tensor::zeros({0, 4}, DType::f32, kGpu));
+  const Tensor empty_product =
+      ops::matmul(Tensor::zeros({3, 0}, DType::f32, kGpu), Tensor::zeros({0, 4}, DType::f32, kGpu));
   for (double value : empty_product.to_vector<double>()) CHECK(value == 0.0);
 }
 
 TEST_CASE("CUDA elementwise ops with broadcasting match the CPU", "[cuda][ops]") {
   if (gpu_missing()) return;
   Generator generator(12);
-  const std::vector<std::pair<Shape, Shape>> pairs = {{{4, 3, 5, 6}, {1, 3, 1, 1}}, {{7}, {1}},       {{2, 1, 5}, {3, 1}},
-                                                      {{6, 1}, {1, 6}},             {{}, {3, 2}},     {{5, 4}, {5, 4}},
-                                                      {{2, 3, 4, 5, 6}, {3, 1, 5, 1}}, {{1000, 33}, {33}}};
+  const std::vector<std::pair<Shape, Shape>> pairs = {{{4, 3, 5, 6}, {1, 3, 1, 1}},
+                                                      {{7}, {1}},
+                                                      {{2, 1, 5}, {3, 1}},
+                                                      {{6, 1}, {1, 6}},
+                                                      {{}, {3, 2}},
+                                                      {{5, 4}, {5, 4}},
+                                                      {{2, 3, 4, 5, 6}, {3, 1, 5, 1}},
+                                                      {{1000, 33}, {33}}};
   using BinaryFn = Tensor (*)(const Tensor&, const Tensor&);
   const std::vector<std::pair<std::string, BinaryFn>> binaries = {
       {"add", ops::add}, {"sub", ops::sub}, {"mul", ops::mul}, {"div", ops::div}};
@@ -138,20 +140,22 @@ TEST_CASE("CUDA elementwise ops with broadcasting match the CPU", "[cuda][ops]")
     for (const auto& [name, fn] : binaries) {
       // Divisors stay away from zero so the quotient's rounding does not blow up.
       const double low = name == "div" ? 0.5 : -1.0;
-      check_twins(name + " " + shape_name(a_shape) + " with " + shape_name(b_shape),
-                  [fn = fn](const std::vector<Tensor>& in) { return fn(in[0], in[1]); },
-                  {random_twin(a_shape, generator), random_twin(b_shape, generator, low, 2.0)}, kReductionTolerance,
-                  generator);
+      check_twins(
+          name + " " + shape_name(a_shape) + " with " + shape_name(b_shape),
+          [fn = fn](const std::vector<Tensor>& in) { return fn(in[0], in[1]); },
+          {random_twin(a_shape, generator), random_twin(b_shape, generator, low, 2.0)}, kReductionTolerance, generator);
     }
   }
   // A non-contiguous operand (a transposed view) is read through its strides.
-  check_twins("add of a transposed view",
-              [](const std::vector<Tensor>& in) { return ops::add(in[0].transpose(0, 1), in[1]); },
-              {random_twin({9, 4}, generator), random_twin({4, 9}, generator)}, kElementwiseTolerance, generator);
-  check_twins("scale", [](const std::vector<Tensor>& in) { return ops::scale(in[0], -2.5); },
-              {random_twin({3, 17, 5}, generator)}, kElementwiseTolerance, generator);
-  check_twins("relu", [](const std::vector<Tensor>& in) { return ops::relu(in[0]); },
-              {random_twin({4, 300, 7}, generator)}, kElementwiseTolerance, generator);
+  check_twins(
+      "add of a transposed view", [](const std::vector<Tensor>& in) { return ops::add(in[0].transpose(0, 1), in[1]); },
+      {random_twin({9, 4}, generator), random_twin({4, 9}, generator)}, kElementwiseTolerance, generator);
+  check_twins(
+      "scale", [](const std::vector<Tensor>& in) { return ops::scale(in[0], -2.5); },
+      {random_twin({3, 17, 5}, generator)}, kElementwiseTolerance, generator);
+  check_twins(
+      "relu", [](const std::vector<Tensor>& in) { return ops::relu(in[0]); }, {random_twin({4, 300, 7}, generator)},
+      kElementwiseTolerance, generator);
 }
 
 TEST_CASE("CUDA sum and mean over dimensions match the CPU", "[cuda][ops]") {
@@ -165,11 +169,12 @@ TEST_CASE("CUDA sum and mean over dimensions match the CPU", "[cuda][ops]") {
     std::string name = "sum of " + shape_name(shape) + " over {";
     for (int64_t d : dims) name += std::to_string(d) + " ";
     name += "}";
-    check_twins(name, [dims = dims](const std::vector<Tensor>& in) { return ops::sum(in[0], dims, true); },
-                {random_twin(shape, generator)}, kReductionTolerance, generator);
-    check_twins("mean" + name.substr(3),
-                [dims = dims](const std::vector<Tensor>& in) { return ops::mean(in[0], dims, false); },
-                {random_twin(shape, generator)}, kReductionTolerance, generator);
+    check_twins(
+        name, [dims = dims](const std::vector<Tensor>& in) { return ops::sum(in[0], dims, true); },
+        {random_twin(shape, generator)}, kReductionTolerance, generator);
+    check_twins(
+        "mean" + name.substr(3), [dims = dims](const std::vector<Tensor>& in) { return ops::mean(in[0], dims, false); },
+        {random_twin(shape, generator)}, kReductionTolerance, generator);
   }
 }
 
@@ -205,11 +210,12 @@ TEST_CASE("CUDA conv2d matches the CPU, forward and both gradients", "[cuda][ops
     const std::string name = "conv2d " + shape_name(c.input) + " * " + shape_name(c.weight) + " stride " +
                              std::to_string(c.stride_h) + "x" + std::to_string(c.stride_w) + " pad " +
                              std::to_string(c.pad_h) + "x" + std::to_string(c.pad_w);
-    check_twins(name,
-                [geometry](const std::vector<Tensor>& in) {
-                  return ops::conv2d(in[0], in[1], in.size() > 2 ? in[2] : Tensor(), geometry);
-                },
-                leaves, kConvTolerance, generator);
+    check_twins(
+        name,
+        [geometry](const std::vector<Tensor>& in) {
+          return ops::conv2d(in[0], in[1], in.size() > 2 ? in[2] : Tensor(), geometry);
+        },
+        leaves, kConvTolerance, generator);
     // Second call with the same shape takes the cached algorithm.
     const Tensor again = ops::conv2d(leaves[0].gpu.detach(), leaves[1].gpu.detach(),
                                      c.bias ? leaves[2].gpu.detach() : Tensor(), geometry);
@@ -223,8 +229,8 @@ TEST_CASE("CUDA batch norm matches the CPU in training and eval, with running st
   if (gpu_missing()) return;
   Generator generator(15);
   // Odd and tiny rows, rows split over many blocks (odd and vector-aligned); test_cuda_norm.cpp has more.
-  const std::vector<Shape> shapes = {{4, 3, 5, 6}, {8, 5},        {1, 4, 3, 3},  {16, 2, 17, 9},
-                                     {2, 5, 1},    {1, 1, 7},     {64, 3, 3137}, {32, 2, 4104}};
+  const std::vector<Shape> shapes = {{4, 3, 5, 6}, {8, 5},    {1, 4, 3, 3},  {16, 2, 17, 9},
+                                     {2, 5, 1},    {1, 1, 7}, {64, 3, 3137}, {32, 2, 4104}};
   for (const Shape& shape : shapes) {
     const int64_t channels = shape[1];
     for (bool training : {true, false}) {
@@ -232,15 +238,16 @@ TEST_CASE("CUDA batch norm matches the CPU in training and eval, with running st
       Twin running_var = random_twin({channels}, generator, 0.5, 2.0, false);
       const std::string name = std::string("batch_norm ") + (training ? "train " : "eval ") + shape_name(shape);
       // Inputs offset from zero, so centering matters.
-      check_twins(name,
-                  [&, training](const std::vector<Tensor>& in) {
-                    Tensor& mean = in[0].device() == kGpu ? running_mean.gpu : running_mean.cpu;
-                    Tensor& var = in[0].device() == kGpu ? running_var.gpu : running_var.cpu;
-                    return ops::batch_norm(in[0], in[1], in[2], mean, var, training, 0.1, 1e-5);
-                  },
-                  {random_twin(shape, generator, 2.0, 5.0), random_twin({channels}, generator, 0.5, 1.5),
-                   random_twin({channels}, generator)},
-                  kConvTolerance, generator);
+      check_twins(
+          name,
+          [&, training](const std::vector<Tensor>& in) {
+            Tensor& mean = in[0].device() == kGpu ? running_mean.gpu : running_mean.cpu;
+            Tensor& var = in[0].device() == kGpu ? running_var.gpu : running_var.cpu;
+            return ops::batch_norm(in[0], in[1], in[2], mean, var, training, 0.1, 1e-5);
+          },
+          {random_twin(shape, generator, 2.0, 5.0), random_twin({channels}, generator, 0.5, 1.5),
+           random_twin({channels}, generator)},
+          kConvTolerance, generator);
       require_match(running_mean.gpu, running_mean.cpu, kReductionTolerance, name + " running_mean");
       require_match(running_var.gpu, running_var.cpu, kReductionTolerance, name + " running_var");
     }
@@ -265,15 +272,18 @@ TEST_CASE("CUDA pooling matches the CPU, including ties and padding", "[cuda][op
     for (const ops::Pool2dGeometry& g : geometries) {
       const std::string where = shape_name(shape) + " kernel " + std::to_string(g.kernel_h) + " stride " +
                                 std::to_string(g.stride_h) + " pad " + std::to_string(g.pad_h);
-      check_twins("max_pool2d " + where, [g](const std::vector<Tensor>& in) { return ops::max_pool2d(in[0], g); },
-                  {random_twin(shape, generator)}, kElementwiseTolerance, generator);
-      check_twins("avg_pool2d " + where + (g.count_include_pad ? " count_include_pad" : " exclude_pad"),
-                  [g](const std::vector<Tensor>& in) { return ops::avg_pool2d(in[0], g); },
-                  {random_twin(shape, generator)}, kElementwiseTolerance, generator);
+      check_twins(
+          "max_pool2d " + where, [g](const std::vector<Tensor>& in) { return ops::max_pool2d(in[0], g); },
+          {random_twin(shape, generator)}, kElementwiseTolerance, generator);
+      check_twins(
+          "avg_pool2d " + where + (g.count_include_pad ? " count_include_pad" : " exclude_pad"),
+          [g](const std::vector<Tensor>& in) { return ops::avg_pool2d(in[0], g); }, {random_twin(shape, generator)},
+          kElementwiseTolerance, generator);
     }
-    check_twins("global_avg_pool2d " + shape_name(shape),
-                [](const std::vector<Tensor>& in) { return ops::global_avg_pool2d(in[0]); },
-                {random_twin(shape, generator)}, kReductionTolerance, generator);
+    check_twins(
+        "global_avg_pool2d " + shape_name(shape),
+        [](const std::vector<Tensor>& in) { return ops::global_avg_pool2d(in[0]); }, {random_twin(shape, generator)},
+        kReductionTolerance, generator);
   }
   // Ties everywhere (values from {0, 1}): the gradient must go to the first maximum, as on the CPU.
   std::vector<float> ties(2 * 3 * 10 * 10);
@@ -283,8 +293,9 @@ TEST_CASE("CUDA pooling matches the CPU, including ties and padding", "[cuda][op
   tie.cpu.set_requires_grad(true);
   tie.gpu.set_requires_grad(true);
   const ops::Pool2dGeometry g = geometry(3, 2, 1, true);
-  check_twins("max_pool2d with ties", [g](const std::vector<Tensor>& in) { return ops::max_pool2d(in[0], g); }, {tie},
-              kElementwiseTolerance, generator);
+  check_twins(
+      "max_pool2d with ties", [g](const std::vector<Tensor>& in) { return ops::max_pool2d(in[0], g); }, {tie},
+      kElementwiseTolerance, generator);
 }
 
 TEST_CASE("CUDA max pool matches its CPU twin's outputs, indices and gradients exactly", "[cuda][ops][pool]") {
@@ -364,15 +375,17 @@ TEST_CASE("CUDA log_softmax, nll_loss and cross_entropy match the CPU", "[cuda][
   const std::vector<std::pair<int64_t, int64_t>> sizes = {{1, 10}, {32, 10}, {7, 1000}, {300, 3}, {2, 1}};
   for (const auto& [rows, classes] : sizes) {
     const std::string where = std::to_string(rows) + "x" + std::to_string(classes);
-    check_twins("log_softmax " + where, [](const std::vector<Tensor>& in) { return ops::log_softmax(in[0]); },
-                {random_twin({rows, classes}, generator, -30.0, 30.0)}, kReductionTolerance, generator);
+    check_twins(
+        "log_softmax " + where, [](const std::vector<Tensor>& in) { return ops::log_softmax(in[0]); },
+        {random_twin({rows, classes}, generator, -30.0, 30.0)}, kReductionTolerance, generator);
     for (double smoothing : {0.0, 0.1}) {
       const Twin target = index_twin({rows}, classes, generator);
-      check_twins("cross_entropy " + where + " smoothing " + std::to_string(smoothing),
-                  [&target, smoothing = smoothing](const std::vector<Tensor>& in) {
-                    return ops::cross_entropy(in[0], in[0].device() == kGpu ? target.gpu : target.cpu, smoothing);
-                  },
-                  {random_twin({rows, classes}, generator, -5.0, 5.0)}, kReductionTolerance, generator);
+      check_twins(
+          "cross_entropy " + where + " smoothing " + std::to_string(smoothing),
+          [&target, smoothing = smoothing](const std::vector<Tensor>& in) {
+            return ops::cross_entropy(in[0], in[0].device() == kGpu ? target.gpu : target.cpu, smoothing);
+          },
+          {random_twin({rows, classes}, generator, -5.0, 5.0)}, kReductionTolerance, generator);
     }
   }
 }
@@ -381,17 +394,19 @@ TEST_CASE("CUDA embedding matches the CPU; duplicate indices accumulate", "[cuda
   if (gpu_missing()) return;
   Generator generator(18);
   const Twin indices = index_twin({6, 9}, 7, generator);  // 54 lookups into 7 rows: many duplicates
-  check_twins("embedding [7, 16] with duplicates",
-              [&indices](const std::vector<Tensor>& in) {
-                return ops::embedding(in[0], in[0].device() == kGpu ? indices.gpu : indices.cpu);
-              },
-              {random_twin({7, 16}, generator)}, kReductionTolerance, generator);
+  check_twins(
+      "embedding [7, 16] with duplicates",
+      [&indices](const std::vector<Tensor>& in) {
+        return ops::embedding(in[0], in[0].device() == kGpu ? indices.gpu : indices.cpu);
+      },
+      {random_twin({7, 16}, generator)}, kReductionTolerance, generator);
   const Twin wide = index_twin({3000}, 500, generator);
-  check_twins("embedding [500, 33]",
-              [&wide](const std::vector<Tensor>& in) {
-                return ops::embedding(in[0], in[0].device() == kGpu ? wide.gpu : wide.cpu);
-              },
-              {random_twin({500, 33}, generator)}, kReductionTolerance, generator);
+  check_twins(
+      "embedding [500, 33]",
+      [&wide](const std::vector<Tensor>& in) {
+        return ops::embedding(in[0], in[0].device() == kGpu ? wide.gpu : wide.cpu);
+      },
+      {random_twin({500, 33}, generator)}, kReductionTolerance, generator);
 }
 
 TEST_CASE("CUDA index errors name the bad entry like the CPU", "[cuda][ops]") {

@@ -1,13 +1,13 @@
 // Tests for the elementwise ops (src/ops/elementwise.cpp, src/ops/cpu/elementwise.cpp): broadcasting
 // rules, forward values against a double reference, finite-difference gradients, relu's kink, errors,
 // and add_relu: equal bit for bit to relu(add), its one gradient sent to both inputs without aliasing.
-#include "support/catch.h"
 #include <functional>
 
 #include "ops/op_test_helpers.h"
 #include "opsnn/autograd/node.h"
 #include "opsnn/ops/ops.h"
 #include "support/bit_patterns.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 using namespace opsnn::testing;
@@ -16,10 +16,14 @@ namespace {
 
 double apply(ops::BinaryOp op, double x, double y) {
   switch (op) {
-    case ops::BinaryOp::add: return x + y;
-    case ops::BinaryOp::sub: return x - y;
-    case ops::BinaryOp::mul: return x * y;
-    case ops::BinaryOp::div: return x / y;
+    case ops::BinaryOp::add:
+      return x + y;
+    case ops::BinaryOp::sub:
+      return x - y;
+    case ops::BinaryOp::mul:
+      return x * y;
+    case ops::BinaryOp::div:
+      return x / y;
   }
   return 0.0;
 }
@@ -50,17 +54,21 @@ std::vector<double> reference_binary(ops::BinaryOp op, const Tensor& a, const Te
 
 Tensor run(ops::BinaryOp op, const Tensor& a, const Tensor& b) {
   switch (op) {
-    case ops::BinaryOp::add: return ops::add(a, b);
-    case ops::BinaryOp::sub: return ops::sub(a, b);
-    case ops::BinaryOp::mul: return ops::mul(a, b);
-    case ops::BinaryOp::div: return ops::div(a, b);
+    case ops::BinaryOp::add:
+      return ops::add(a, b);
+    case ops::BinaryOp::sub:
+      return ops::sub(a, b);
+    case ops::BinaryOp::mul:
+      return ops::mul(a, b);
+    case ops::BinaryOp::div:
+      return ops::div(a, b);
   }
   return {};
 }
 
 const std::vector<std::pair<Shape, Shape>> kBroadcastCases = {
-    {{3, 4}, {3, 4}},        {{2, 3, 4, 5}, {1, 3, 1, 1}}, {{3, 1}, {1, 4}}, {{}, {2, 3}},
-    {{2, 3}, {}},            {{4}, {2, 3, 4}},             {{2, 1, 4}, {3, 1}},
+    {{3, 4}, {3, 4}}, {{2, 3, 4, 5}, {1, 3, 1, 1}}, {{3, 1}, {1, 4}}, {{}, {2, 3}}, {{2, 3}, {}},
+    {{4}, {2, 3, 4}}, {{2, 1, 4}, {3, 1}},
 };
 
 const ops::BinaryOp kOps[] = {ops::BinaryOp::add, ops::BinaryOp::sub, ops::BinaryOp::mul, ops::BinaryOp::div};
@@ -88,8 +96,7 @@ TEST_CASE("binary ops match a double reference under broadcasting", "[ops]") {
       CHECK(out.shape() == ops::broadcast_shapes(a_shape, b_shape));
       require_close(out.to_vector<double>(), reference_binary(op, a, b));
       // f32 goes through the same kernel: compare within single precision.
-      require_close(run(op, a.to(DType::f32), b.to(DType::f32)).to_vector<double>(), reference_binary(op, a, b),
-                    1e-6);
+      require_close(run(op, a.to(DType::f32), b.to(DType::f32)).to_vector<double>(), reference_binary(op, a, b), 1e-6);
     }
   }
 }
@@ -131,8 +138,9 @@ TEST_CASE("gradients accumulate when a tensor is used twice", "[ops]") {
   ops::sum(ops::add(ops::mul(x, x), x)).backward();  // d/dx (x^2 + x) = 2x + 1
   require_close(x.grad().to_vector<double>(), {4.0, -3.0, 7.0});
   Generator generator(14);
-  require_gradcheck([](const std::vector<Tensor>& in) { return ops::div(in[0], ops::add(ops::mul(in[0], in[0]), in[1])); },
-                    {random_leaf({2, 3}, generator), random_leaf({3}, generator, 1.0, 2.0)});
+  require_gradcheck(
+      [](const std::vector<Tensor>& in) { return ops::div(in[0], ops::add(ops::mul(in[0], in[0]), in[1])); },
+      {random_leaf({2, 3}, generator), random_leaf({3}, generator, 1.0, 2.0)});
 }
 
 TEST_CASE("only inputs that require grad receive one", "[ops]") {

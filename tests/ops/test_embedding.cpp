@@ -1,9 +1,8 @@
 // Tests for embedding (src/ops/embedding.cpp, src/ops/cpu/embedding.cpp): lookups for index tensors of
 // any shape, dense backward with duplicate indices, row-sparse gradients, determinism, errors.
-#include "support/catch.h"
-
-#include "opsnn/ops/ops.h"
 #include "ops/op_test_helpers.h"
+#include "opsnn/ops/ops.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 using namespace opsnn::testing;
@@ -112,7 +111,6 @@ TEST_CASE("embedding rejects bad indices, shapes, dtypes and devices", "[ops]") 
     message = require_throws<DeviceError>([&] { ops::embedding(weight, on_gpu); });
     CHECK_THAT(message, Catch::Contains("cpu") && Catch::Contains("cuda:0"));
   }
-  message = require_throws<TypeError>(
-      [&] { ops::embedding(Tensor::zeros({5, 2}, DType::i32), indices_of({1}, {1})); });
+  message = require_throws<TypeError>([&] { ops::embedding(Tensor::zeros({5, 2}, DType::i32), indices_of({1}, {1})); });
   CHECK_THAT(message, Catch::Contains("i32"));
 }

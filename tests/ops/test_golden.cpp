@@ -1,8 +1,6 @@
 // Golden tests: conv2d, batch_norm and cross_entropy (forward and backward) against PyTorch values in
 // tests/golden/*.json, written by tools/gen_golden_ops.py in float64. The f64 kernels must match to
 // rounding; the f32 kernels to f32 precision. A missing fixture fails the test.
-#include "support/catch.h"
-
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +10,7 @@
 #include <vector>
 
 #include "opsnn/ops/ops.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 using json = nlohmann::json;
@@ -58,14 +57,15 @@ void require_matches(const Tensor& actual, const json& expected, Tolerance toler
   double worst = 0.0;
   size_t worst_index = 0;
   for (size_t i = 0; i < values.size(); ++i) {
-    const double error = std::fabs(values[i] - reference[i]) / (tolerance.atol + tolerance.rtol * std::fabs(reference[i]));
+    const double error =
+        std::fabs(values[i] - reference[i]) / (tolerance.atol + tolerance.rtol * std::fabs(reference[i]));
     if (!(error <= worst)) {
       worst = error;
       worst_index = i;
     }
   }
-  INFO(std::setprecision(17) << "worst element " << worst_index << ": " << values[worst_index] << " vs PyTorch " << reference[worst_index]
-                        << " (" << worst << " x tolerance)");
+  INFO(std::setprecision(17) << "worst element " << worst_index << ": " << values[worst_index] << " vs PyTorch "
+                             << reference[worst_index] << " (" << worst << " x tolerance)");
   REQUIRE(worst <= 1.0);
 }
 
@@ -127,8 +127,8 @@ TEST_CASE("cross_entropy matches PyTorch with and without label smoothing", "[go
     for (DType dtype : {DType::f64, DType::f32}) {
       INFO("case '" << c["name"].get<std::string>() << "' in " << dtype_name(dtype));
       Tensor logits = tensor_of(c["logits"], dtype, true);
-      Tensor target = Tensor::from_vector<int64_t>(c["target"]["data"].get<std::vector<int64_t>>(),
-                                                   shape_of(c["target"]));
+      Tensor target =
+          Tensor::from_vector<int64_t>(c["target"]["data"].get<std::vector<int64_t>>(), shape_of(c["target"]));
       Tensor loss = ops::cross_entropy(logits, target, c["label_smoothing"].get<double>());
       REQUIRE(loss.numel() == 1);
       const Tolerance tolerance = tolerance_for(dtype);

@@ -1,12 +1,11 @@
 // Tests for matmul and linear (src/ops/linear.cpp) and the CPU gemm kernel (src/ops/cpu/gemm.cpp):
 // values against hand and double references, finite-difference gradients, transposed views, errors.
-#include "support/catch.h"
-
 #include <array>
 #include <utility>
 
-#include "opsnn/ops/ops.h"
 #include "ops/op_test_helpers.h"
+#include "opsnn/ops/ops.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 using namespace opsnn::testing;
@@ -96,8 +95,8 @@ TEST_CASE("linear gradients match finite differences", "[ops]") {
   auto without_bias = [](const std::vector<Tensor>& in) { return ops::linear(in[0], in[1], Tensor()); };
   for (const Shape& input_shape : std::vector<Shape>{{4, 3}, {1, 3}, {2, 3, 3}, {3}}) {
     INFO("input " << shape_str(input_shape));
-    require_gradcheck(with_bias, {random_leaf(input_shape, generator), random_leaf({5, 3}, generator),
-                                  random_leaf({5}, generator)});
+    require_gradcheck(
+        with_bias, {random_leaf(input_shape, generator), random_leaf({5, 3}, generator), random_leaf({5}, generator)});
     require_gradcheck(without_bias, {random_leaf(input_shape, generator), random_leaf({2, 3}, generator)});
   }
   // A weight that does not need a gradient.
@@ -152,15 +151,15 @@ TEST_CASE("matmul and linear reject mismatched shapes, dtypes and devices", "[op
   CHECK_THAT(message, Catch::Contains("[2, 3]") && Catch::Contains("[4, 5]"));
   message = require_throws<ShapeError>([] { ops::matmul(Tensor::zeros({2, 3, 1}), Tensor::zeros({3, 5})); });
   CHECK_THAT(message, Catch::Contains("[2, 3, 1]") && Catch::Contains("[3, 5]"));
-  message = require_throws<TypeError>(
-      [] { ops::matmul(Tensor::zeros({2, 3}), Tensor::zeros({3, 5}, DType::f64)); });
+  message = require_throws<TypeError>([] { ops::matmul(Tensor::zeros({2, 3}), Tensor::zeros({3, 5}, DType::f64)); });
   CHECK_THAT(message, Catch::Contains("f32") && Catch::Contains("f64"));
   if (Tensor on_gpu = zeros_on_gpu({3, 5}); on_gpu.defined()) {
     message = require_throws<DeviceError>([&] { ops::matmul(Tensor::zeros({2, 3}), on_gpu); });
     CHECK_THAT(message, Catch::Contains("cpu") && Catch::Contains("cuda:0"));
   }
-  message = require_throws<TypeError>(
-      [] { ops::matmul(Tensor::zeros({2, 3}, DType::i32), Tensor::zeros({3, 5}, DType::i32)); });
+  message = require_throws<TypeError>([] {
+    ops::matmul(Tensor::zeros({2, 3}, DType::i32), Tensor::zeros({3, 5}, DType::i32));
+  });
   CHECK_THAT(message, Catch::Contains("i32"));
 
   Tensor w = Tensor::zeros({5, 7});

@@ -1,11 +1,10 @@
 // Tests for log_softmax, nll_loss and cross_entropy (src/ops/loss.cpp, src/ops/cpu/loss.cpp): values
 // against double references and PyTorch's formula, stability, label smoothing, gradients, errors.
-#include "support/catch.h"
-
 #include <cmath>
 
-#include "opsnn/ops/ops.h"
 #include "ops/op_test_helpers.h"
+#include "opsnn/ops/ops.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 using namespace opsnn::testing;
@@ -138,8 +137,7 @@ TEST_CASE("losses reject bad targets, shapes, dtypes and devices", "[ops]") {
   CHECK_THAT(message, Catch::Contains("target -1") && Catch::Contains("3 classes"));
   message = require_throws<ShapeError>([&] { ops::cross_entropy(logits, labels({0, 1, 2})); });
   CHECK_THAT(message, Catch::Contains("[3]") && Catch::Contains("[2, 3]"));
-  message = require_throws<TypeError>(
-      [&] { ops::cross_entropy(logits, Tensor::from_vector<int32_t>({0, 1}, {2})); });
+  message = require_throws<TypeError>([&] { ops::cross_entropy(logits, Tensor::from_vector<int32_t>({0, 1}, {2})); });
   CHECK_THAT(message, Catch::Contains("i64") && Catch::Contains("i32"));
   if (Tensor on_gpu = zeros_on_gpu({2}, DType::i64); on_gpu.defined()) {
     message = require_throws<DeviceError>([&] { ops::nll_loss(logits, on_gpu); });
@@ -149,7 +147,6 @@ TEST_CASE("losses reject bad targets, shapes, dtypes and devices", "[ops]") {
   CHECK_THAT(message, Catch::Contains("[3]"));
   message = require_throws<ConfigError>([&] { ops::cross_entropy(logits, labels({0, 1}), 1.5); });
   CHECK_THAT(message, Catch::Contains("label_smoothing 1.5"));
-  message = require_throws<TypeError>(
-      [&] { ops::cross_entropy(Tensor::zeros({2, 3}, DType::i64), labels({0, 1})); });
+  message = require_throws<TypeError>([&] { ops::cross_entropy(Tensor::zeros({2, 3}, DType::i64), labels({0, 1})); });
   CHECK_THAT(message, Catch::Contains("i64"));
 }

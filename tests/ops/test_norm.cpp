@@ -1,7 +1,6 @@
 // Tests of ops::batch_norm and ops::batch_norm_relu (src/ops/norm.cpp, src/ops/cpu/norm.cpp): training and
 // eval values, running-statistic updates, finite-difference gradients, f32 precision, argument errors, and
 // the fused relu equal bit for bit to batch_norm followed by relu.
-#include "support/catch.h"
 #include <cmath>
 #include <vector>
 
@@ -10,6 +9,7 @@
 #include "opsnn/core/rng.h"
 #include "opsnn/ops/ops.h"
 #include "support/bit_patterns.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 using namespace opsnn::testing;
@@ -24,7 +24,8 @@ struct ChannelStats {
 ChannelStats channel_stats(const Tensor& input) {
   const std::vector<double> x = input.to_vector<double>();
   const int64_t N = input.size(0), C = input.size(1), inner = input.numel() / (N * C);
-  ChannelStats stats{std::vector<double>(static_cast<size_t>(C)), std::vector<double>(static_cast<size_t>(C)), N * inner};
+  ChannelStats stats{std::vector<double>(static_cast<size_t>(C)), std::vector<double>(static_cast<size_t>(C)),
+                     N * inner};
   for (int64_t c = 0; c < C; ++c) {
     double sum = 0, squared = 0;
     for (int64_t n = 0; n < N; ++n)
@@ -94,8 +95,9 @@ TEST_CASE("batch_norm training normalizes with batch statistics and updates runn
 
     Tensor out = ops::batch_norm(input, gamma, beta, running_mean, running_var, true, 0.25, 1e-3);
     const ChannelStats stats = channel_stats(input);
-    require_close(out.to_vector<double>(), reference_normalize(input, stats.mean, stats.variance,
-                                                               gamma.to_vector<double>(), beta.to_vector<double>(), 1e-3));
+    require_close(out.to_vector<double>(),
+                  reference_normalize(input, stats.mean, stats.variance, gamma.to_vector<double>(),
+                                      beta.to_vector<double>(), 1e-3));
     // running = 0.75 * running + 0.25 * batch, with the unbiased variance (count / (count - 1)).
     std::vector<double> expected_mean, expected_var;
     const double unbias = static_cast<double>(stats.count) / static_cast<double>(stats.count - 1);
@@ -162,8 +164,8 @@ TEST_CASE("batch_norm gradient reaches the input alone when gamma and beta are a
       },
       {input});
   Tensor frozen_gamma = Tensor::full({2}, 1.5, DType::f64);
-  Tensor out = ops::batch_norm(input.detach().set_requires_grad(true), frozen_gamma, Tensor(), running_mean,
-                               running_var, false);
+  Tensor out =
+      ops::batch_norm(input.detach().set_requires_grad(true), frozen_gamma, Tensor(), running_mean, running_var, false);
   out.backward(Tensor::ones(out.shape(), DType::f64));
   REQUIRE_FALSE(frozen_gamma.grad().defined());
 }
@@ -198,8 +200,7 @@ TEST_CASE("batch_norm in f32 keeps precision for inputs with a large mean", "[op
 TEST_CASE("batch_norm rejects bad arguments with messages naming both sides", "[ops]") {
   Tensor input = Tensor::zeros({4, 3, 2, 2});
   Tensor mean = Tensor::zeros({3}), var = Tensor::ones({3});
-  CHECK_THAT(require_throws<ShapeError>(
-                 [&] { ops::batch_norm(input, Tensor::ones({5}), Tensor(), mean, var, true); }),
+  CHECK_THAT(require_throws<ShapeError>([&] { ops::batch_norm(input, Tensor::ones({5}), Tensor(), mean, var, true); }),
              Catch::Contains("gamma [5]") && Catch::Contains("[4, 3, 2, 2]"));
   Tensor short_var = Tensor::ones({2});
   CHECK_THAT(require_throws<ShapeError>([&] { ops::batch_norm(input, Tensor(), Tensor(), mean, short_var, false); }),
@@ -214,13 +215,14 @@ TEST_CASE("batch_norm rejects bad arguments with messages naming both sides", "[
   CHECK_THAT(require_throws<TypeError>(
                  [&] { ops::batch_norm(input, Tensor::ones({3}, DType::f64), Tensor(), mean, var, true); }),
              Catch::Contains("f32") && Catch::Contains("f64"));
-  CHECK_THAT(require_throws<ShapeError>([&] { ops::batch_norm(Tensor::zeros({4}), Tensor(), Tensor(), mean, var, true); }),
-             Catch::Contains("[N, C]"));
+  CHECK_THAT(
+      require_throws<ShapeError>([&] { ops::batch_norm(Tensor::zeros({4}), Tensor(), Tensor(), mean, var, true); }),
+      Catch::Contains("[N, C]"));
   CHECK_THAT(require_throws<ConfigError>([&] { ops::batch_norm(input, Tensor(), Tensor(), mean, var, true, 1.5); }),
              Catch::Contains("momentum") && Catch::Contains("1.5"));
-  CHECK_THAT(require_throws<ConfigError>(
-                 [&] { ops::batch_norm(input, Tensor(), Tensor(), mean, var, true, 0.1, -1e-5); }),
-             Catch::Contains("eps"));
+  CHECK_THAT(
+      require_throws<ConfigError>([&] { ops::batch_norm(input, Tensor(), Tensor(), mean, var, true, 0.1, -1e-5); }),
+      Catch::Contains("eps"));
   // Training without running statistics (track_running_stats off) works.
   Tensor none_mean, none_var;
   REQUIRE(ops::batch_norm(input, Tensor(), Tensor(), none_mean, none_var, true).shape() == input.shape());

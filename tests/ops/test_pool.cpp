@@ -1,14 +1,13 @@
 // Tests of ops::max_pool2d, avg_pool2d and global_avg_pool2d (src/ops/pool.cpp, src/ops/cpu/pool.cpp):
 // worked values, tie and padding rules, finite-difference gradients and geometry errors.
-#include "support/catch.h"
-
 #include <algorithm>
 #include <numeric>
 #include <vector>
 
+#include "ops/op_test_helpers.h"
 #include "opsnn/core/rng.h"
 #include "opsnn/ops/ops.h"
-#include "ops/op_test_helpers.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 using namespace opsnn::testing;
@@ -101,10 +100,10 @@ TEST_CASE("avg_pool2d divides by the window, with or without padding counted", "
 TEST_CASE("avg_pool2d gradients match finite differences", "[ops]") {
   uint64_t seed = 20;
   for (bool include_pad : {true, false}) {
-    for (const auto& [shape, geometry] : std::vector<std::pair<Shape, ops::Pool2dGeometry>>{
-             {{2, 2, 6, 6}, pool(2, 2, 0, include_pad)},
-             {{1, 3, 7, 5}, pool(3, 2, 1, include_pad)},
-             {{2, 1, 5, 6}, pool(5, 1, 2, include_pad)}}) {
+    for (const auto& [shape, geometry] :
+         std::vector<std::pair<Shape, ops::Pool2dGeometry>>{{{2, 2, 6, 6}, pool(2, 2, 0, include_pad)},
+                                                            {{1, 3, 7, 5}, pool(3, 2, 1, include_pad)},
+                                                            {{2, 1, 5, 6}, pool(5, 1, 2, include_pad)}}) {
       INFO("input " << shape_str(shape) << " kernel " << geometry.kernel_h << " include_pad " << include_pad);
       Generator generator(++seed);
       const ops::Pool2dGeometry g = geometry;
@@ -136,13 +135,15 @@ TEST_CASE("pooling kernels agree between f32 and f64", "[ops]") {
   require_close(ops::max_pool2d(input32, g).to_vector<double>(),
                 ops::max_pool2d(input.to(DType::f32).to(DType::f64), g).to_vector<double>(), 0.0);
   require_close(ops::avg_pool2d(input32, g).to_vector<double>(), ops::avg_pool2d(input, g).to_vector<double>(), 1e-6);
-  require_close(ops::global_avg_pool2d(input32).to_vector<double>(),
-                ops::global_avg_pool2d(input).to_vector<double>(), 1e-6);
+  require_close(ops::global_avg_pool2d(input32).to_vector<double>(), ops::global_avg_pool2d(input).to_vector<double>(),
+                1e-6);
 }
 
 TEST_CASE("pooling rejects invalid geometry naming it", "[ops]") {
   Tensor input = Tensor::zeros({1, 2, 4, 4});
-  CHECK_THAT(require_throws<ShapeError>([&] { ops::max_pool2d(Tensor::zeros({1, 2, 2, 2}), pool(3, 1, 0)); }),
+  CHECK_THAT(require_throws<ShapeError>([&] {
+               ops::max_pool2d(Tensor::zeros({1, 2, 2, 2}), pool(3, 1, 0));
+             }),
              Catch::Contains("kernel 3x3") && Catch::Contains("padded input 2x2"));
   CHECK_THAT(require_throws<ShapeError>([&] { ops::avg_pool2d(input, pool(2, 0, 0)); }),
              Catch::Contains("avg_pool2d") && Catch::Contains("stride 0x0"));
@@ -150,9 +151,13 @@ TEST_CASE("pooling rejects invalid geometry naming it", "[ops]") {
              Catch::Contains("padding -1x-1"));
   CHECK_THAT(require_throws<ShapeError>([&] { ops::max_pool2d(input, pool(3, 1, 2)); }),
              Catch::Contains("padding 2x2") && Catch::Contains("half the kernel 3x3"));
-  CHECK_THAT(require_throws<ShapeError>([&] { ops::max_pool2d(Tensor::zeros({2, 4, 4}), pool(2, 2, 0)); }),
+  CHECK_THAT(require_throws<ShapeError>([&] {
+               ops::max_pool2d(Tensor::zeros({2, 4, 4}), pool(2, 2, 0));
+             }),
              Catch::Contains("4-D") && Catch::Contains("[2, 4, 4]"));
-  CHECK_THAT(require_throws<ShapeError>([&] { ops::global_avg_pool2d(Tensor::zeros({2, 4})); }),
+  CHECK_THAT(require_throws<ShapeError>([&] {
+               ops::global_avg_pool2d(Tensor::zeros({2, 4}));
+             }),
              Catch::Contains("[2, 4]"));
   // Padding exactly half the kernel is fine: 4 + 2 - 2 = 4 -> 5 windows at stride 1.
   REQUIRE(ops::max_pool2d(input, pool(2, 1, 1)).shape() == Shape{1, 2, 5, 5});

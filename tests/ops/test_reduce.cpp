@@ -1,9 +1,8 @@
 // Tests for sum and mean (src/ops/reduce.cpp, src/ops/cpu/reduce.cpp): values against a double
 // reference for every dimension pattern, accuracy of long f32 sums, gradients and errors.
-#include "support/catch.h"
-
-#include "opsnn/ops/ops.h"
 #include "ops/op_test_helpers.h"
+#include "opsnn/ops/ops.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 using namespace opsnn::testing;
@@ -43,10 +42,11 @@ TEST_CASE("sum and mean over everything", "[ops]") {
 
 TEST_CASE("sum over chosen dimensions matches a reference, with and without keepdim", "[ops]") {
   Generator generator(31);
-  const std::vector<std::pair<Shape, std::vector<int64_t>>> cases = {
-      {{2, 3, 4}, {0}},    {{2, 3, 4}, {1}},       {{2, 3, 4}, {2}},    {{2, 3, 4}, {0, 2}},
-      {{2, 3, 4}, {1, 2}}, {{2, 3, 4}, {0, 1, 2}}, {{4, 1, 5}, {0, 1}}, {{3, 2, 4, 5}, {0, 2, 3}},
-      {{3, 2, 4, 5}, {1, 3}}, {{6}, {0}}};
+  const std::vector<std::pair<Shape, std::vector<int64_t>>> cases = {{{2, 3, 4}, {0}},       {{2, 3, 4}, {1}},
+                                                                     {{2, 3, 4}, {2}},       {{2, 3, 4}, {0, 2}},
+                                                                     {{2, 3, 4}, {1, 2}},    {{2, 3, 4}, {0, 1, 2}},
+                                                                     {{4, 1, 5}, {0, 1}},    {{3, 2, 4, 5}, {0, 2, 3}},
+                                                                     {{3, 2, 4, 5}, {1, 3}}, {{6}, {0}}};
   for (const auto& [shape, dims] : cases) {
     INFO("shape " << shape_str(shape) << " dims " << shape_str(dims));
     Tensor x = Tensor::uniform(shape, -1.0, 1.0, generator, DType::f64);

@@ -1,9 +1,8 @@
 // Tests for reshape, flatten and permute (src/ops/shape.cpp): resulting shapes and element order, storage
 // sharing, non-contiguous inputs, gradients and errors.
-#include "support/catch.h"
-
-#include "opsnn/ops/ops.h"
 #include "ops/op_test_helpers.h"
+#include "opsnn/ops/ops.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 using namespace opsnn::testing;
@@ -33,14 +32,19 @@ TEST_CASE("flatten merges a range of dimensions", "[ops]") {
 
 TEST_CASE("reshape and flatten gradients match finite differences", "[ops]") {
   Generator generator(41);
-  require_gradcheck([](const std::vector<Tensor>& in) { return ops::reshape(in[0], {4, -1}); },
-                    {random_leaf({2, 3, 2}, generator)});
+  require_gradcheck(
+      [](const std::vector<Tensor>& in) {
+        return ops::reshape(in[0], {4, -1});
+      },
+      {random_leaf({2, 3, 2}, generator)});
   require_gradcheck([](const std::vector<Tensor>& in) { return ops::flatten(in[0]); },
                     {random_leaf({2, 3, 2}, generator)});
-  require_gradcheck([](const std::vector<Tensor>& in) {
-    Tensor flat = ops::reshape(in[0], {-1});
-    return ops::mul(flat, flat);
-  }, {random_leaf({3, 4}, generator)});
+  require_gradcheck(
+      [](const std::vector<Tensor>& in) {
+        Tensor flat = ops::reshape(in[0], {-1});
+        return ops::mul(flat, flat);
+      },
+      {random_leaf({3, 4}, generator)});
 }
 
 TEST_CASE("reshape of a non-contiguous leaf sends gradients back in logical order", "[ops]") {
@@ -91,8 +95,7 @@ TEST_CASE("cast_from_copy returns the copy's values and sends cast's gradient to
   CHECK(ops::cast_from_copy(master.detach(), copy).grad_fn() == nullptr);
   std::string message = require_throws<ShapeError>([&] { ops::cast_from_copy(master, copy.view({4, 3})); });
   CHECK(message.find("cast_from_copy") != std::string::npos);
-  message = require_throws<TypeError>(
-      [&] { ops::cast_from_copy(master, Tensor::zeros({3, 4}, DType::i64)); });
+  message = require_throws<TypeError>([&] { ops::cast_from_copy(master, Tensor::zeros({3, 4}, DType::i64)); });
   CHECK(message.find("cast_from_copy") != std::string::npos);
 }
 
@@ -116,12 +119,17 @@ TEST_CASE("permute reorders dimensions into a contiguous tensor", "[ops]") {
 
 TEST_CASE("permute gradients match finite differences", "[ops]") {
   Generator generator(43);
-  require_gradcheck([](const std::vector<Tensor>& in) { return ops::permute(in[0], {0, 2, 3, 1}); },
-                    {random_leaf({2, 3, 2, 4}, generator)});
-  require_gradcheck([](const std::vector<Tensor>& in) {
-    Tensor moved = ops::permute(in[0], {1, 0, 2});
-    return ops::mul(moved, moved);
-  }, {random_leaf({3, 2, 2}, generator)});
+  require_gradcheck(
+      [](const std::vector<Tensor>& in) {
+        return ops::permute(in[0], {0, 2, 3, 1});
+      },
+      {random_leaf({2, 3, 2, 4}, generator)});
+  require_gradcheck(
+      [](const std::vector<Tensor>& in) {
+        Tensor moved = ops::permute(in[0], {1, 0, 2});
+        return ops::mul(moved, moved);
+      },
+      {random_leaf({3, 2, 2}, generator)});
 }
 
 TEST_CASE("permute rejects orders that are not permutations", "[ops]") {

@@ -2,15 +2,14 @@
 // running an opsnn optimizer side by side with the double-precision reference over many steps.
 #pragma once
 
-#include "support/catch.h"
-
 #include <cmath>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "optim/reference_optim.h"
 #include "opsnn/optim/optimizer.h"
+#include "optim/reference_optim.h"
+#include "support/catch.h"
 
 namespace opsnn::optim::testing {
 
@@ -49,8 +48,8 @@ inline std::vector<std::vector<double>> make_grads(const NamedParameters& parame
     if (pattern == GradPattern::mixed) {
       int kind = (step + static_cast<int>(t)) % 10;
       if (kind == 3) factor = 0.0;
-      if (kind == 5) factor *= 1e8;   // huge: g^2 still finite in fp32
-      if (kind == 7) factor *= 1e-18; // tiny: g^2 underflows in fp32
+      if (kind == 5) factor *= 1e8;    // huge: g^2 still finite in fp32
+      if (kind == 7) factor *= 1e-18;  // tiny: g^2 underflows in fp32
     }
     std::vector<double> g(static_cast<size_t>(parameters[t].second.numel()));
     for (double& x : g) {
@@ -90,8 +89,8 @@ inline void require_close(const NamedParameters& parameters, const std::vector<s
         worst_index = i;
       }
     }
-    INFO(what << ": tensor " << parameters[t].first << " element " << worst_index << " actual "
-              << actual[worst_index] << " expected " << expected[t][worst_index]);
+    INFO(what << ": tensor " << parameters[t].first << " element " << worst_index << " actual " << actual[worst_index]
+              << " expected " << expected[t][worst_index]);
     REQUIRE(worst <= 0.0);
   }
 }

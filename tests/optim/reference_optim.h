@@ -64,7 +64,10 @@ class ReferenceOptimizer {
   std::vector<double> peak;  // per tensor: the largest |p| seen so far (the scale of fp32 rounding errors)
 
   ReferenceOptimizer(ReferenceConfig c, Tensors initial, std::vector<double> multipliers, std::vector<bool> decay)
-      : config(std::move(c)), params(std::move(initial)), lr_multiplier(std::move(multipliers)), decays(std::move(decay)) {
+      : config(std::move(c)),
+        params(std::move(initial)),
+        lr_multiplier(std::move(multipliers)),
+        decays(std::move(decay)) {
     for (const auto& p : params) {
       m.emplace_back(p.size(), 0.0);
       v.emplace_back(p.size(), 0.0);
@@ -136,8 +139,10 @@ class ReferenceOptimizer {
           v_used = std::max(v_max[t][i], v_new);
         }
         double update = (m_new / (1 - b1p)) / (std::sqrt(v_used / (1 - b2p)) + eps);
-        if (c.name == "lamb") r[i] = update + wd * p[i];
-        else p[i] -= lr * update;
+        if (c.name == "lamb")
+          r[i] = update + wd * p[i];
+        else
+          p[i] -= lr * update;
       }
       if (c.name == "lamb") {
         double p_norm = 0, r_norm = 0;

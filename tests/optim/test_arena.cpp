@@ -1,17 +1,16 @@
 // The flat parameter arena: parameters become views (values kept, every handle sees the arena), aligned
 // segment offsets, chunks inside segments, gradients accumulating in the arena through autograd,
 // zero_grad keeping the views, replaced gradients re-adopted, and bad parameter lists rejected.
-#include "support/catch.h"
-
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
-#include "optim/optim_test_support.h"
 #include "opsnn/ops/ops.h"
 #include "opsnn/optim/adam.h"
 #include "opsnn/optim/sgd.h"
 #include "optim/cpu/half_blocks.h"
+#include "optim/optim_test_support.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 using namespace opsnn::optim;
@@ -128,8 +127,8 @@ TEST_CASE("fp16 block conversion agrees with half.h bit for bit", "[optim]") {
     std::memcpy(&x, &bits, sizeof(x));
     if (!std::isnan(x)) values.push_back(x);
   }
-  for (float x : {65504.0f, 65520.0f, 65519.99f, 5.9604645e-8f, 2.9802322e-8f, 2.9802326e-8f, 6.1035156e-5f,
-                  -0.0f, INFINITY, -INFINITY})
+  for (float x : {65504.0f, 65520.0f, 65519.99f, 5.9604645e-8f, 2.9802322e-8f, 2.9802326e-8f, 6.1035156e-5f, -0.0f,
+                  INFINITY, -INFINITY})
     values.push_back(x);
   std::vector<Half> converted(values.size());
   cpu::float_to_half_block(values.data(), converted.data(), static_cast<int64_t>(values.size()));

@@ -6,8 +6,6 @@
 // without loss scaling, the single-pass (warn) mode, fp16 overflow, zero gradients, odd sizes and tails,
 // bf16/fp16 gradients and the low-precision parameter copy, CUDA graph capture. Tagged [cuda]: they
 // return early where no GPU exists.
-#include "support/catch.h"
-
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -18,6 +16,7 @@
 #include "opsnn/optim/device_step.h"
 #include "opsnn/optim/optimizer.h"
 #include "optim/optim_test_support.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 using namespace opsnn::optim;
@@ -78,8 +77,10 @@ void require_same_state(const StepState& gpu, const StepState& cpu, double rtol)
   REQUIRE(gpu.monitor_flags == cpu.monitor_flags);
   REQUIRE(gpu.first_nonfinite_step == cpu.first_nonfinite_step);
   REQUIRE(gpu.first_nonfinite_segment == cpu.first_nonfinite_segment);
-  if (std::isfinite(cpu.grad_norm)) REQUIRE(std::fabs(gpu.grad_norm - cpu.grad_norm) <= 1e-6 * cpu.grad_norm + 1e-30);
-  else REQUIRE(!std::isfinite(gpu.grad_norm));
+  if (std::isfinite(cpu.grad_norm))
+    REQUIRE(std::fabs(gpu.grad_norm - cpu.grad_norm) <= 1e-6 * cpu.grad_norm + 1e-30);
+  else
+    REQUIRE(!std::isfinite(gpu.grad_norm));
   REQUIRE(std::fabs(gpu.clip_factor - cpu.clip_factor) <= std::max(rtol, 1e-6) * cpu.clip_factor);
 }
 
@@ -143,9 +144,11 @@ TEST_CASE("cuda fused step: SGD, momentum, dampening, Nesterov equal the CPU bit
   if (!have_gpu()) return;
   for (DType dtype : kStateTypes) {
     run_scenario(scenario("sgd", OptimizerOptions(0.05).state_dtype(dtype), 150));
-    run_scenario(scenario("sgd", OptimizerOptions(0.05).momentum(0.9).dampening(0.1).weight_decay(1e-3).state_dtype(dtype), 150,
-                  GradPattern::mixed));
-    run_scenario(scenario("sgd", OptimizerOptions(0.05).momentum(0.95).nesterov(true).weight_decay(1e-4).state_dtype(dtype)));
+    run_scenario(scenario("sgd",
+                          OptimizerOptions(0.05).momentum(0.9).dampening(0.1).weight_decay(1e-3).state_dtype(dtype),
+                          150, GradPattern::mixed));
+    run_scenario(
+        scenario("sgd", OptimizerOptions(0.05).momentum(0.95).nesterov(true).weight_decay(1e-4).state_dtype(dtype)));
   }
 }
 
@@ -159,9 +162,11 @@ TEST_CASE("cuda fused step: Adam, AdamW, amsgrad, eps scaling, schedules equal t
   for (DType dtype : kStateTypes) {
     GradPattern pattern = dtype == DType::f32 ? GradPattern::mixed : GradPattern::bounded;
     run_scenario(scenario("adam", OptimizerOptions(1e-3).weight_decay(1e-2).state_dtype(dtype), 200, pattern));
-    run_scenario(scenario("adam", OptimizerOptions(1e-3).amsgrad(true).eps_relative(1e-3).state_dtype(dtype), 200, pattern));
-    run_scenario(scenario("adamw", OptimizerOptions(2e-3).betas({0.95, 0.99}).weight_decay(0.05).schedule(cosine).state_dtype(dtype),
-                  200, pattern));
+    run_scenario(
+        scenario("adam", OptimizerOptions(1e-3).amsgrad(true).eps_relative(1e-3).state_dtype(dtype), 200, pattern));
+    run_scenario(scenario(
+        "adamw", OptimizerOptions(2e-3).betas({0.95, 0.99}).weight_decay(0.05).schedule(cosine).state_dtype(dtype), 200,
+        pattern));
   }
 }
 
@@ -175,8 +180,8 @@ TEST_CASE("cuda fused step: Lion (the generic element-wise pass) equals the CPU 
   for (DType dtype : kStateTypes) {
     GradPattern pattern = dtype == DType::f32 ? GradPattern::mixed : GradPattern::bounded;
     run_scenario(scenario("lion", OptimizerOptions().state_dtype(dtype), 150, pattern));
-    run_scenario(scenario("lion", OptimizerOptions(3e-4).weight_decay(0.1).schedule(cosine).state_dtype(dtype), 200,
-                          pattern));
+    run_scenario(
+        scenario("lion", OptimizerOptions(3e-4).weight_decay(0.1).schedule(cosine).state_dtype(dtype), 200, pattern));
   }
 }
 
@@ -207,12 +212,13 @@ TEST_CASE("cuda fused step: parameter groups with lr multipliers and decay flags
 TEST_CASE("cuda fused step: LAMB trust ratios and clipping agree within rounding of the norms", "[cuda][optim]") {
   if (!have_gpu()) return;
   for (DType dtype : kStateTypes) {
-    run_scenario(scenario("lamb", OptimizerOptions(1e-2).weight_decay(0.01).state_dtype(dtype), 150, GradPattern::bounded, 1.0,
-                  dtype == DType::f32 ? 2e-5 : 1e-2));
-    run_scenario(scenario("adamw", OptimizerOptions(1e-3).max_grad_norm(1.0).state_dtype(dtype), 150, GradPattern::bounded, 1.0,
-                  dtype == DType::f32 ? 2e-5 : 1e-2));
+    run_scenario(scenario("lamb", OptimizerOptions(1e-2).weight_decay(0.01).state_dtype(dtype), 150,
+                          GradPattern::bounded, 1.0, dtype == DType::f32 ? 2e-5 : 1e-2));
+    run_scenario(scenario("adamw", OptimizerOptions(1e-3).max_grad_norm(1.0).state_dtype(dtype), 150,
+                          GradPattern::bounded, 1.0, dtype == DType::f32 ? 2e-5 : 1e-2));
   }
-  run_scenario(scenario("sgd", OptimizerOptions(0.1).momentum(0.9).max_grad_norm(0.5), 150, GradPattern::normal, 1.0, 2e-5));
+  run_scenario(
+      scenario("sgd", OptimizerOptions(0.1).momentum(0.9).max_grad_norm(0.5), 150, GradPattern::normal, 1.0, 2e-5));
 }
 
 namespace {
@@ -280,8 +286,10 @@ TEST_CASE("cuda fused step: LAMB with one huge segment among many tiny ones agre
   // thousand values, some one element around a tile (4095, 4097).
   std::vector<Shape> shapes;
   auto tiny = [&](int i) {
-    if (i % 50 == 7) shapes.push_back({4095 + 2 * (i % 2)});
-    else shapes.push_back({1 + (i * 37) % 300});
+    if (i % 50 == 7)
+      shapes.push_back({4095 + 2 * (i % 2)});
+    else
+      shapes.push_back({1 + (i * 37) % 300});
   };
   for (int i = 0; i < 150; ++i) tiny(i);
   shapes.push_back({5'000'011});
@@ -315,13 +323,15 @@ TEST_CASE("cuda fused step: non-finite gradients with warn (single pass), skip a
     Scenario s = scenario("adamw", OptimizerOptions(1e-3).monitor(MonitorOptions().on_nonfinite(action)), 20);
     s.edit = inject;
     run_scenario(s);
-    Scenario sgd = scenario("sgd", OptimizerOptions(0.1).momentum(0.9).monitor(MonitorOptions().on_nonfinite(action)), 20);
+    Scenario sgd =
+        scenario("sgd", OptimizerOptions(0.1).momentum(0.9).monitor(MonitorOptions().on_nonfinite(action)), 20);
     sgd.edit = inject;
     run_scenario(sgd);
   }
   // The single-pass mode is what warn without clipping or scaling selects.
   NamedParameters gpu = copy_to(testing::random_parameters(kShapes, 1), kGpu);
-  auto warn = make_optimizer("adam", gpu, OptimizerOptions().monitor(MonitorOptions().on_nonfinite(NonFiniteAction::warn)));
+  auto warn =
+      make_optimizer("adam", gpu, OptimizerOptions().monitor(MonitorOptions().on_nonfinite(NonFiniteAction::warn)));
   REQUIRE(device_stepper_factory(DeviceType::cuda) != nullptr);
   REQUIRE(single_pass_step(warn->device_step_constants()));
   // stop: the step throws naming the tensor and leaves the parameters untouched.
@@ -340,7 +350,8 @@ TEST_CASE("cuda fused step: fp16 states overflow and zero gradients as on the CP
   if (!have_gpu()) return;
   // |g| ~ 300: g^2 ~ 1e5 overflows fp16's 65504 in the second moment.
   run_scenario(scenario("adam", OptimizerOptions(1e-3).state_dtype(DType::f16), 40, GradPattern::bounded, 300.0));
-  run_scenario(scenario("sgd", OptimizerOptions(0.01).momentum(0.9).state_dtype(DType::f16), 40, GradPattern::bounded, 7e4));
+  run_scenario(
+      scenario("sgd", OptimizerOptions(0.01).momentum(0.9).state_dtype(DType::f16), 40, GradPattern::bounded, 7e4));
   run_scenario(scenario("adamw", OptimizerOptions(1e-3), 30, GradPattern::normal, 0.0));  // all-zero gradients
 }
 
@@ -350,8 +361,8 @@ TEST_CASE("cuda fused step: bf16/fp16 gradients and the low-precision parameter 
     for (DType copy_dtype : {DType::bf16, DType::f16}) {
       for (const char* name : {"adamw", "sgd", "lamb"}) {
         INFO(name << " grads " << dtype_name(grad_dtype) << " copy " << dtype_name(copy_dtype));
-        OptimizerOptions options = OptimizerOptions(std::string(name) == "sgd" ? 0.05 : 1e-3).momentum(
-            std::string(name) == "sgd" ? 0.9 : 0.0);
+        OptimizerOptions options =
+            OptimizerOptions(std::string(name) == "sgd" ? 0.05 : 1e-3).momentum(std::string(name) == "sgd" ? 0.9 : 0.0);
         NamedParameters cpu = testing::random_parameters(kShapes, 21);
         NamedParameters gpu = copy_to(cpu, kGpu);
         auto reference = make_optimizer(name, cpu, options);
@@ -397,10 +408,11 @@ TEST_CASE("cuda fused step: bf16/fp16 gradients and the low-precision parameter 
 TEST_CASE("cuda fused step: a captured step replayed N times equals N eager steps", "[cuda][optim]") {
   if (!have_gpu()) return;
   for (const char* name : {"adamw", "sgd", "lamb", "lion"}) {
-    OptimizerOptions options = OptimizerOptions(std::string(name) == "sgd" ? 0.05 : 1e-3)
-                                   .momentum(std::string(name) == "sgd" ? 0.9 : 0.0)
-                                   .nesterov(std::string(name) == "sgd")
-                                   .loss_scaling(LossScalingOptions().enabled(true).initial_scale(1024).growth_interval(4));
+    OptimizerOptions options =
+        OptimizerOptions(std::string(name) == "sgd" ? 0.05 : 1e-3)
+            .momentum(std::string(name) == "sgd" ? 0.9 : 0.0)
+            .nesterov(std::string(name) == "sgd")
+            .loss_scaling(LossScalingOptions().enabled(true).initial_scale(1024).growth_interval(4));
     NamedParameters base = testing::random_parameters(kShapes, 8);
     NamedParameters eager_parameters = copy_to(base, kGpu), graph_parameters = copy_to(base, kGpu);
     auto eager = make_optimizer(name, eager_parameters, options);

@@ -3,15 +3,13 @@
 // injected inf gradients, 200 steps each, replayed here with the stored float32 gradients; Lion from
 // tools/gen_golden_lion.py (torch has no Lion: the formula in float64, see the script). A missing fixture
 // is a failure, not a skip.
-#include "support/catch.h"
-
 #include <cmath>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
 #include "opsnn/optim/optimizer.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 using namespace opsnn::optim;

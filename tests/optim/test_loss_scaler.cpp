@@ -1,22 +1,20 @@
 // Dynamic loss scaling (GradScaler semantics): back-off on inf/NaN with the step skipped and the step
 // count, schedule and beta powers kept; growth after the interval (only to a finite scale); scaled losses
 // unscaled inside the step; the scaler state round-trips through state_dict.
-#include "support/catch.h"
-
 #include <cfloat>
 
-#include "optim/optim_test_support.h"
 #include "opsnn/ops/ops.h"
 #include "opsnn/optim/adam.h"
 #include "opsnn/optim/loss_scaler.h"
 #include "opsnn/optim/sgd.h"
+#include "optim/optim_test_support.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 using namespace opsnn::optim;
 using namespace opsnn::optim::testing;
 
-TEST_CASE("LossScaler: initial scale, back-off, growth after the interval, growth only to a finite scale",
-          "[optim]") {
+TEST_CASE("LossScaler: initial scale, back-off, growth after the interval, growth only to a finite scale", "[optim]") {
   LossScaler scaler(LossScalingOptions().enabled(true).growth_interval(3));
   StepState state;
   scaler.initialize(state);
@@ -47,8 +45,7 @@ TEST_CASE("LossScaler: initial scale, back-off, growth after the interval, growt
   REQUIRE(state.loss_scale == 1.0f);
 }
 
-TEST_CASE("loss scaling: injected inf/NaN skip the step and keep step count, schedule and beta powers",
-          "[optim]") {
+TEST_CASE("loss scaling: injected inf/NaN skip the step and keep step count, schedule and beta powers", "[optim]") {
   ScheduleParams warmup;
   warmup.kind = ScheduleKind::warmup_cosine;
   warmup.warmup_steps = 4;
@@ -93,8 +90,8 @@ TEST_CASE("loss scaling: injected inf/NaN skip the step and keep step count, sch
   REQUIRE(adam.step_state().step == 17);
   // 1024 -> 512 at step 2, grows to 1024 after three finite steps (5), back off at 7 and 8 -> 256, then
   // grows every three finite steps: 512 (11), 1024 (14), 2048 (17)
-  std::vector<float> expected{1024, 1024, 512, 512, 512, 1024, 1024, 512, 256, 256, 256, 512,
-                              512,  512,  1024, 1024, 1024, 2048, 2048, 2048};
+  std::vector<float> expected{1024, 1024, 512, 512, 512,  1024, 1024, 512,  256,  256,
+                              256,  512,  512, 512, 1024, 1024, 1024, 2048, 2048, 2048};
   REQUIRE(scales == expected);
   require_close(parameters, reference.params, 1e-5, 1e-5, "adam with loss scaling");
 }
@@ -115,8 +112,7 @@ TEST_CASE("loss scaling: a scaled loss gives the same update as the unscaled one
 }
 
 TEST_CASE("loss scaling: scale and growth tracker round-trip through state_dict", "[optim]") {
-  OptimizerOptions options =
-      OptimizerOptions(1e-2).loss_scaling(LossScalingOptions().enabled(true).growth_interval(4));
+  OptimizerOptions options = OptimizerOptions(1e-2).loss_scaling(LossScalingOptions().enabled(true).growth_interval(4));
   NamedParameters parameters = random_parameters({{3, 3}}, 2);
   Adam adam(parameters, options);
   for (int step = 0; step < 5; ++step) {

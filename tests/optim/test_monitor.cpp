@@ -1,15 +1,14 @@
 // The monitor: global and per-segment grad norms, the norm threshold warning, non-finite gradients and
 // parameters reported with the first step and tensor, and the warn / skip / stop actions.
-#include "support/catch.h"
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <cmath>
 #include <sstream>
 
-#include <spdlog/sinks/ostream_sink.h>
-#include <spdlog/spdlog.h>
-
-#include "optim/optim_test_support.h"
 #include "opsnn/optim/sgd.h"
+#include "optim/optim_test_support.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 using namespace opsnn::optim;
@@ -139,8 +138,7 @@ TEST_CASE("monitor: parameters overflowing to inf are caught after the update", 
   }
 }
 
-TEST_CASE("monitor: with loss scaling an overflow is skipped whatever the action but stop still stops",
-          "[optim]") {
+TEST_CASE("monitor: with loss scaling an overflow is skipped whatever the action but stop still stops", "[optim]") {
   NamedParameters parameters = random_parameters({{2, 2}}, 6);
   SGD sgd(parameters, with_action(NonFiniteAction::warn).loss_scaling(LossScalingOptions().enabled(true)));
   write_grads(parameters, {{1, INFINITY, 1, 1}});

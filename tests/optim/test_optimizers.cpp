@@ -1,12 +1,11 @@
 // Every optimizer and option against the double-precision reference over many steps: SGD (momentum,
 // dampening, Nesterov), Adam (L2, amsgrad, eps auto-scaling), AdamW, LAMB (trust clamp), Lion, clipping,
 // schedules, groups with lr multipliers and no-decay, fp16/bf16 states; zero, huge and tiny gradients.
-#include "support/catch.h"
-
 #include <omp.h>
 
-#include "optim/optim_test_support.h"
 #include "opsnn/optim/adam.h"
+#include "optim/optim_test_support.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 using namespace opsnn::optim;
@@ -29,7 +28,8 @@ void check_against_reference(const std::string& name, OptimizerOptions options, 
   NamedParameters parameters = random_parameters(kShapes, 11);
   std::vector<double> multipliers(parameters.size(), 1.0);
   std::vector<bool> decays;
-  for (const auto& [parameter_name, tensor] : parameters) decays.push_back(tensor.dim() > 1 || options.decay_1d_params());
+  for (const auto& [parameter_name, tensor] : parameters)
+    decays.push_back(tensor.dim() > 1 || options.decay_1d_params());
   std::unique_ptr<Optimizer> optimizer;
   if (groups) {
     ParamGroup first{"first", {}, 0.5, std::nullopt}, second{"second", {}, 2.0, false};
@@ -125,8 +125,8 @@ TEST_CASE("clipping by global norm and schedules inside the step match the refer
 
 TEST_CASE("parameter groups: lr multipliers and decay switched off per group", "[optim]") {
   check_against_reference("adamw", OptimizerOptions(1e-2).weight_decay(0.1), kFloat, GradPattern::mixed, 30, true);
-  check_against_reference("sgd", OptimizerOptions(0.1).momentum(0.9).weight_decay(1e-2), kFloat, GradPattern::mixed,
-                          30, true);
+  check_against_reference("sgd", OptimizerOptions(0.1).momentum(0.9).weight_decay(1e-2), kFloat, GradPattern::mixed, 30,
+                          true);
 }
 
 TEST_CASE("fp16 and bf16 optimizer states follow the reference with rounded states", "[optim]") {

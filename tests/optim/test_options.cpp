@@ -1,14 +1,13 @@
 // Options and the registry: bad settings raise ConfigError naming the setting, unknown optimizer names
 // list the known ones, default weight decay per optimizer, no decay on 1-d parameters by default, and the
 // optimizer settings block (fp32_weight_decay, fp16_momentum, loss_scaling) accepted, with its fp16-momentum warning.
-#include "support/catch.h"
-
-#include <sstream>
-
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
+#include <sstream>
+
 #include "optim/optim_test_support.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 using namespace opsnn::optim;
@@ -43,7 +42,8 @@ TEST_CASE("options: bad settings raise ConfigError naming the setting", "[optim]
   require_rejected("sgd", OptimizerOptions().amsgrad(true), "amsgrad");
   require_rejected("lamb", OptimizerOptions().amsgrad(true), "amsgrad");
   require_rejected("lion", OptimizerOptions().amsgrad(true), "amsgrad applies to adam and adamw, not lion");
-  require_rejected("lion", OptimizerOptions().momentum(0.9), "momentum, dampening and nesterov apply to sgd only, not lion");
+  require_rejected("lion", OptimizerOptions().momentum(0.9),
+                   "momentum, dampening and nesterov apply to sgd only, not lion");
   require_rejected("lamb", OptimizerOptions().trust_clamp_lower(2).trust_clamp_upper(1), "trust_clamp");
   require_rejected("adam", OptimizerOptions().state_dtype(DType::f64), "state_dtype");
   require_rejected("adam", OptimizerOptions().max_grad_norm(-1), "max_grad_norm");
@@ -53,10 +53,8 @@ TEST_CASE("options: bad settings raise ConfigError naming the setting", "[optim]
   require_rejected("adam", OptimizerOptions().loss_scaling(LossScalingOptions().initial_scale(1e300)), "initial_scale");
   require_rejected("adam", OptimizerOptions().loss_scaling(LossScalingOptions().initial_scale(1e-45)), "initial_scale");
   require_rejected("adam", OptimizerOptions().loss_scaling(LossScalingOptions().growth_factor(1.0)), "growth_factor");
-  require_rejected("adam", OptimizerOptions().loss_scaling(LossScalingOptions().backoff_factor(1.5)),
-                   "backoff_factor");
-  require_rejected("adam", OptimizerOptions().loss_scaling(LossScalingOptions().growth_interval(0)),
-                   "growth_interval");
+  require_rejected("adam", OptimizerOptions().loss_scaling(LossScalingOptions().backoff_factor(1.5)), "backoff_factor");
+  require_rejected("adam", OptimizerOptions().loss_scaling(LossScalingOptions().growth_interval(0)), "growth_interval");
   require_rejected("adam", OptimizerOptions().monitor(MonitorOptions().grad_norm_warn_threshold(0)),
                    "grad_norm_warn_threshold");
   ScheduleParams cosine;
@@ -85,10 +83,10 @@ TEST_CASE("registry: names, unknown name listing the known ones", "[optim]") {
   REQUIRE_THROWS_AS(make_optimizer("adamax", parameters), ConfigError);
   REQUIRE_THROWS_WITH(make_optimizer("adamax", parameters),
                       Catch::Contains("adamax") && Catch::Contains("adam, adamw, lamb, lion, sgd"));
-  for (const char* name : {"adam", "adamw", "lamb", "lion", "sgd"}) REQUIRE(make_optimizer(name, parameters)->name() == name);
-  register_optimizer("returns_nothing", [](std::vector<ParamGroup>, const OptimizerOptions&) {
-    return std::unique_ptr<Optimizer>();
-  });
+  for (const char* name : {"adam", "adamw", "lamb", "lion", "sgd"})
+    REQUIRE(make_optimizer(name, parameters)->name() == name);
+  register_optimizer("returns_nothing",
+                     [](std::vector<ParamGroup>, const OptimizerOptions&) { return std::unique_ptr<Optimizer>(); });
   REQUIRE_THROWS_WITH(make_optimizer("returns_nothing", parameters),
                       Catch::Contains("returns_nothing") && Catch::Contains("returned no optimizer"));
 }
@@ -108,14 +106,11 @@ TEST_CASE("options: default weight decay per optimizer and no decay on 1-d param
   REQUIRE(decaying->arena().segments()[1].weight_decay);
 }
 
-TEST_CASE("options: the optimizer settings block is accepted, with the fp16-momentum warning",
-          "[optim]") {
+TEST_CASE("options: the optimizer settings block is accepted, with the fp16-momentum warning", "[optim]") {
   // optimizer: {name: adam, settings: {fp32_weight_decay: 0.01, fp16_momentum: true,
   //             loss_scaling: {initial_scale: 65536, growth_interval: 2000}}}
-  OptimizerOptions options = OptimizerOptions()
-                                 .fp32_weight_decay(0.01)
-                                 .fp16_momentum(true)
-                                 .loss_scaling(LossScalingOptions().enabled(true).initial_scale(65536).growth_interval(2000));
+  OptimizerOptions options = OptimizerOptions().fp32_weight_decay(0.01).fp16_momentum(true).loss_scaling(
+      LossScalingOptions().enabled(true).initial_scale(65536).growth_interval(2000));
   std::ostringstream log;
   auto previous = spdlog::default_logger();
   spdlog::set_default_logger(

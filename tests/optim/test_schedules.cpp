@@ -1,11 +1,10 @@
 // Learning-rate schedules at key steps (constant + warmup, warmup + cosine with min lr, step decay with a
 // floor, linear decay), and the schedule evaluated inside the optimizer step from the applied-step count.
-#include "support/catch.h"
-
 #include <cmath>
 
-#include "optim/optim_test_support.h"
 #include "opsnn/optim/sgd.h"
+#include "optim/optim_test_support.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 using namespace opsnn::optim;

@@ -4,13 +4,13 @@
 #include <omp.h>
 
 #include <algorithm>
-#include "support/catch.h"
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
 #include "opsnn/optim/sparse_update.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 using namespace opsnn::optim;
@@ -24,7 +24,8 @@ struct ThreadCount {
   ~ThreadCount() { omp_set_num_threads(saved); }
 };
 
-template <typename T> bool bits_equal(const std::vector<T>& a, const std::vector<T>& b) {
+template <typename T>
+bool bits_equal(const std::vector<T>& a, const std::vector<T>& b) {
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
@@ -79,9 +80,18 @@ std::vector<float> random_values(std::mt19937_64& rng, size_t count, float low, 
 
 // Adam scalars of step t = 1 with the PyTorch defaults (1/(1-beta^1) bias corrections), no decay.
 AdamScalars first_step_adam(float lr) {
-  return AdamScalars{.lr = lr, .beta1 = 0.9f, .beta2 = 0.999f, .one_minus_beta1 = 0.1f, .one_minus_beta2 = 0.001f,
-                     .inv_bias_correction1 = 10.0f, .inv_bias_correction2 = 1000.0f, .eps = 1e-8f,
-                     .eps_relative = 0.0f, .weight_decay = 0.0f, .decoupled = false, .amsgrad = false};
+  return AdamScalars{.lr = lr,
+                     .beta1 = 0.9f,
+                     .beta2 = 0.999f,
+                     .one_minus_beta1 = 0.1f,
+                     .one_minus_beta2 = 0.001f,
+                     .inv_bias_correction1 = 10.0f,
+                     .inv_bias_correction2 = 1000.0f,
+                     .eps = 1e-8f,
+                     .eps_relative = 0.0f,
+                     .weight_decay = 0.0f,
+                     .decoupled = false,
+                     .amsgrad = false};
 }
 
 CoalescedRows coalesce_chunks(const Chunks& chunks, int64_t num_rows, int64_t width, float scale) {
@@ -135,9 +145,9 @@ TEST_CASE("coalesce rejects indices outside the table, naming index and table si
   Chunks chunks;
   chunks.indices = {{1, 2}, {4, 10, 3}};
   chunks.rows = {std::vector<float>(4, 1.0f), std::vector<float>(6, 1.0f)};
-  REQUIRE_THROWS_WITH(coalesce_chunks(chunks, 10, 2, 1.0f),
-                      Catch::Contains("index 10") && Catch::Contains("chunk 1, position 1") &&
-                          Catch::Contains("table of 10 rows"));
+  REQUIRE_THROWS_WITH(coalesce_chunks(chunks, 10, 2, 1.0f), Catch::Contains("index 10") &&
+                                                                Catch::Contains("chunk 1, position 1") &&
+                                                                Catch::Contains("table of 10 rows"));
   chunks.indices[0][0] = -1;
   REQUIRE_THROWS_WITH(coalesce_chunks(chunks, 10, 2, 1.0f),
                       Catch::Contains("index -1") && Catch::Contains("chunk 0, position 0"));
@@ -198,8 +208,12 @@ TEST_CASE("sparse SGD equals rules.h on the touched rows, untouched rows bit-unc
       const std::vector<float> initial_param = param, initial_buffer = buffer;
       // Rows >= 3/4 of the table are never touched; the pool shifts between steps.
       std::vector<bool> ever_touched(num_rows, false);
-      SgdScalars scalars{.lr = 0.05f, .momentum = c.momentum, .dampening = c.dampening,
-                         .weight_decay = c.weight_decay, .nesterov = c.nesterov, .first_step = false};
+      SgdScalars scalars{.lr = 0.05f,
+                         .momentum = c.momentum,
+                         .dampening = c.dampening,
+                         .weight_decay = c.weight_decay,
+                         .nesterov = c.nesterov,
+                         .first_step = false};
       const float scale = 0.5f, multiplier = 0.75f;
       for (int step = 0; step < 4; ++step) {
         std::vector<int64_t> pool;
@@ -243,8 +257,8 @@ TEST_CASE("plain sparse SGD equals the dense step on a gradient that is zero off
   Chunks chunks = random_chunks(rng, pool, 3, 5, width);
   std::vector<float> param = random_values(rng, num_rows * width, -1, 1), dense_param = param;
   const std::vector<float> initial = param;
-  SgdScalars scalars{.lr = 0.1f, .momentum = 0.0f, .dampening = 0.0f, .weight_decay = 0.0f, .nesterov = false,
-                     .first_step = true};
+  SgdScalars scalars{
+      .lr = 0.1f, .momentum = 0.0f, .dampening = 0.0f, .weight_decay = 0.0f, .nesterov = false, .first_step = true};
   CoalescedRows grad = coalesce_chunks(chunks, num_rows, width, 1.0f);
   sparse_sgd_step<float>(param.data(), nullptr, nullptr, num_rows, width, grad.indices.data(), grad.values.data(),
                          grad.row_count(), scalars);
@@ -283,7 +297,8 @@ TEMPLATE_TEST_CASE("lazy Adam/AdamW equal rules.h on touched rows; other rows an
         for (int64_t e = 0; e < size; ++e) store_value(state[e], values[e]);
         return state;
       };
-      std::vector<State> m = random_state(-0.1f, 0.1f), v = random_state(0.0f, 0.01f), v_max = random_state(0.0f, 0.02f);
+      std::vector<State> m = random_state(-0.1f, 0.1f), v = random_state(0.0f, 0.01f),
+                         v_max = random_state(0.0f, 0.02f);
       std::vector<float> ref_param = param;
       std::vector<State> ref_m = m, ref_v = v, ref_v_max = v_max;
       const std::vector<float> initial_param = param;
@@ -294,11 +309,17 @@ TEMPLATE_TEST_CASE("lazy Adam/AdamW equal rules.h on touched rows; other rows an
       for (int step = 1; step <= 5; ++step) {
         beta1_power *= beta1;
         beta2_power *= beta2;
-        AdamScalars scalars{.lr = 1e-2f, .beta1 = beta1, .beta2 = beta2, .one_minus_beta1 = 1 - beta1,
+        AdamScalars scalars{.lr = 1e-2f,
+                            .beta1 = beta1,
+                            .beta2 = beta2,
+                            .one_minus_beta1 = 1 - beta1,
                             .one_minus_beta2 = 1 - beta2,
                             .inv_bias_correction1 = static_cast<float>(1 / (1 - beta1_power)),
-                            .inv_bias_correction2 = static_cast<float>(1 / (1 - beta2_power)), .eps = 1e-8f,
-                            .eps_relative = 0.0f, .weight_decay = c.weight_decay, .decoupled = c.decoupled,
+                            .inv_bias_correction2 = static_cast<float>(1 / (1 - beta2_power)),
+                            .eps = 1e-8f,
+                            .eps_relative = 0.0f,
+                            .weight_decay = c.weight_decay,
+                            .decoupled = c.decoupled,
                             .amsgrad = c.amsgrad};
         std::vector<int64_t> pool;
         for (int64_t r = step % 3; r < 30; r += 3) pool.push_back(r);
@@ -358,20 +379,20 @@ TEST_CASE("sparse updates reject malformed rows and tables", "[sparse]") {
   std::vector<float> values(8, 1.0f);
   AdamScalars adam = first_step_adam(1e-3f);
   std::vector<int64_t> unsorted = {3, 1};
-  REQUIRE_THROWS_WITH(lazy_adam_step<float>(param.data(), m.data(), v.data(), nullptr, 5, 4, unsorted.data(),
-                                            values.data(), 2, adam),
-                      Catch::Contains("strictly increasing"));
+  REQUIRE_THROWS_WITH(
+      lazy_adam_step<float>(param.data(), m.data(), v.data(), nullptr, 5, 4, unsorted.data(), values.data(), 2, adam),
+      Catch::Contains("strictly increasing"));
   std::vector<int64_t> outside = {1, 5};
-  REQUIRE_THROWS_WITH(lazy_adam_step<float>(param.data(), m.data(), v.data(), nullptr, 5, 4, outside.data(),
-                                            values.data(), 2, adam),
-                      Catch::Contains("row index 5") && Catch::Contains("5 rows"));
+  REQUIRE_THROWS_WITH(
+      lazy_adam_step<float>(param.data(), m.data(), v.data(), nullptr, 5, 4, outside.data(), values.data(), 2, adam),
+      Catch::Contains("row index 5") && Catch::Contains("5 rows"));
   adam.amsgrad = true;
   std::vector<int64_t> good = {1, 2};
-  REQUIRE_THROWS_WITH(lazy_adam_step<float>(param.data(), m.data(), v.data(), nullptr, 5, 4, good.data(),
-                                            values.data(), 2, adam),
-                      Catch::Contains("amsgrad"));
-  SgdScalars sgd{.lr = 0.1f, .momentum = 0.9f, .dampening = 0.0f, .weight_decay = 0.0f, .nesterov = false,
-                 .first_step = false};
+  REQUIRE_THROWS_WITH(
+      lazy_adam_step<float>(param.data(), m.data(), v.data(), nullptr, 5, 4, good.data(), values.data(), 2, adam),
+      Catch::Contains("amsgrad"));
+  SgdScalars sgd{
+      .lr = 0.1f, .momentum = 0.9f, .dampening = 0.0f, .weight_decay = 0.0f, .nesterov = false, .first_step = false};
   REQUIRE_THROWS_WITH(sparse_sgd_step<float>(param.data(), nullptr, nullptr, 5, 4, good.data(), values.data(), 2, sgd),
                       Catch::Contains("momentum"));
 
@@ -379,12 +400,15 @@ TEST_CASE("sparse updates reject malformed rows and tables", "[sparse]") {
   Tensor table = Tensor::zeros({5, 4});
   CoalescedRows grad;
   grad.width = 3;
-  REQUIRE_THROWS_AS(lazy_adam_step(table, Tensor::zeros({5, 4}), Tensor::zeros({5, 4}), Tensor(), grad, adam), ShapeError);
+  REQUIRE_THROWS_AS(lazy_adam_step(table, Tensor::zeros({5, 4}), Tensor::zeros({5, 4}), Tensor(), grad, adam),
+                    ShapeError);
   grad.width = 4;
   adam.amsgrad = false;
-  REQUIRE_THROWS_AS(lazy_adam_step(table, Tensor::zeros({5, 4}), Tensor::zeros({5, 4}, DType::bf16), Tensor(), grad, adam),
+  REQUIRE_THROWS_AS(
+      lazy_adam_step(table, Tensor::zeros({5, 4}), Tensor::zeros({5, 4}, DType::bf16), Tensor(), grad, adam),
+      TypeError);
+  REQUIRE_THROWS_AS(sparse_sgd_step(table, Tensor::zeros({5, 4}), Tensor::zeros({5}, DType::f32), grad, sgd),
                     TypeError);
-  REQUIRE_THROWS_AS(sparse_sgd_step(table, Tensor::zeros({5, 4}), Tensor::zeros({5}, DType::f32), grad, sgd), TypeError);
   RowSparseGrad sparse;
   sparse.indices = {Tensor::from_vector<int64_t>({1, 2}, {2})};
   sparse.rows = {Tensor::zeros({2, 3})};

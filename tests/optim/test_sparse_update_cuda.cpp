@@ -3,7 +3,6 @@
 // and many steps of sparse SGD and lazy Adam/AdamW with f32/f16/bf16 states on odd widths and misaligned
 // tables, including non-finite and zero gradients. Run under compute-sanitizer memcheck and racecheck.
 #include <algorithm>
-#include "support/catch.h"
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -13,6 +12,7 @@
 
 #include "opsnn/core/storage.h"
 #include "opsnn/optim/sparse_update.h"
+#include "support/catch.h"
 #include "support/cuda_test_support.h"
 
 using namespace opsnn;
@@ -161,8 +161,8 @@ TEST_CASE("CUDA coalescing rejects indices outside the table and stays usable", 
   grad.rows = {Tensor::ones({2, 2}, DType::f32, kGpu), Tensor::ones({4, 2}, DType::f32, kGpu)};
   CoalescedRows rows;
   REQUIRE_THROWS_WITH(coalesce(grad, 10, 2, 1.0f, rows), Catch::Contains("index 10") &&
-                                                              Catch::Contains("chunk 1, position 1") &&
-                                                              Catch::Contains("table of 10 rows"));
+                                                             Catch::Contains("chunk 1, position 1") &&
+                                                             Catch::Contains("table of 10 rows"));
   // The scratch was restored: the same table coalesces correctly afterwards.
   grad.indices[1] = Tensor::from_vector<int64_t>({4, 9, 3, 1}, {4}, DType::i64, kGpu);
   coalesce(grad, 10, 2, 0.5f, rows);
@@ -171,8 +171,8 @@ TEST_CASE("CUDA coalescing rejects indices outside the table and stays usable", 
   REQUIRE(sorted.values == std::vector<float>{1, 1, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f});
   // Updating a table of another size with it is a clear error too.
   Tensor other = Tensor::zeros({11, 2}, DType::f32, kGpu);
-  SgdScalars sgd{.lr = 0.1f, .momentum = 0.0f, .dampening = 0.0f, .weight_decay = 0.0f, .nesterov = false,
-                 .first_step = false};
+  SgdScalars sgd{
+      .lr = 0.1f, .momentum = 0.0f, .dampening = 0.0f, .weight_decay = 0.0f, .nesterov = false, .first_step = false};
   REQUIRE_THROWS_AS(sparse_sgd_step(other, Tensor(), Tensor(), rows, sgd), ShapeError);
   REQUIRE_THROWS_AS(sparse_sgd_step(Tensor::zeros({10, 2}), Tensor(), Tensor(), rows, sgd), DeviceError);
 }
@@ -229,19 +229,29 @@ TEST_CASE("CUDA sparse SGD and lazy Adam equal the CPU bit for bit over many ste
           for (int64_t row : cpu_rows.indices) ever_touched[row] = true;
           const float multiplier = step % 2 == 0 ? 1.0f : 0.75f;
           if (sgd) {
-            SgdScalars scalars{.lr = 0.05f, .momentum = 0.9f, .dampening = variant == 0 ? 0.1f : 0.0f,
-                               .weight_decay = variant == 0 ? 0.01f : 0.0f, .nesterov = variant == 1,
+            SgdScalars scalars{.lr = 0.05f,
+                               .momentum = 0.9f,
+                               .dampening = variant == 0 ? 0.1f : 0.0f,
+                               .weight_decay = variant == 0 ? 0.01f : 0.0f,
+                               .nesterov = variant == 1,
                                .first_step = false};
             sparse_sgd_step(param.cpu, states[0].cpu, flags_cpu, cpu_rows, scalars, multiplier);
             sparse_sgd_step(param.gpu, states[0].gpu, flags_gpu, gpu_rows, scalars, multiplier);
           } else {
             beta1_power *= 0.9f;
             beta2_power *= 0.999f;
-            AdamScalars scalars{.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f, .one_minus_beta1 = 1.0f - 0.9f,
-                                .one_minus_beta2 = 1.0f - 0.999f, .inv_bias_correction1 = 1.0f / (1.0f - beta1_power),
-                                .inv_bias_correction2 = 1.0f / (1.0f - beta2_power), .eps = 1e-8f,
-                                .eps_relative = variant == 2 ? 1e-6f : 0.0f, .weight_decay = 0.02f,
-                                .decoupled = variant == 3, .amsgrad = variant == 2};
+            AdamScalars scalars{.lr = 0.01f,
+                                .beta1 = 0.9f,
+                                .beta2 = 0.999f,
+                                .one_minus_beta1 = 1.0f - 0.9f,
+                                .one_minus_beta2 = 1.0f - 0.999f,
+                                .inv_bias_correction1 = 1.0f / (1.0f - beta1_power),
+                                .inv_bias_correction2 = 1.0f / (1.0f - beta2_power),
+                                .eps = 1e-8f,
+                                .eps_relative = variant == 2 ? 1e-6f : 0.0f,
+                                .weight_decay = 0.02f,
+                                .decoupled = variant == 3,
+                                .amsgrad = variant == 2};
             Tensor max_cpu = variant == 2 ? states[2].cpu : Tensor(), max_gpu = variant == 2 ? states[2].gpu : Tensor();
             lazy_adam_step(param.cpu, states[0].cpu, states[1].cpu, max_cpu, cpu_rows, scalars, multiplier);
             lazy_adam_step(param.gpu, states[0].gpu, states[1].gpu, max_gpu, gpu_rows, scalars, multiplier);

@@ -1,10 +1,9 @@
 // state_dict / load_state_dict: keys by parameter name and state, step-state scalars, bit-identical
 // continuation after a round trip, and clear errors for missing, unexpected and mismatched entries.
-#include "support/catch.h"
-
-#include "optim/optim_test_support.h"
 #include "opsnn/optim/adam.h"
 #include "opsnn/optim/sgd.h"
+#include "optim/optim_test_support.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 using namespace opsnn::optim;
@@ -14,9 +13,9 @@ TEST_CASE("state_dict: keys name the parameter and the state, plus the step-stat
   NamedParameters parameters = random_parameters({{3, 2}, {2}}, 1);
   Adam adam(parameters, OptimizerOptions(1e-2).amsgrad(true));
   StateDict state = adam.state_dict();
-  for (const char* key : {"layer0.weight.exp_avg", "layer0.weight.exp_avg_sq", "layer0.weight.max_exp_avg_sq",
-                          "layer1.bias.exp_avg", "step_state.step", "step_state.beta1_power",
-                          "step_state.loss_scale", "step_state.growth_tracker"}) {
+  for (const char* key :
+       {"layer0.weight.exp_avg", "layer0.weight.exp_avg_sq", "layer0.weight.max_exp_avg_sq", "layer1.bias.exp_avg",
+        "step_state.step", "step_state.beta1_power", "step_state.loss_scale", "step_state.growth_tracker"}) {
     INFO(key);
     REQUIRE(state.count(key) == 1);
   }

@@ -4,7 +4,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include "support/catch.h"
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -12,6 +11,7 @@
 #include <vector>
 
 #include "opsnn/optim/topk.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 using namespace opsnn::optim;
@@ -207,8 +207,8 @@ TEST_CASE("momentum correction accumulates velocity; masking zeroes sent positio
     for (int64_t i : sparsifier.selected_indices()) sent[i] = true;
     int64_t wrong_sent = 0, wrong_kept = 0;
     for (int64_t i = 0; i < n; ++i) {
-      const float velocity = 0.5f * velocity_before[i] + raw[i];      // DGC eq. 5: u = m*u + g
-      const float accumulated = accumulator_before[i] + velocity;    // v_acc += u
+      const float velocity = 0.5f * velocity_before[i] + raw[i];   // DGC eq. 5: u = m*u + g
+      const float accumulated = accumulator_before[i] + velocity;  // v_acc += u
       velocity_sum[i] += velocity;
       sent_sum[i] += gradient[i];
       if (sent[i]) {
@@ -354,7 +354,12 @@ TEST_CASE("top-k options are validated, naming the setting", "[sparse]") {
   rejects([](TopKOptions& o) { o.warmup_densities = {0.25, 0.0}; }, "topk.warmup_densities[1]");
   rejects([](TopKOptions& o) { o.warmup_epochs = -1; }, "topk.warmup_epochs");
   rejects([](TopKOptions& o) { o.warmup_start_density = 0.0; }, "topk.warmup_start_density");
-  rejects([](TopKOptions& o) { o.warmup_densities = {0.25}; o.warmup_epochs = 2; }, "not both");
+  rejects(
+      [](TopKOptions& o) {
+        o.warmup_densities = {0.25};
+        o.warmup_epochs = 2;
+      },
+      "not both");
   TopKOptions good;
   good.validate();
   REQUIRE_THROWS_AS(TopKSparsifier(0, good), ShapeError);

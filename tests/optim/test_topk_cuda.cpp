@@ -2,7 +2,6 @@
 // against the CPU sparsifier: over many steps on random data, the same reports, sparse gradient, (index,
 // value) pairs and state bit for bit, for the sampled threshold and the exact fallback, ties, momentum
 // correction, lr compensation, density 1, zero and non-finite gradients, odd sizes across several blocks.
-#include "support/catch.h"
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -11,6 +10,7 @@
 
 #include "opsnn/core/storage.h"
 #include "opsnn/optim/topk.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 using namespace opsnn::optim;
@@ -44,10 +44,18 @@ std::vector<float> gradient_for(std::mt19937_64& rng, int64_t n, Data data, int 
   std::uniform_int_distribution<int> small(-4, 4);
   for (int64_t i = 0; i < n; ++i) {
     switch (data) {
-      case Data::gaussian: g[i] = normal(rng); break;
-      case Data::dyadic_ties: g[i] = 0.25f * static_cast<float>(small(rng)); break;  // many equal scores
-      case Data::sparse_zeros: g[i] = i % 97 == step % 97 ? normal(rng) : 0.0f; break;
-      case Data::with_nan: g[i] = normal(rng); break;
+      case Data::gaussian:
+        g[i] = normal(rng);
+        break;
+      case Data::dyadic_ties:
+        g[i] = 0.25f * static_cast<float>(small(rng));
+        break;  // many equal scores
+      case Data::sparse_zeros:
+        g[i] = i % 97 == step % 97 ? normal(rng) : 0.0f;
+        break;
+      case Data::with_nan:
+        g[i] = normal(rng);
+        break;
     }
   }
   if (data == Data::with_nan && step == 2) {

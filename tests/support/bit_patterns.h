@@ -3,14 +3,13 @@
 // payloads out of arithmetic differ between CPUs and GPUs).
 #pragma once
 
-#include "support/catch.h"
-
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "opsnn/core/tensor.h"
+#include "support/catch.h"
 
 namespace opsnn::testing {
 
@@ -26,11 +25,16 @@ inline std::vector<uint64_t> bit_patterns(const Tensor& t) {
 
 inline bool is_nan_bits(uint64_t bits, DType dtype) {
   switch (dtype) {
-    case DType::f32: return (bits & 0x7fffffffu) > 0x7f800000u;
-    case DType::f64: return (bits & 0x7fffffffffffffffull) > 0x7ff0000000000000ull;
-    case DType::f16: return (bits & 0x7fffu) > 0x7c00u;
-    case DType::bf16: return (bits & 0x7fffu) > 0x7f80u;
-    default: return false;
+    case DType::f32:
+      return (bits & 0x7fffffffu) > 0x7f800000u;
+    case DType::f64:
+      return (bits & 0x7fffffffffffffffull) > 0x7ff0000000000000ull;
+    case DType::f16:
+      return (bits & 0x7fffu) > 0x7c00u;
+    case DType::bf16:
+      return (bits & 0x7fffu) > 0x7f80u;
+    default:
+      return false;
   }
 }
 

@@ -6,7 +6,6 @@
 
 #if defined(OPSNN_CATCH2_MAJOR) && OPSNN_CATCH2_MAJOR >= 3
 #include <catch2/catch_all.hpp>
-
 #include <string>
 
 namespace Catch {

@@ -2,12 +2,11 @@
 // machine has none, so the tests skip on CPU-only machines such as CI.
 #pragma once
 
-#include "support/catch.h"
-
 #include <string>
 
 #include "opsnn/core/device.h"
 #include "opsnn/core/storage.h"
+#include "support/catch.h"
 
 namespace opsnn::testing {
 

@@ -20,15 +20,15 @@ struct GradcheckResult {
 
 // f maps the inputs to a tensor; the check uses sum(f(inputs) * weights) with fixed pseudo-random weights
 // so every output element matters. Inputs must be f64 CPU leaves; those with requires_grad are checked.
-inline GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f,
-                                 std::vector<Tensor> inputs, double step = 1e-6, double atol = 1e-6,
-                                 double rtol = 1e-5) {
+inline GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f, std::vector<Tensor> inputs,
+                                 double step = 1e-6, double atol = 1e-6, double rtol = 1e-5) {
   GradcheckResult result;
   auto weighted_sum = [&](const Tensor& out, std::vector<double>& weights) {
     std::vector<double> values = out.to_vector<double>();
     if (weights.empty()) {
       weights.resize(values.size());
-      for (size_t i = 0; i < values.size(); ++i) weights[i] = 0.5 + std::fmod(0.6180339887 * static_cast<double>(i + 1), 1.0);
+      for (size_t i = 0; i < values.size(); ++i)
+        weights[i] = 0.5 + std::fmod(0.6180339887 * static_cast<double>(i + 1), 1.0);
     }
     double total = 0.0;
     for (size_t i = 0; i < values.size(); ++i) total += values[i] * weights[i];
@@ -63,8 +63,8 @@ inline GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Te
       if (!(error <= result.worst_error)) {
         result.worst_error = error;
         std::ostringstream where;
-        where << "input " << k << " element " << i << ": analytic " << analytic[static_cast<size_t>(i)]
-              << " numeric " << numeric;
+        where << "input " << k << " element " << i << ": analytic " << analytic[static_cast<size_t>(i)] << " numeric "
+              << numeric;
         result.report = where.str();
       }
     }

@@ -3,12 +3,11 @@
 // guards) let a test check that nothing outside the view was written.
 #pragma once
 
-#include "support/catch.h"
-
 #include <string>
 
 #include "opsnn/core/tensor.h"
 #include "support/bit_patterns.h"
+#include "support/catch.h"
 
 namespace opsnn::testing {
 

@@ -21,8 +21,10 @@ struct Outcome {
 inline std::string shell_quote(const std::string& text) {
   std::string quoted = "'";
   for (char c : text) {
-    if (c == '\'') quoted += "'\\''";
-    else quoted += c;
+    if (c == '\'')
+      quoted += "'\\''";
+    else
+      quoted += c;
   }
   quoted += '\'';
   return quoted;

@@ -1,12 +1,11 @@
 // opsnn-bench's command line: bad input is one clear message and a non-zero exit code (2 for usage
 // errors), decided before anything is measured. Runs the built program.
-#include "support/catch.h"
-
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "opsnn/core/storage.h"
+#include "support/catch.h"
 #include "support/run_program.h"
 #include "support/temporary_folder.h"
 
@@ -45,10 +44,13 @@ TEST_CASE("opsnn-bench: usage errors exit 2 with a message naming the option", "
 
 TEST_CASE("opsnn-bench: unknown options, partial numbers, missing values and empty lists exit 2", "[cli][bench]") {
   // Each of these used to run (or measure the defaults) and exit 0.
-  require_usage_error({"optim", "--sizes", "1e3", "--bogus", "x"}, "unknown option '--bogus' (options: --device, --sizes");
+  require_usage_error({"optim", "--sizes", "1e3", "--bogus", "x"},
+                      "unknown option '--bogus' (options: --device, --sizes");
   require_usage_error({"optim", "--sizes", "1e3", "stray"}, "unexpected argument 'stray'");
-  require_usage_error({"optim", "--sizes", "1e3", "--repeats", "1e9"}, "--repeats must be a positive integer, got '1e9'");
-  require_usage_error({"optim", "--sizes", "1e3", "--repeats", "2abc"}, "--repeats must be a positive integer, got '2abc'");
+  require_usage_error({"optim", "--sizes", "1e3", "--repeats", "1e9"},
+                      "--repeats must be a positive integer, got '1e9'");
+  require_usage_error({"optim", "--sizes", "1e3", "--repeats", "2abc"},
+                      "--repeats must be a positive integer, got '2abc'");
   require_usage_error({"optim", "--sizes", "1e3junk"}, "--sizes: '1e3junk' is neither a number of parameters");
   require_usage_error({"optim", "--sizes", "1e6x2junk"}, "the tensor count after 'x' must be in [1, 100000]");
   require_usage_error({"optim", "--sizes"}, "--sizes needs a value");

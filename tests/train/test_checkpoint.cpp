@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include "support/catch.h"
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -17,6 +16,7 @@
 #include <random>
 
 #include "opsnn/train/checkpoint.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 using namespace opsnn::train;

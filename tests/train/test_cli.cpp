@@ -5,10 +5,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "support/catch.h"
-
-#include "support/run_program.h"
-#include "support/temporary_folder.h"
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -23,6 +19,9 @@
 #include "opsnn/core/storage.h"
 #include "opsnn/train/checkpoint.h"
 #include "opsnn/train/config.h"
+#include "support/catch.h"
+#include "support/run_program.h"
+#include "support/temporary_folder.h"
 
 #ifdef OPSNN_TRAIN_EXE  // defined by tests/CMakeLists.txt when opsnn-train is built (OPSNN_BUILD_TOOLS)
 
@@ -137,7 +136,9 @@ TEST_CASE("cli: each class of bad input exits 2 with the key and the line", "[cl
   const std::vector<BadCall> calls = {
       {"missing config file", {"--config", "no-such.yaml"}, {"no-such.yaml"}},
       {"--set without '='", {"--config", "tiny.yaml", "--set", "optimizer.lr"}, {"optimizer.lr"}},
-      {"--set of an unknown key", {"--config", "tiny.yaml", "--set", "optimizer.lrr=0.1"}, {"optimizer.lrr", "optimizer.lr"}},
+      {"--set of an unknown key",
+       {"--config", "tiny.yaml", "--set", "optimizer.lrr=0.1"},
+       {"optimizer.lrr", "optimizer.lr"}},
       {"--set of a wrong type", {"--config", "tiny.yaml", "--set", "train.epochs=many"}, {"train.epochs", "many"}},
       {"unknown flag", {"--config", "tiny.yaml", "--frobnicate"}, {"--frobnicate", "--help"}},
       {"flag without its value", {"--config"}, {"--config"}},
@@ -148,15 +149,18 @@ TEST_CASE("cli: each class of bad input exits 2 with the key and the line", "[cl
       {"empty --out=", {"--config", "tiny.yaml", "--out="}, {"--out needs a value"}},
       {"empty --set", {"--config", "tiny.yaml", "--set", ""}, {"--set needs a value, got an empty one"}},
       // A repeated flag used to take the last value silently.
-      {"--config twice", {"--config", "tiny.yaml", "--config=other.yaml"},
+      {"--config twice",
+       {"--config", "tiny.yaml", "--config=other.yaml"},
        {"--config given twice ('tiny.yaml' and 'other.yaml')"}},
       {"--out twice", {"--config", "tiny.yaml", "--out", "a", "--out", "b"}, {"--out given twice"}},
       {"--resume twice", {"--config", "tiny.yaml", "--resume", "auto", "--resume", "auto"}, {"--resume given twice"}},
       {"a stray argument", {"tiny.yaml"}, {"tiny.yaml"}},
       {"bf16 on the cpu", {"--config", "tiny.yaml", "--set", "train.precision=bf16"}, {"train.precision", "bf16"}},
-      {"a device index beyond int", {"--config", "tiny.yaml", "--set", "train.device=cuda:99999999999"},
+      {"a device index beyond int",
+       {"--config", "tiny.yaml", "--set", "train.device=cuda:99999999999"},
        {"key 'train.device'", "cuda:99999999999"}},
-      {"empty train.conv_algorithms", {"--config", "tiny.yaml", "--set", "train.conv_algorithms="},
+      {"empty train.conv_algorithms",
+       {"--config", "tiny.yaml", "--set", "train.conv_algorithms="},
        {"train.conv_algorithms"}},
       // Sizes that wrapped int64 (a crash) or asked for unbounded memory or time (std::bad_alloc, a hang).
       {"2^62 synthetic channels",
@@ -171,9 +175,11 @@ TEST_CASE("cli: each class of bad input exits 2 with the key and the line", "[cl
        {"--config", "tiny.yaml", "--set", "model.arch=ctr", "--set", "data.dataset=ctr_synthetic", "--set",
         "data.ctr.vocab_sizes=[1e12]"},
        {"data.ctr.vocab_sizes[0]", "1e12"}},
-      {"1e15 training samples", {"--config", "tiny.yaml", "--set", "data.synthetic.train_size=1e15"},
+      {"1e15 training samples",
+       {"--config", "tiny.yaml", "--set", "data.synthetic.train_size=1e15"},
        {"data.synthetic.train_size", "[1, 2147483647]"}},
-      {"1e11 test samples", {"--config", "tiny.yaml", "--set", "data.synthetic.test_size=1e11"},
+      {"1e11 test samples",
+       {"--config", "tiny.yaml", "--set", "data.synthetic.test_size=1e11"},
        {"data.synthetic.test_size", "[1, 2147483647]"}},
       {"1e12 ctr test rows",
        {"--config", "tiny.yaml", "--set", "model.arch=ctr", "--set", "data.dataset=ctr_synthetic", "--set",
@@ -196,11 +202,12 @@ TEST_CASE("cli: an unavailable train.device exits 2 naming the key; auto falls b
   if (cuda_device_count() == 0) unavailable.push_back("cuda");
   for (const std::string& device : unavailable) {
     INFO(device);
-    Outcome outcome = run_train({"--config", "tiny.yaml", "--set", "train.device=" + device, "--out", "run"}, folder.path);
+    Outcome outcome =
+        run_train({"--config", "tiny.yaml", "--set", "train.device=" + device, "--out", "run"}, folder.path);
     INFO(outcome.output);
     CHECK(outcome.exit_code == 2);
-    CHECK_THAT(outcome.output, Catch::Contains("train.device") && Catch::Contains(device) &&
-                                   Catch::Contains("not available"));
+    CHECK_THAT(outcome.output,
+               Catch::Contains("train.device") && Catch::Contains(device) && Catch::Contains("not available"));
     CHECK_THAT(outcome.output, !Catch::Contains("terminate called"));
     CHECK(!fs::exists(folder.path / "run"));  // found before anything is written
   }
@@ -223,13 +230,13 @@ TEST_CASE("cli: a missing data root exits 1 naming the path", "[cli]") {
   CHECK_THAT(outcome.output, Catch::Contains("/nonexistent/fashion-data"));
 }
 
-TEST_CASE("cli: a missing or corrupt train.conv_algorithms file exits 1 naming it; auto without one trains",
-          "[cli]") {
+TEST_CASE("cli: a missing or corrupt train.conv_algorithms file exits 1 naming it; auto without one trains", "[cli]") {
   TemporaryFolder folder;
   write_text(folder.path / "tiny.yaml", kTinyRunYaml);
   write_text(folder.path / "corrupt.json", "{\"format\": \"opsnn-conv-algorithms\", \"format_version\": 1, \"entr");
   fs::create_directories(folder.path / "cfg-dir");
-  write_text(folder.path / "foreign.json", "{\"format\": \"opsnn-checkpoint\", \"format_version\": 1, \"entries\": []}");
+  write_text(folder.path / "foreign.json",
+             "{\"format\": \"opsnn-checkpoint\", \"format_version\": 1, \"entries\": []}");
   struct BadFile {
     const char* what;
     std::string value;
@@ -243,8 +250,8 @@ TEST_CASE("cli: a missing or corrupt train.conv_algorithms file exits 1 naming i
   };
   for (const BadFile& bad : files) {
     INFO(bad.what);
-    Outcome outcome =
-        run_train({"--config", "tiny.yaml", "--set", "train.conv_algorithms=" + bad.value, "--out", "run"}, folder.path);
+    Outcome outcome = run_train(
+        {"--config", "tiny.yaml", "--set", "train.conv_algorithms=" + bad.value, "--out", "run"}, folder.path);
     INFO(outcome.output);
     CHECK(outcome.exit_code == 1);
     for (const std::string& piece : bad.expected) CHECK_THAT(outcome.output, Catch::Contains(piece));
@@ -261,16 +268,16 @@ TEST_CASE("cli: a missing or corrupt train.conv_algorithms file exits 1 naming i
     CHECK_FALSE(fs::exists(folder.path / out / "conv_algorithms.json"));
   }
   // A well-formed file is read on the CPU too (its GPU entries are skipped there).
-  write_text(folder.path / "empty.json", "{\"format\": \"opsnn-conv-algorithms\", \"format_version\": 1, \"entries\": []}");
-  Outcome outcome =
-      run_train({"--config", "tiny.yaml", "--set", "train.conv_algorithms=empty.json", "--out", "run-file"}, folder.path);
+  write_text(folder.path / "empty.json",
+             "{\"format\": \"opsnn-conv-algorithms\", \"format_version\": 1, \"entries\": []}");
+  Outcome outcome = run_train(
+      {"--config", "tiny.yaml", "--set", "train.conv_algorithms=empty.json", "--out", "run-file"}, folder.path);
   INFO(outcome.output);
   CHECK(outcome.exit_code == 0);
   CHECK_THAT(outcome.output, Catch::Contains("convolution algorithms from empty.json: 0 used, 0 skipped"));
 }
 
-TEST_CASE("cli: a run writes config.yaml, train.log, metrics.jsonl and checkpoints; bad checkpoints exit 1",
-          "[cli]") {
+TEST_CASE("cli: a run writes config.yaml, train.log, metrics.jsonl and checkpoints; bad checkpoints exit 1", "[cli]") {
   TemporaryFolder folder;
   write_text(folder.path / "tiny.yaml", kTinyRunYaml);
   Outcome outcome = run_train({"--config", "tiny.yaml", "--out", "run"}, folder.path);
@@ -334,8 +341,7 @@ TEST_CASE("cli: a run writes config.yaml, train.log, metrics.jsonl and checkpoin
   }
 }
 
-TEST_CASE("cli: a checkpoint whose content is valid but wrong for the run exits 1 naming the file and field",
-          "[cli]") {
+TEST_CASE("cli: a checkpoint whose content is valid but wrong for the run exits 1 naming the file and field", "[cli]") {
   TemporaryFolder folder;
   write_text(folder.path / "tiny.yaml", kTinyRunYaml);
   // Checkpoints every 3 steps: step_00000003 stands at batch 3 of epoch 0 (6 batches of 16 per epoch).
@@ -351,7 +357,7 @@ TEST_CASE("cli: a checkpoint whose content is valid but wrong for the run exits 
   // A copy of the checkpoint with `change` applied to state.json and its CRCs made to match, as
   // a writer of that content would have; then a resume from it.
   auto resume_edited = [&](const std::function<void(nlohmann::json&)>& change,
-                           const std::function<void(std::string& model_bytes)>& change_model = {},
+                           const std::function<void(std::string & model_bytes)>& change_model = {},
                            std::vector<std::string> extra_arguments = {}) {
     fs::remove_all(edited);
     fs::copy(original, edited);
@@ -381,18 +387,23 @@ TEST_CASE("cli: a checkpoint whose content is valid but wrong for the run exits 
   };
   const std::vector<Case> cases = {
       {"a negative epoch", [](nlohmann::json& s) { s["epoch"] = -1; }, {"field \"epoch\": negative epoch -1"}},
-      {"a far-off loader epoch", [](nlohmann::json& s) { s["data_loader"]["epoch"] = int64_t{1000000000000000}; },
+      {"a far-off loader epoch",
+       [](nlohmann::json& s) { s["data_loader"]["epoch"] = int64_t{1000000000000000}; },
        {"field \"data_loader.epoch\": epoch 1000000000000000 is neither the completed epochs"}},
       {"far-off epochs",
        [](nlohmann::json& s) { s["epoch"] = s["data_loader"]["epoch"] = int64_t{1000000000000000}; },
        {"field \"data_loader.epoch\": epoch 1000000000000000 cannot be reached in 3 steps"}},
-      {"a negative batch", [](nlohmann::json& s) { s["data_loader"]["batch_in_epoch"] = -1; },
+      {"a negative batch",
+       [](nlohmann::json& s) { s["data_loader"]["batch_in_epoch"] = -1; },
        {"field \"data_loader.batch_in_epoch\": negative value -1"}},
-      {"a far-off batch", [](nlohmann::json& s) { s["data_loader"]["batch_in_epoch"] = int64_t{1000000000000000}; },
+      {"a far-off batch",
+       [](nlohmann::json& s) { s["data_loader"]["batch_in_epoch"] = int64_t{1000000000000000}; },
        {"field \"data_loader.batch_in_epoch\": batch 1000000000000000 is beyond the 6 batches per epoch"}},
-      {"an accuracy above 1", [](nlohmann::json& s) { s["extra"]["best_test_accuracy"] = 7.5; },
+      {"an accuracy above 1",
+       [](nlohmann::json& s) { s["extra"]["best_test_accuracy"] = 7.5; },
        {"field \"extra.best_test_accuracy\": expected an accuracy in [0, 1], found 7.5"}},
-      {"an accuracy that is text", [](nlohmann::json& s) { s["extra"]["best_test_accuracy"] = "high"; },
+      {"an accuracy that is text",
+       [](nlohmann::json& s) { s["extra"]["best_test_accuracy"] = "high"; },
        {"field \"extra.best_test_accuracy\": expected a number"}},
   };
   for (const Case& c : cases) {
@@ -418,20 +429,21 @@ TEST_CASE("cli: a checkpoint whose content is valid but wrong for the run exits 
                                                  "(data.batch_size or the dataset changed?)"));
 
   // A model tensor whose header says I32 (same size as F32): its bits would load as huge floats.
-  Outcome retyped = resume_edited([](nlohmann::json&) {}, [](std::string& bytes) {
-    size_t at = bytes.find("\"dtype\":\"F32\"");
-    REQUIRE(at != std::string::npos);
-    bytes.replace(at, 13, "\"dtype\":\"I32\"");
-  });
+  Outcome retyped = resume_edited([](nlohmann::json&) {},
+                                  [](std::string& bytes) {
+                                    size_t at = bytes.find("\"dtype\":\"F32\"");
+                                    REQUIRE(at != std::string::npos);
+                                    bytes.replace(at, 13, "\"dtype\":\"I32\"");
+                                  });
   INFO(retyped.output);
   CHECK(retyped.exit_code == 1);
   CHECK_THAT(retyped.output, Catch::Contains((edited / "model.safetensors").string() + ": load_state_dict") &&
-                                 Catch::Contains("dtype mismatch") && Catch::Contains("state dict has i32, module has f32"));
+                                 Catch::Contains("dtype mismatch") &&
+                                 Catch::Contains("state dict has i32, module has f32"));
 
   // Another file of the folder given to --resume: what was expected, and no binary bytes echoed.
-  Outcome wrong_file = run_train({"--config", "tiny.yaml", "--out", "run2", "--resume",
-                                  (original / "model.safetensors").string()},
-                                 folder.path);
+  Outcome wrong_file = run_train(
+      {"--config", "tiny.yaml", "--out", "run2", "--resume", (original / "model.safetensors").string()}, folder.path);
   INFO(wrong_file.output);
   CHECK(wrong_file.exit_code == 1);
   CHECK_THAT(wrong_file.output, Catch::Contains("expected a checkpoint folder or its state.json"));
@@ -441,8 +453,8 @@ TEST_CASE("cli: a checkpoint whose content is valid but wrong for the run exits 
   // State nested 100000 deep (its CRC's dump() recursed once per level and crashed).
   fs::remove_all(edited);
   fs::copy(original, edited);
-  write_text(edited / "state.json", "{\"state_crc32\":1,\"a\":" + std::string(100000, '[') +
-                                        std::string(100000, ']') + "}");
+  write_text(edited / "state.json",
+             "{\"state_crc32\":1,\"a\":" + std::string(100000, '[') + std::string(100000, ']') + "}");
   Outcome deep = run_train({"--config", "tiny.yaml", "--out", "run2", "--resume", edited.string()}, folder.path);
   INFO(deep.output);
   CHECK(deep.exit_code == 1);
@@ -482,10 +494,10 @@ TEST_CASE("cli: SIGINT saves a checkpoint and exits 130; --resume auto continues
   CheckpointData saved = load_checkpoint(*latest);
   CHECK(saved.step > 0);
 
-  Outcome resumed = run_train({"--config", "tiny.yaml", "--out", "run", "--resume", "auto", "--set", "train.epochs=0",
-                               "--set", "train.max_steps=" + std::to_string(saved.step + 2), "--set",
-                               "checkpoint.every_epochs=0"},
-                              folder.path);
+  Outcome resumed =
+      run_train({"--config", "tiny.yaml", "--out", "run", "--resume", "auto", "--set", "train.epochs=0", "--set",
+                 "train.max_steps=" + std::to_string(saved.step + 2), "--set", "checkpoint.every_epochs=0"},
+                folder.path);
   INFO(resumed.output);
   CHECK(resumed.exit_code == 0);
   CHECK(load_checkpoint(*find_latest_checkpoint(run)).step == saved.step + 2);

@@ -2,7 +2,6 @@
 // --set overrides, cross-key rules, the embedded default, and emit -> load round trips.
 #include <unistd.h>
 
-#include "support/catch.h"
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -12,6 +11,7 @@
 #include "opsnn/core/device.h"
 #include "opsnn/core/error.h"
 #include "opsnn/train/config.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 using namespace opsnn::train;
@@ -53,19 +53,19 @@ TEST_CASE("Config: an empty file gives the defaults, named after the file", "[co
 TEST_CASE("Config: malformed YAML names file, line and column", "[config]") {
   const std::string message = error_of("train:\n  epochs: 1\n  seed: [1, 2\nmodel:\n  arch: mlp\n");
   CHECK_THAT(message, Catch::StartsWith("test.yaml:") && Catch::Contains("malformed YAML"));
-  CHECK_THAT(error_of("optimizer:\n  name: adam\n   lr: 0.1\n"), Catch::StartsWith("test.yaml:3:") &&
-                                                                     Catch::Contains("malformed YAML"));
+  CHECK_THAT(error_of("optimizer:\n  name: adam\n   lr: 0.1\n"),
+             Catch::StartsWith("test.yaml:3:") && Catch::Contains("malformed YAML"));
   CHECK_THAT(error_of("- just\n- a list\n"), Catch::StartsWith("test.yaml:1:1: expected a mapping of sections"));
 }
 
 TEST_CASE("Config: a ',' where a YAML node begins is malformed YAML, not a hang", "[config]") {
   // Found by fuzz_config: yaml-cpp 0.7 loops forever, taking memory, on each of these.
-  for (const auto& [yaml, place] : std::vector<std::pair<std::string, std::string>>{
-           {",", "test.yaml:1:1:"},
-           {"- a\n,", "test.yaml:2:1:"},
-           {"'x'\n,", "test.yaml:2:1:"},
-           {"# comment\n--- !tag &anchor ,", "test.yaml:2:"},
-           {"optimizer:\n  name: adam\n---\n,", "test.yaml:4:1:"}}) {
+  for (const auto& [yaml, place] :
+       std::vector<std::pair<std::string, std::string>>{{",", "test.yaml:1:1:"},
+                                                        {"- a\n,", "test.yaml:2:1:"},
+                                                        {"'x'\n,", "test.yaml:2:1:"},
+                                                        {"# comment\n--- !tag &anchor ,", "test.yaml:2:"},
+                                                        {"optimizer:\n  name: adam\n---\n,", "test.yaml:4:1:"}}) {
     INFO(yaml);
     CHECK_THAT(error_of(yaml), Catch::StartsWith(place) && Catch::Contains("malformed YAML: unexpected ','"));
   }
@@ -110,8 +110,9 @@ TEST_CASE("Config: --config refuses devices, pipes and files over 16 MiB, naming
     const std::string comment = "# " + std::string(1022, 'x') + "\n";
     for (int i = 0; i < 16 * 1024 + 1; ++i) out << comment;
   }
-  CHECK_THROWS_MATCHES(load_config(big.string()), ConfigError,
-                       Catch::Matchers::Message(big.string() + ": is larger than 16 MiB; a config file is a small YAML file"));
+  CHECK_THROWS_MATCHES(
+      load_config(big.string()), ConfigError,
+      Catch::Matchers::Message(big.string() + ": is larger than 16 MiB; a config file is a small YAML file"));
   std::filesystem::remove(big);
 }
 
@@ -152,18 +153,22 @@ TEST_CASE("Config: wrong types name the key, the expected type and the position"
         "test.yaml:2:7: key 'optimizer.lr': expected a number in [1e-30, 1e+30], got the quoted string '0.1'");
   CHECK(error_of("optimizer:\n  nesterov: maybe\n") ==
         "test.yaml:2:13: key 'optimizer.nesterov': expected true or false, got maybe");
-  CHECK(error_of("optimizer:\n  lr: [1, 2]\n") == "test.yaml:2:7: key 'optimizer.lr': expected a number in [1e-30, 1e+30], got a list");
-  CHECK(error_of("optimizer:\n  lr:\n") == "test.yaml:2:3: key 'optimizer.lr': expected a number in [1e-30, 1e+30], got an empty value");
+  CHECK(error_of("optimizer:\n  lr: [1, 2]\n") ==
+        "test.yaml:2:7: key 'optimizer.lr': expected a number in [1e-30, 1e+30], got a list");
+  CHECK(error_of("optimizer:\n  lr:\n") ==
+        "test.yaml:2:3: key 'optimizer.lr': expected a number in [1e-30, 1e+30], got an empty value");
   CHECK(error_of("optimizer:\n  betas: 0.9\n") ==
         "test.yaml:2:10: key 'optimizer.betas': expected a list of 2 numbers, each a number in [0, 1), got 0.9");
   CHECK_THAT(error_of("optimizer: adam\n"),
              Catch::StartsWith("test.yaml:1:12: key 'optimizer': expected a section (a mapping of name, lr,") &&
                  Catch::EndsWith("got adam"));
-  CHECK(error_of("train:\n  device: gpu\n") == "test.yaml:2:11: key 'train.device': expected auto, cpu, cuda or cuda:N, got gpu");
+  CHECK(error_of("train:\n  device: gpu\n") ==
+        "test.yaml:2:11: key 'train.device': expected auto, cpu, cuda or cuda:N, got gpu");
   // An index no int holds is no device either (it used to pass here and fail later as 'unknown device', exit 1).
   CHECK(error_of("train:\n  device: cuda:99999999999\n") ==
         "test.yaml:2:11: key 'train.device': expected auto, cpu, cuda or cuda:N, got cuda:99999999999");
-  CHECK_THROWS_WITH(Device::parse("cuda:99999999999"), Catch::Contains("device index out of range in 'cuda:99999999999'"));
+  CHECK_THROWS_WITH(Device::parse("cuda:99999999999"),
+                    Catch::Contains("device index out of range in 'cuda:99999999999'"));
   CHECK(error_of("data:\n  pin_memory: sometimes\n") ==
         "test.yaml:2:15: key 'data.pin_memory': expected true, false or auto, got sometimes");
   CHECK(error_of("data:\n  pin_memory: [true]\n") ==
@@ -202,8 +207,7 @@ TEST_CASE("Config: model.channels_last is true, false or auto (the default)", "[
         "--set model.channels_last=nhwc: key 'model.channels_last': expected true, false or auto, got nhwc");
 }
 
-TEST_CASE("Config: train.deterministic is a boolean, true by default, and a run hands the setting back",
-          "[config]") {
+TEST_CASE("Config: train.deterministic is a boolean, true by default, and a run hands the setting back", "[config]") {
   REQUIRE(load_config_text("", "t.yaml").train.deterministic);
   const TrainConfig fast = load_config_text("train:\n  deterministic: false\n", "t.yaml");
   REQUIRE_FALSE(fast.train.deterministic);
@@ -219,8 +223,10 @@ TEST_CASE("Config: out-of-range values", "[config]") {
         "test.yaml:3:7: key 'optimizer.lr': expected a number in [1e-30, 1e+30], got -0.1");
   CHECK(error_of("optimizer:\n  betas: [0.9, 1.0]\n") ==
         "test.yaml:2:16: key 'optimizer.betas[1]': expected a number in [0, 1), got 1.0");
-  CHECK(error_of("data:\n  batch_size: 0\n") == "test.yaml:2:15: key 'data.batch_size': expected an integer >= 1, got 0");
-  CHECK(error_of("optimizer:\n  eps: .nan\n") == "test.yaml:2:8: key 'optimizer.eps': expected a number in [1e-30, 1e+30], got .nan");
+  CHECK(error_of("data:\n  batch_size: 0\n") ==
+        "test.yaml:2:15: key 'data.batch_size': expected an integer >= 1, got 0");
+  CHECK(error_of("optimizer:\n  eps: .nan\n") ==
+        "test.yaml:2:8: key 'optimizer.eps': expected a number in [1e-30, 1e+30], got .nan");
   CHECK(error_of("optimizer:\n  settings:\n    loss_scaling:\n      backoff_factor: 1\n") ==
         "test.yaml:4:23: key 'optimizer.settings.loss_scaling.backoff_factor': expected a number in (0, 1), got 1");
   CHECK(error_of("data:\n  ctr:\n    vocab_sizes: [10, 0]\n") ==
@@ -231,19 +237,20 @@ TEST_CASE("Config: out-of-range values", "[config]") {
   // Integers written as exact floating-point numbers are fine.
   REQUIRE(load_config_text("train:\n  max_steps: 1e6\n", "t.yaml").train.max_steps == 1000000);
   // Optimizer numbers are used as float: they must stay finite there and, where 0 is invalid, above 0.
-  CHECK(error_of("", {"optimizer.settings.loss_scaling.initial_scale=1e300"}) ==
-        "--set optimizer.settings.loss_scaling.initial_scale=1e300: key 'optimizer.settings.loss_scaling.initial_scale': "
-        "expected a number in [1e-30, 1e+30], got 1e300");
+  CHECK(
+      error_of("", {"optimizer.settings.loss_scaling.initial_scale=1e300"}) ==
+      "--set optimizer.settings.loss_scaling.initial_scale=1e300: key 'optimizer.settings.loss_scaling.initial_scale': "
+      "expected a number in [1e-30, 1e+30], got 1e300");
   CHECK(error_of("optimizer:\n  eps: 1e-50\n") ==
         "test.yaml:2:8: key 'optimizer.eps': expected a number in [1e-30, 1e+30], got 1e-50");
-  for (const char* set : {"optimizer.lr=1e-40", "optimizer.lr=1e39", "optimizer.weight_decay=1e39",
-                          "optimizer.settings.fp32_weight_decay=1e39", "optimizer.settings.eps_relative=1e39",
-                          "optimizer.settings.max_grad_norm=1e39", "optimizer.settings.lamb_trust_bounds=[0, 1e39]",
-                          "optimizer.settings.loss_scaling.growth_factor=1e39",
-                          "optimizer.settings.loss_scaling.growth_interval=3e9"}) {
+  for (const char* set :
+       {"optimizer.lr=1e-40", "optimizer.lr=1e39", "optimizer.weight_decay=1e39",
+        "optimizer.settings.fp32_weight_decay=1e39", "optimizer.settings.eps_relative=1e39",
+        "optimizer.settings.max_grad_norm=1e39", "optimizer.settings.lamb_trust_bounds=[0, 1e39]",
+        "optimizer.settings.loss_scaling.growth_factor=1e39", "optimizer.settings.loss_scaling.growth_interval=3e9"}) {
     INFO(set);
-    CHECK_THAT(error_of("", {set}), Catch::Contains("expected") && Catch::Contains("1e+30") ||
-                                        Catch::Contains("2147483647"));
+    CHECK_THAT(error_of("", {set}),
+               Catch::Contains("expected") && Catch::Contains("1e+30") || Catch::Contains("2147483647"));
   }
   REQUIRE(load_config_text("optimizer:\n  eps: 1e-30\n  lr: 1e30\n", "t.yaml").optimizer.eps == 1e-30);
   // Run lengths and counts are bounded so the step arithmetic built on them cannot overflow.
@@ -262,14 +269,16 @@ TEST_CASE("Config: out-of-range values", "[config]") {
   CHECK(error_of("", {"scheduler.warmup_steps=1e13"}) ==
         "--set scheduler.warmup_steps=1e13: key 'scheduler.warmup_steps': expected an integer in [0, 1000000000000], "
         "got 1e13");
-  REQUIRE(load_config_text("train:\n  epochs: 1e6\n  grad_accumulation: 65536\ncheckpoint:\n  keep_last: 1e6\n",
-                           "t.yaml").checkpoint.keep_last == 1000000);
+  REQUIRE(
+      load_config_text("train:\n  epochs: 1e6\n  grad_accumulation: 65536\ncheckpoint:\n  keep_last: 1e6\n", "t.yaml")
+          .checkpoint.keep_last == 1000000);
   // Whole numbers beyond 64 bits are said to be out of range, not "not an integer".
   CHECK(error_of("", {"train.seed=18446744073709551615"}) ==
         "--set train.seed=18446744073709551615: key 'train.seed': expected an integer >= 0, got "
         "18446744073709551615, which is out of range for a 64-bit integer");
   CHECK(error_of("train:\n  seed: 1e19\n") ==
-        "test.yaml:2:9: key 'train.seed': expected an integer >= 0, got 1e19, which is out of range for a 64-bit integer");
+        "test.yaml:2:9: key 'train.seed': expected an integer >= 0, got 1e19, which is out of range for a 64-bit "
+        "integer");
   CHECK(error_of("model:\n  hidden_sizes: [10, -99999999999999999999]\n") ==
         "test.yaml:2:22: key 'model.hidden_sizes[1]': expected an integer >= 1, got -99999999999999999999, which is "
         "out of range for a 64-bit integer");
@@ -330,8 +339,9 @@ TEST_CASE("Config: unknown model, optimizer and dataset names list the known one
 }
 
 TEST_CASE("Config: a missing config file is a ConfigError naming it", "[config]") {
-  REQUIRE_THROWS_MATCHES(load_config("/no/such/dir/exp.yaml"), ConfigError,
-                         Catch::Matchers::Message("/no/such/dir/exp.yaml: cannot read config file (No such file or directory)"));
+  REQUIRE_THROWS_MATCHES(
+      load_config("/no/such/dir/exp.yaml"), ConfigError,
+      Catch::Matchers::Message("/no/such/dir/exp.yaml: cannot read config file (No such file or directory)"));
   REQUIRE_THROWS_AS(load_config("/tmp"), ConfigError);
 }
 
@@ -341,7 +351,8 @@ TEST_CASE("Config: rules spanning several keys", "[config]") {
   CHECK(error_of("optimizer:\n  name: sgd\n  nesterov: true\n") ==
         "test.yaml:3:13: key 'optimizer.nesterov': Nesterov momentum needs optimizer.momentum > 0 and "
         "optimizer.dampening = 0");
-  REQUIRE(load_config_text("optimizer:\n  name: sgd\n  momentum: 0.9\n  nesterov: true\n", "t.yaml").optimizer.nesterov);
+  REQUIRE(
+      load_config_text("optimizer:\n  name: sgd\n  momentum: 0.9\n  nesterov: true\n", "t.yaml").optimizer.nesterov);
   // Lion is a registered built-in: accepted by name, and nesterov is as foreign to it as to adam.
   REQUIRE(load_config_text("optimizer:\n  name: lion\n  lr: 0.0001\n  weight_decay: 0.1\n", "t.yaml").optimizer.name ==
           "lion");
@@ -355,8 +366,9 @@ TEST_CASE("Config: rules spanning several keys", "[config]") {
         "test.yaml:2:12: key 'model.arch': model 'small_cnn' needs an image dataset (data.dataset is ctr_synthetic)");
   CHECK(error_of("optimizer:\n  lr: 0.01\nscheduler:\n  min_lr: 0.1\n") ==
         "test.yaml:4:11: key 'scheduler.min_lr': must not exceed optimizer.lr (0.01)");
-  CHECK(error_of("scheduler:\n  warmup_steps: 10\n  warmup_epochs: 1\n") ==
-        "test.yaml:3:18: key 'scheduler.warmup_epochs': set scheduler.warmup_steps or scheduler.warmup_epochs, not both");
+  CHECK(
+      error_of("scheduler:\n  warmup_steps: 10\n  warmup_epochs: 1\n") ==
+      "test.yaml:3:18: key 'scheduler.warmup_epochs': set scheduler.warmup_steps or scheduler.warmup_epochs, not both");
   CHECK(error_of("optimizer:\n  weight_decay: 0.1\n  settings:\n    fp32_weight_decay: 0.01\n") ==
         "test.yaml:2:17: key 'optimizer.weight_decay': conflicts with optimizer.settings.fp32_weight_decay (0.01); "
         "set only one");
@@ -385,8 +397,9 @@ TEST_CASE("Config: the optimizer settings block is accepted as written", "[confi
   REQUIRE(config.effective_state_dtype() == "f16");
   REQUIRE_FALSE(config.loss_scaling_enabled());  // auto: on with fp16 precision only
   REQUIRE(load_config_text(block, "doc.yaml", {"train.precision=fp16"}).loss_scaling_enabled());
-  REQUIRE_FALSE(load_config_text(block, "doc.yaml", {"train.precision=fp16", "optimizer.settings.loss_scaling.enabled=false"})
-                    .loss_scaling_enabled());
+  REQUIRE_FALSE(
+      load_config_text(block, "doc.yaml", {"train.precision=fp16", "optimizer.settings.loss_scaling.enabled=false"})
+          .loss_scaling_enabled());
 }
 
 TEST_CASE("Config: --set overrides keys, lists and whole sections", "[config]") {
@@ -408,21 +421,26 @@ TEST_CASE("Config: --set overrides keys, lists and whole sections", "[config]") 
 }
 
 TEST_CASE("Config: --set errors name the --set argument", "[config]") {
-  CHECK(error_of("", {"optimizer.lrr=1"}) == "--set optimizer.lrr=1: unknown key 'optimizer.lrr' (did you mean 'optimizer.lr'?)");
-  CHECK(error_of("", {"optimizer.lr=-1"}) == "--set optimizer.lr=-1: key 'optimizer.lr': expected a number in [1e-30, 1e+30], got -1");
+  CHECK(error_of("", {"optimizer.lrr=1"}) ==
+        "--set optimizer.lrr=1: unknown key 'optimizer.lrr' (did you mean 'optimizer.lr'?)");
+  CHECK(error_of("", {"optimizer.lr=-1"}) ==
+        "--set optimizer.lr=-1: key 'optimizer.lr': expected a number in [1e-30, 1e+30], got -1");
   CHECK(error_of("", {"optimizer.betas=[0.9, 2]"}) ==
         "--set optimizer.betas=[0.9, 2]: key 'optimizer.betas[1]': expected a number in [0, 1), got 2");
   CHECK(error_of("", {"optimizer.lr"}) == "--set optimizer.lr: expected key.path=value, e.g. --set optimizer.lr=0.01");
-  CHECK_THAT(error_of("", {"optimizer.betas=[0.9,"}), Catch::StartsWith("--set optimizer.betas=[0.9,: key 'optimizer.betas': malformed value"));
+  CHECK_THAT(error_of("", {"optimizer.betas=[0.9,"}),
+             Catch::StartsWith("--set optimizer.betas=[0.9,: key 'optimizer.betas': malformed value"));
   // A section set to nothing used to drop the file's whole section silently.
   CHECK(error_of("optimizer:\n  lr: 0.1\n", {"optimizer="}) ==
         "--set optimizer=: key 'optimizer' is a section: setting it to an empty value would drop all its keys; set "
         "single keys (--set optimizer.KEY=VALUE) or give a mapping");
-  CHECK_THAT(error_of("", {"data.augment={}"}), Catch::StartsWith("--set data.augment={}: key 'data.augment' is a section"));
+  CHECK_THAT(error_of("", {"data.augment={}"}),
+             Catch::StartsWith("--set data.augment={}: key 'data.augment' is a section"));
   CHECK(error_of("", {"optimizer.lr.x=1"}) ==
         "--set optimizer.lr.x=1: unknown key 'optimizer.lr.x' ('optimizer.lr' is a single value, not a section)");
-  CHECK(error_of("", {"data.augment={crop_padding: -1}"}) ==
-        "--set data.augment={crop_padding: -1}: key 'data.augment.crop_padding': expected an integer in [0, 64], got -1");
+  CHECK(
+      error_of("", {"data.augment={crop_padding: -1}"}) ==
+      "--set data.augment={crop_padding: -1}: key 'data.augment.crop_padding': expected an integer in [0, 64], got -1");
   CHECK(error_of("", {"model.arch=ctr"}) ==
         "--set model.arch=ctr: key 'model.arch': model 'ctr' needs data.dataset ctr_synthetic (it is fashion_mnist)");
   // An error in the file itself still points into the file.
@@ -432,15 +450,33 @@ TEST_CASE("Config: --set errors name the --set argument", "[config]") {
 
 TEST_CASE("Config: emit -> load round-trips", "[config]") {
   const std::vector<std::string> sets{
-      "run.out_dir=/tmp/some dir/x", "model.arch=resnet50", "model.stem=imagenet", "model.num_classes=1000",
-      "model.hidden_sizes=[256, 128]", "model.zero_init_residual=true", "data.dataset=synthetic",
-      "data.synthetic={height: 224, width: 224, num_classes: 1000, noise: 0.25}", "data.batch_size=256",
-      "train.precision=bf16", "train.device=cuda:1", "train.max_steps=12345", "train.label_smoothing=0.1",
-      "optimizer.name=adamw", "optimizer.lr=0.002", "optimizer.betas=[0.9, 0.95]", "optimizer.eps=1e-12",
-      "optimizer.weight_decay=0.05", "optimizer.settings.loss_scaling.enabled=true",
+      "run.out_dir=/tmp/some dir/x",
+      "model.arch=resnet50",
+      "model.stem=imagenet",
+      "model.num_classes=1000",
+      "model.hidden_sizes=[256, 128]",
+      "model.zero_init_residual=true",
+      "data.dataset=synthetic",
+      "data.synthetic={height: 224, width: 224, num_classes: 1000, noise: 0.25}",
+      "data.batch_size=256",
+      "train.precision=bf16",
+      "train.device=cuda:1",
+      "train.max_steps=12345",
+      "train.label_smoothing=0.1",
+      "optimizer.name=adamw",
+      "optimizer.lr=0.002",
+      "optimizer.betas=[0.9, 0.95]",
+      "optimizer.eps=1e-12",
+      "optimizer.weight_decay=0.05",
+      "optimizer.settings.loss_scaling.enabled=true",
       "optimizer.settings.sparsification={method: topk, density: 0.001, warmup_steps: 500}",
-      "optimizer.settings.lamb_trust_bounds=[0.01, 5.5]", "scheduler.name=warmup_cosine", "scheduler.warmup_epochs=0.5",
-      "scheduler.min_lr=1e-6", "monitor.on_nonfinite=stop", "logging.progress=plain", "checkpoint.keep_last=0",
+      "optimizer.settings.lamb_trust_bounds=[0.01, 5.5]",
+      "scheduler.name=warmup_cosine",
+      "scheduler.warmup_epochs=0.5",
+      "scheduler.min_lr=1e-6",
+      "monitor.on_nonfinite=stop",
+      "logging.progress=plain",
+      "checkpoint.keep_last=0",
       "run.name=yes"};
   const TrainConfig original = load_config_text("", "t.yaml", sets);
   REQUIRE(original.run.name == "yes");
@@ -456,7 +492,8 @@ TEST_CASE("Config: emit -> load round-trips", "[config]") {
   }
   const TrainConfig quickstart = load_default_config();
   REQUIRE(load_config_text(emit_config(quickstart), "x.yaml") == quickstart);
-  CHECK_THAT(emitted, Catch::Contains("\noptimizer:\n  name: adamw\n  lr: 0.002\n  betas: [0.9, 0.95]\n  eps: 1e-12\n"));
+  CHECK_THAT(emitted,
+             Catch::Contains("\noptimizer:\n  name: adamw\n  lr: 0.002\n  betas: [0.9, 0.95]\n  eps: 1e-12\n"));
 }
 
 TEST_CASE("Config: the embedded default is configs/quickstart.yaml", "[config]") {
@@ -499,9 +536,11 @@ TEST_CASE("Config: model.file reads an architecture file that the model section 
                          Catch::Matchers::Message((dir / "models" / "bad.yaml").lexically_normal().string() +
                                                   ":2:8: key 'model.width': expected an integer >= 0, got -4"));
   std::ofstream(config_path) << "model:\n  file: ../models/nested.yaml\n";
-  REQUIRE_THROWS_WITH(load_config(config_path), Catch::Contains("nested.yaml:2:1: key 'model.file' is not allowed here"));
+  REQUIRE_THROWS_WITH(load_config(config_path),
+                      Catch::Contains("nested.yaml:2:1: key 'model.file' is not allowed here"));
   std::ofstream(config_path) << "model:\n  file: ../models/missing.yaml\n";
-  REQUIRE_THROWS_WITH(load_config(config_path), Catch::StartsWith(config_path + ":2:9: key 'model.file': cannot read the "
-                                                                                "architecture file (tried "));
+  REQUIRE_THROWS_WITH(load_config(config_path),
+                      Catch::StartsWith(config_path + ":2:9: key 'model.file': cannot read the "
+                                                      "architecture file (tried "));
   fs::remove_all(dir);
 }

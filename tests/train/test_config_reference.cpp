@@ -2,7 +2,6 @@
 // comment, and states the true defaults. Every other config in configs/ must load too.
 #include <yaml-cpp/yaml.h>
 
-#include "support/catch.h"
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -13,6 +12,7 @@
 
 #include "opsnn/core/error.h"
 #include "opsnn/train/config.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 using namespace opsnn::train;

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include "support/catch.h"
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +11,7 @@
 #include <string>
 
 #include "opsnn/train/safetensors.h"
+#include "support/catch.h"
 
 using namespace opsnn;
 using namespace opsnn::train;

@@ -4,10 +4,6 @@
 // Fashion-MNIST and CTR.
 #include <unistd.h>
 
-#include "support/catch.h"
-
-#include "support/temporary_folder.h"
-#include "support/trainer_runs.h"
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +15,9 @@
 #include "opsnn/ops/backend.h"
 #include "opsnn/optim/optimizer.h"
 #include "opsnn/train/trainer.h"
+#include "support/catch.h"
+#include "support/temporary_folder.h"
+#include "support/trainer_runs.h"
 
 using namespace opsnn;
 using namespace opsnn::train;
@@ -100,7 +99,8 @@ void check_bit_identical_resume(const char* yaml, std::vector<std::string> overr
   {
     Trainer first(make_config(yaml, overrides), quiet_options(folder.path / "split"));
     first.train_steps(half);
-    for (int64_t i = 0; i < half; ++i) REQUIRE(first.step_losses()[static_cast<size_t>(i)] == straight_losses[static_cast<size_t>(i)]);
+    for (int64_t i = 0; i < half; ++i)
+      REQUIRE(first.step_losses()[static_cast<size_t>(i)] == straight_losses[static_cast<size_t>(i)]);
     checkpoint = first.save_checkpoint();
   }
   Trainer second(make_config(yaml, overrides), quiet_options(folder.path / "split", checkpoint.string()));
@@ -128,11 +128,11 @@ TEST_CASE("resume: N + N steps with a checkpoint equal 2N steps straight, bit fo
     check_bit_identical_resume(kSmallCnnYaml, {"train.eval_every_steps=0"}, 6);
   }
   SECTION("sgd with nesterov momentum, clipping and two micro-batches per step") {
-    check_bit_identical_resume(kSmallCnnYaml,
-                               {"optimizer.name=sgd", "optimizer.lr=0.05", "optimizer.momentum=0.9",
-                                "optimizer.nesterov=true", "optimizer.settings.max_grad_norm=0.5",
-                                "train.grad_accumulation=2"},
-                               3);
+    check_bit_identical_resume(
+        kSmallCnnYaml,
+        {"optimizer.name=sgd", "optimizer.lr=0.05", "optimizer.momentum=0.9", "optimizer.nesterov=true",
+         "optimizer.settings.max_grad_norm=0.5", "train.grad_accumulation=2"},
+        3);
   }
 }
 
@@ -144,12 +144,12 @@ TEST_CASE("resume: ctr with row-sparse embedding gradients is bit-identical (laz
 }
 
 TEST_CASE("resume: top-k sparsification state (accumulator, velocity, variance) is checkpointed", "[trainer]") {
-  check_bit_identical_resume(kSmallCnnYaml,
-                             {"optimizer.name=sgd", "optimizer.lr=0.05", "optimizer.momentum=0.9",
-                              "optimizer.settings.sparsification.method=topk",
-                              "optimizer.settings.sparsification.density=0.05",
-                              "optimizer.settings.sparsification.warmup_steps=4"},
-                             4);
+  check_bit_identical_resume(
+      kSmallCnnYaml,
+      {"optimizer.name=sgd", "optimizer.lr=0.05", "optimizer.momentum=0.9",
+       "optimizer.settings.sparsification.method=topk", "optimizer.settings.sparsification.density=0.05",
+       "optimizer.settings.sparsification.warmup_steps=4"},
+      4);
 }
 
 TEST_CASE("ctr: lazy adam leaves untouched embedding rows and their moments exactly as they were", "[trainer]") {
@@ -182,12 +182,12 @@ TEST_CASE("ctr: lazy adam leaves untouched embedding rows and their moments exac
 
 TEST_CASE("top-k: the achieved density is logged and follows the warm-up to the target", "[trainer]") {
   TemporaryFolder folder;
-  TrainConfig config = make_config(kSmallCnnYaml, {"optimizer.name=sgd", "optimizer.lr=0.05", "optimizer.momentum=0.9",
-                                                   "optimizer.settings.sparsification.method=topk",
-                                                   "optimizer.settings.sparsification.density=0.02",
-                                                   "optimizer.settings.sparsification.initial_density=0.5",
-                                                   "optimizer.settings.sparsification.warmup_steps=4",
-                                                   "logging.every_steps=1", "train.max_steps=8"});
+  TrainConfig config =
+      make_config(kSmallCnnYaml,
+                  {"optimizer.name=sgd", "optimizer.lr=0.05", "optimizer.momentum=0.9",
+                   "optimizer.settings.sparsification.method=topk", "optimizer.settings.sparsification.density=0.02",
+                   "optimizer.settings.sparsification.initial_density=0.5",
+                   "optimizer.settings.sparsification.warmup_steps=4", "logging.every_steps=1", "train.max_steps=8"});
   Trainer trainer(config, quiet_options(folder.path));
   trainer.fit();
   std::vector<double> densities;
@@ -265,8 +265,9 @@ TEST_CASE("trainer: model.channels_last is resolved (auto: false on the CPU), lo
     INFO("model.channels_last " << setting);
     const fs::path run_dir = folder.path / setting;
     {
-      Trainer trainer(make_config(kSmallCnnYaml, {"model.arch=resnet18", std::string("model.channels_last=") + setting}),
-                      quiet_options(run_dir));
+      Trainer trainer(
+          make_config(kSmallCnnYaml, {"model.arch=resnet18", std::string("model.channels_last=") + setting}),
+          quiet_options(run_dir));
       trainer.train_steps(3);
       if (nchw_losses.empty()) {
         nchw_losses = trainer.step_losses();
@@ -279,7 +280,7 @@ TEST_CASE("trainer: model.channels_last is resolved (auto: false on the CPU), lo
     std::ifstream log(run_dir / "train.log");
     const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
     CHECK_THAT(text, Catch::Contains(std::string(setting) == "auto" ? "model.channels_last: false (auto"
-                                                                     : "model.channels_last: true (as configured)"));
+                                                                    : "model.channels_last: true (as configured)"));
   }
 }
 
@@ -325,8 +326,7 @@ TEST_CASE("trainer: run lengths that would overflow or degenerate are config err
                     "test.yaml: key 'checkpoint.keep_last': 4294967297 must be in [0, 2147483647]");
 }
 
-TEST_CASE("trainer: model.num_classes below the dataset's class count is a config error before training",
-          "[trainer]") {
+TEST_CASE("trainer: model.num_classes below the dataset's class count is a config error before training", "[trainer]") {
   TemporaryFolder folder;
   // kSmallCnnYaml's synthetic images have 4 classes; 3 outputs failed only at the first loss.
   CHECK_THROWS_MATCHES(Trainer(make_config(kSmallCnnYaml, {"model.num_classes=3"}), quiet_options(folder.path)),
@@ -339,25 +339,24 @@ TEST_CASE("trainer: model.num_classes below the dataset's class count is a confi
 
 TEST_CASE("trainer: a batch larger than the training set with drop_last is a config error", "[trainer]") {
   TemporaryFolder folder;
-  CHECK_THROWS_MATCHES(Trainer(make_config(kSmallCnnYaml, {"data.batch_size=97", "data.drop_last=true"}),
-                               quiet_options(folder.path)),
-                       ConfigError,
-                       Catch::Matchers::Message("test.yaml: key 'data.batch_size': 97 is more than the 96 training "
-                                                "samples of synthetic, and data.drop_last: true drops the one partial "
-                                                "batch, leaving none; use a smaller batch_size or drop_last: false"));
+  CHECK_THROWS_MATCHES(
+      Trainer(make_config(kSmallCnnYaml, {"data.batch_size=97", "data.drop_last=true"}), quiet_options(folder.path)),
+      ConfigError,
+      Catch::Matchers::Message("test.yaml: key 'data.batch_size': 97 is more than the 96 training "
+                               "samples of synthetic, and data.drop_last: true drops the one partial "
+                               "batch, leaving none; use a smaller batch_size or drop_last: false"));
   // Without drop_last the one short batch trains.
   CHECK_NOTHROW(Trainer(make_config(kSmallCnnYaml, {"data.batch_size=97"}), quiet_options(folder.path)));
 }
 
-TEST_CASE("trainer: schedule and top-k errors found at setup name the config file and the keys written",
-          "[trainer]") {
+TEST_CASE("trainer: schedule and top-k errors found at setup name the config file and the keys written", "[trainer]") {
   TemporaryFolder folder;
   // kSmallCnnYaml: warmup_cosine over max_steps 8, 6 steps per epoch.
-  CHECK_THROWS_MATCHES(Trainer(make_config(kSmallCnnYaml, {"scheduler.warmup_steps=8"}), quiet_options(folder.path)),
-                       ConfigError,
-                       Catch::Matchers::Message("test.yaml: key 'scheduler.warmup_steps': the warm-up (8 steps) must end "
-                                                "before the run does (8 steps from train.epochs and train.max_steps) for "
-                                                "scheduler.name warmup_cosine"));
+  CHECK_THROWS_MATCHES(
+      Trainer(make_config(kSmallCnnYaml, {"scheduler.warmup_steps=8"}), quiet_options(folder.path)), ConfigError,
+      Catch::Matchers::Message("test.yaml: key 'scheduler.warmup_steps': the warm-up (8 steps) must end "
+                               "before the run does (8 steps from train.epochs and train.max_steps) for "
+                               "scheduler.name warmup_cosine"));
   CHECK_THROWS_WITH(Trainer(make_config(kSmallCnnYaml, {"scheduler.warmup_steps=0", "scheduler.warmup_epochs=2"}),
                             quiet_options(folder.path)),
                     Catch::StartsWith("test.yaml: key 'scheduler.warmup_epochs': the warm-up (12 steps)"));
@@ -405,8 +404,9 @@ TEST_CASE("trainer: a checkpoint of another model is refused with DataError nami
   CHECK_THROWS_AS(Trainer(make_config(kCtrYaml), quiet_options(folder.path / "ctr", checkpoint.string())), DataError);
   CHECK_THROWS_WITH(Trainer(make_config(kCtrYaml), quiet_options(folder.path / "ctr", checkpoint.string())),
                     Catch::Contains(checkpoint.string()));
-  CHECK_THROWS_AS(Trainer(make_config(kSmallCnnYaml), quiet_options(folder.path / "x", (folder.path / "nope").string())),
-                  DataError);
+  CHECK_THROWS_AS(
+      Trainer(make_config(kSmallCnnYaml), quiet_options(folder.path / "x", (folder.path / "nope").string())),
+      DataError);
 }
 
 // ---- end to end: real data, short budgets ----

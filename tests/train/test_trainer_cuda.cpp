@@ -8,10 +8,6 @@
 // the fp32 masters every forward. Tagged [cuda].
 #include <unistd.h>
 
-#include "support/catch.h"
-
-#include "support/trainer_runs.h"
-#include "support/temporary_folder.h"
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -30,6 +26,9 @@
 #include "opsnn/train/checkpoint.h"
 #include "opsnn/train/config.h"
 #include "opsnn/train/trainer.h"
+#include "support/catch.h"
+#include "support/temporary_folder.h"
+#include "support/trainer_runs.h"
 
 using namespace opsnn;
 using namespace opsnn::train;
@@ -167,8 +166,7 @@ TEST_CASE("cuda: tf32, bf16 and fp16 train a small CNN and a ResNet-18 to losses
   };
   // The small CNN brings max pooling, the ResNet BatchNorm (f32 statistics under low-precision data),
   // residual adds and the global average pool into the low-precision path.
-  const std::vector<Model> models = {{"small_cnn", {}},
-                                     {"resnet18", {"model.arch=resnet18", "train.max_steps=120"}}};
+  const std::vector<Model> models = {{"small_cnn", {}}, {"resnet18", {"model.arch=resnet18", "train.max_steps=120"}}};
   for (const Model& model : models) {
     const Curve fp32 = train_on("cuda", folder.path / (model.name + "-fp32"), kQuickstartLikeYaml, model.overrides);
     // The mean of the last three logged intervals smooths single-batch noise.
@@ -354,7 +352,8 @@ TEST_CASE("cuda: mixed precision with the optimizer's parameter copy trains bit 
       if (with_copies) {
         optimizer->enable_param_copy(dtype);
         model->set_parameter_copies(std::make_shared<const nn::Module::ParameterCopies>(optimizer->param_copies()));
-        for (const auto& [name, parameter] : model->named_parameters()) REQUIRE(model->parameter_copy(parameter).defined());
+        for (const auto& [name, parameter] : model->named_parameters())
+          REQUIRE(model->parameter_copy(parameter).defined());
       }
       Generator data(9);
       const Tensor images = Tensor::normal({32, 1, 16, 16}, 0.0, 1.0, data, DType::f32, gpu);

@@ -5,13 +5,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "support/catch.h"
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 
 #include "opsnn/train/checkpoint.h"
+#include "support/catch.h"
 
 namespace fs = std::filesystem;
 
@@ -46,7 +46,8 @@ TEST_CASE("embedding: a program built against the installed package trains and s
   const std::string cmake = quote(OPSNN_CMAKE_COMMAND);
 
   INFO("log: " << log.string());
-  REQUIRE(run_logged(cmake + " --install " + quote(OPSNN_BINARY_DIR) + " --prefix " + quote(prefix.string()), log) == 0);
+  REQUIRE(run_logged(cmake + " --install " + quote(OPSNN_BINARY_DIR) + " --prefix " + quote(prefix.string()), log) ==
+          0);
   REQUIRE(fs::exists(prefix / "include" / "opsnn" / "train" / "trainer.h"));
   bool has_package_config = false;
   for (const auto& entry : fs::recursive_directory_iterator(prefix))

@@ -27,8 +27,8 @@ struct ConvLayer {
 // ResNet layers at batch 8: the three 3x3 stages that dominate ResNet-18/34, a bottleneck 1x1 of
 // ResNet-50 and the 7x7 stride-2 stem.
 const std::vector<ConvLayer> kLayers = {
-    {"3x3 64->64 56x56", 8, 64, 64, 56, 3, 1, 1},       {"3x3 128->128 28x28", 8, 128, 128, 28, 3, 1, 1},
-    {"3x3 256->256 14x14", 8, 256, 256, 14, 3, 1, 1},   {"1x1 256->64 56x56", 8, 256, 64, 56, 1, 1, 0},
+    {"3x3 64->64 56x56", 8, 64, 64, 56, 3, 1, 1},           {"3x3 128->128 28x28", 8, 128, 128, 28, 3, 1, 1},
+    {"3x3 256->256 14x14", 8, 256, 256, 14, 3, 1, 1},       {"1x1 256->64 56x56", 8, 256, 64, 56, 1, 1, 0},
     {"7x7/2 3->64 224x224 (stem)", 8, 3, 64, 224, 7, 2, 3},
 };
 
@@ -72,7 +72,7 @@ std::pair<double, double> bench_layer(const ConvLayer& layer, ops::Backend& back
 
   // Each of the three products does 2 * N * O * OH * OW * C * KH * KW flops.
   const double flops = 2.0 * static_cast<double>(layer.batch * layer.out_channels * out_size * out_size *
-                                                  layer.in_channels * layer.kernel * layer.kernel);
+                                                 layer.in_channels * layer.kernel * layer.kernel);
   auto forward = [&] { backend.conv2d_forward(input, weight, bias, out, geometry); };
   auto backward_input = [&] { backend.conv2d_backward_input(grad_out, weight, grad_input, geometry); };
   auto backward_weight = [&] { backend.conv2d_backward_weight(grad_out, input, grad_weight, geometry); };
@@ -125,7 +125,8 @@ int run(const std::vector<std::string>& args) {
   return 0;
 }
 
-Registration registration{{"ops", "CPU GEMM and conv2d GFLOP/s on ResNet shapes vs Eigen's GEMM [--threads N] [--repeats N]", run}};
+Registration registration{
+    {"ops", "CPU GEMM and conv2d GFLOP/s on ResNet shapes vs Eigen's GEMM [--threads N] [--repeats N]", run}};
 
 }  // namespace
 }  // namespace opsnn::bench

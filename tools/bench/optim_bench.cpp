@@ -70,8 +70,8 @@ Problem make_problem(const std::string& text) {
   }
   if (text == "resnet50") {
     Problem problem{"resnet50", resnet50_shapes()};
-    OPSNN_CHECK(problem.shapes.size() == 161 && problem.total() == 25557032, "resnet50 shapes are off: ",
-                problem.shapes.size(), " tensors, ", problem.total(), " values");
+    OPSNN_CHECK(problem.shapes.size() == 161 && problem.total() == 25557032,
+                "resnet50 shapes are off: ", problem.shapes.size(), " tensors, ", problem.total(), " values");
     return problem;
   }
   double value = 0.0;
@@ -136,8 +136,14 @@ double triad_seconds(int64_t count, int warmup, int repeats) {
 // bias correction and update, each its own pass over memory through temporaries.
 struct UnfusedAdam {
   explicit UnfusedAdam(int64_t count)
-      : params(count), grads(count), exp_avg(count), exp_avg_sq(count), grad_prepared(count), m_hat(count),
-        v_hat(count), n(count) {
+      : params(count),
+        grads(count),
+        exp_avg(count),
+        exp_avg_sq(count),
+        grad_prepared(count),
+        m_hat(count),
+        v_hat(count),
+        n(count) {
     fill_random(params.data, n, 11, -1, 1);
     fill_random(grads.data, n, 12, -1e-2f, 1e-2f);
     fill_random(exp_avg.data, n, 13, 0, 0);
@@ -229,8 +235,9 @@ namespace {
 int run(const std::vector<std::string>& args) {
   for (const std::string& arg : args)
     if (arg == "--help" || arg == "-h") {
-      std::printf("usage: opsnn-bench optim [--device cpu|cuda] [--sizes 1e6,1e7,1e8,resnet50,1e9x50] "
-                  "[--repeats 10] [--threads N] [--json FILE (cuda)] [--variants adamw,lamb,... (cuda)]\n");
+      std::printf(
+          "usage: opsnn-bench optim [--device cpu|cuda] [--sizes 1e6,1e7,1e8,resnet50,1e9x50] "
+          "[--repeats 10] [--threads N] [--json FILE (cuda)] [--variants adamw,lamb,... (cuda)]\n");
       return 0;
     }
   check_options(args, {"--device", "--sizes", "--repeats", "--threads", "--json", "--variants"});
@@ -261,12 +268,13 @@ int run(const std::vector<std::string>& args) {
     variants.push_back({"lamb", OptimizerOptions(1e-3).betas({0.95, 0.999}).state_dtype(dtype), "lamb"});
     variants.push_back({"lion", OptimizerOptions(1e-4).state_dtype(dtype), "lion"});
   }
-  std::printf("opsnn-bench optim --device cpu: %d threads, median of %d runs after %d warm-up runs\n", threads,
-              repeats, warmup);
-  std::printf("bandwidth = bytes the variant must move / time; %% triad = fused bandwidth / triad bandwidth "
-              "(same size, same run)\n\n");
-  std::printf("%-10s %-13s %-5s %11s %9s %8s %13s %9s\n", "params", "optimizer", "state", "fused ms", "GB/s",
-              "% triad", "unfused ms", "speedup");
+  std::printf("opsnn-bench optim --device cpu: %d threads, median of %d runs after %d warm-up runs\n", threads, repeats,
+              warmup);
+  std::printf(
+      "bandwidth = bytes the variant must move / time; %% triad = fused bandwidth / triad bandwidth "
+      "(same size, same run)\n\n");
+  std::printf("%-10s %-13s %-5s %11s %9s %8s %13s %9s\n", "params", "optimizer", "state", "fused ms", "GB/s", "% triad",
+              "unfused ms", "speedup");
   double acceptance_speedup = 0.0, acceptance_fraction = 0.0;
   for (const Problem& problem : problems) {
     int64_t n = problem.total();
@@ -279,13 +287,13 @@ int run(const std::vector<std::string>& args) {
     }
     std::printf("%-10s %-13s %-5s %11.3f %9.1f %8s\n", problem.label.c_str(), "triad", "-", triad * 1e3,
                 triad_bandwidth, "100%");
-    std::printf("%-10s %-13s %-5s %11.3f %9.1f %7.0f%%\n", problem.label.c_str(), "unfused adam", "f32",
-                unfused * 1e3, UnfusedAdam::kBytesPerParameter * static_cast<double>(n) / unfused / 1e9,
+    std::printf("%-10s %-13s %-5s %11.3f %9.1f %7.0f%%\n", problem.label.c_str(), "unfused adam", "f32", unfused * 1e3,
+                UnfusedAdam::kBytesPerParameter * static_cast<double>(n) / unfused / 1e9,
                 100.0 * UnfusedAdam::kBytesPerParameter * static_cast<double>(n) / unfused / 1e9 / triad_bandwidth);
     for (const Variant& variant : variants) {
       double seconds = fused_step_seconds(problem, variant, warmup, repeats);
-      double bandwidth = fused_bytes_per_parameter(variant.optimizer, variant.options) *
-                         static_cast<double>(n) / seconds / 1e9;
+      double bandwidth =
+          fused_bytes_per_parameter(variant.optimizer, variant.options) * static_cast<double>(n) / seconds / 1e9;
       bool compare = variant.label == "adam" && variant.options.state_dtype() == DType::f32;  // the chain's rule
       std::printf("%-10s %-13s %-5s %11.3f %9.1f %7.0f%%", problem.label.c_str(), variant.label.c_str(),
                   std::string(dtype_name(variant.options.state_dtype())).c_str(), seconds * 1e3, bandwidth,
@@ -301,10 +309,11 @@ int run(const std::vector<std::string>& args) {
     std::printf("\n");
   }
   if (acceptance_speedup > 0.0)
-    std::printf("issue 3 acceptance, adam f32 on 1e8 parameters: fused %.2fx faster than the unfused chain "
-                "(needs >= 1.8x: %s), %.0f%% of the triad bandwidth (needs >= 60%%: %s)\n",
-                acceptance_speedup, acceptance_speedup >= 1.8 ? "met" : "NOT met", 100.0 * acceptance_fraction,
-                acceptance_fraction >= 0.6 ? "met" : "NOT met");
+    std::printf(
+        "issue 3 acceptance, adam f32 on 1e8 parameters: fused %.2fx faster than the unfused chain "
+        "(needs >= 1.8x: %s), %.0f%% of the triad bandwidth (needs >= 60%%: %s)\n",
+        acceptance_speedup, acceptance_speedup >= 1.8 ? "met" : "NOT met", 100.0 * acceptance_fraction,
+        acceptance_fraction >= 0.6 ? "met" : "NOT met");
   return 0;
 }
 

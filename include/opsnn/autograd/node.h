@@ -14,8 +14,8 @@ namespace opsnn::autograd {
 class Node;
 
 struct Edge {
-  std::shared_ptr<Node> function;   // set when the input came from another op
-  std::shared_ptr<TensorImpl> leaf; // set when the input is a leaf that requires grad
+  std::shared_ptr<Node> function;    // set when the input came from another op
+  std::shared_ptr<TensorImpl> leaf;  // set when the input is a leaf that requires grad
   bool active() const { return function != nullptr || leaf != nullptr; }
 };
 

@@ -15,19 +15,34 @@ class Error : public std::runtime_error {
 };
 
 // Shapes, dtypes or devices that do not fit an operation.
-class ShapeError : public Error { using Error::Error; };
-class TypeError : public Error { using Error::Error; };
-class DeviceError : public Error { using Error::Error; };
+class ShapeError : public Error {
+  using Error::Error;
+};
+class TypeError : public Error {
+  using Error::Error;
+};
+class DeviceError : public Error {
+  using Error::Error;
+};
 // Bad configuration values and bad command-line usage (exit code 2 in opsnn-train).
-class ConfigError : public Error { using Error::Error; };
-class UsageError : public Error { using Error::Error; };
+class ConfigError : public Error {
+  using Error::Error;
+};
+class UsageError : public Error {
+  using Error::Error;
+};
 // Bad or missing files: data sets, checkpoints (exit code 1).
-class DataError : public Error { using Error::Error; };
+class DataError : public Error {
+  using Error::Error;
+};
 // Training stopped on purpose: divergence caught by the monitor, for example (exit code 1).
-class RuntimeFailure : public Error { using Error::Error; };
+class RuntimeFailure : public Error {
+  using Error::Error;
+};
 
 namespace detail {
-template <typename... Args> std::string concat(Args&&... args) {
+template <typename... Args>
+std::string concat(Args&&... args) {
   std::ostringstream stream;
   (stream << ... << std::forward<Args>(args));
   return stream.str();
@@ -38,8 +53,8 @@ template <typename... Args> std::string concat(Args&&... args) {
 
 // OPSNN_CHECK(cond, parts...): throws opsnn::Error with the parts streamed together.
 // OPSNN_CHECK_AS(ErrorType, cond, parts...): the same with a specific error type.
-#define OPSNN_CHECK_AS(ErrorType, cond, ...)                          \
-  do {                                                                \
+#define OPSNN_CHECK_AS(ErrorType, cond, ...)                            \
+  do {                                                                  \
     if (!(cond)) throw ErrorType(::opsnn::detail::concat(__VA_ARGS__)); \
   } while (0)
 #define OPSNN_CHECK(cond, ...) OPSNN_CHECK_AS(::opsnn::Error, cond, __VA_ARGS__)

@@ -47,8 +47,8 @@ OPSNN_HD uint16_t float_to_half_bits(float value) {
   uint32_t abs_bits = bits & 0x7fffffffu;
   if (abs_bits > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((abs_bits >> 13) & 0x3ffu));
   if (abs_bits >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to >= 65520: inf
-  if (abs_bits < 0x38800000u) {                                                // below 2^-14: subnormal
-    if (abs_bits < 0x33000000u) return sign;                                   // below 2^-25: zero
+  if (abs_bits < 0x38800000u) {                                               // below 2^-14: subnormal
+    if (abs_bits < 0x33000000u) return sign;                                  // below 2^-25: zero
     uint32_t exponent = abs_bits >> 23;
     uint32_t mantissa = (abs_bits & 0x7fffffu) | 0x800000u;
     uint32_t shift = 126u - exponent;  // mantissa * 2^(exponent-150) in units of 2^-24
@@ -82,7 +82,11 @@ struct Half {
   Half() = default;
   OPSNN_HD explicit Half(float value) : bits(float_to_half_bits(value)) {}
   OPSNN_HD explicit operator float() const { return half_bits_to_float(bits); }
-  OPSNN_HD static Half from_bits(uint16_t raw) { Half h; h.bits = raw; return h; }
+  OPSNN_HD static Half from_bits(uint16_t raw) {
+    Half h;
+    h.bits = raw;
+    return h;
+  }
 };
 
 struct BFloat16 {
@@ -90,7 +94,11 @@ struct BFloat16 {
   BFloat16() = default;
   OPSNN_HD explicit BFloat16(float value) : bits(float_to_bf16_bits(value)) {}
   OPSNN_HD explicit operator float() const { return bf16_bits_to_float(bits); }
-  OPSNN_HD static BFloat16 from_bits(uint16_t raw) { BFloat16 b; b.bits = raw; return b; }
+  OPSNN_HD static BFloat16 from_bits(uint16_t raw) {
+    BFloat16 b;
+    b.bits = raw;
+    return b;
+  }
 };
 
 }  // namespace opsnn

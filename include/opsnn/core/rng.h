@@ -22,7 +22,10 @@ OPSNN_HD Philox4 philox4x32_10(uint64_t seed, uint64_t counter) {
     uint32_t hi0 = static_cast<uint32_t>(product0 >> 32), lo0 = static_cast<uint32_t>(product0);
     uint32_t hi1 = static_cast<uint32_t>(product1 >> 32), lo1 = static_cast<uint32_t>(product1);
     uint32_t n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
-    c0 = n0; c1 = lo1; c2 = n2; c3 = lo0;
+    c0 = n0;
+    c1 = lo1;
+    c2 = n2;
+    c3 = lo0;
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }
@@ -42,13 +45,25 @@ class Generator {
   explicit Generator(uint64_t seed = 0) : seed_(seed) {}
   uint64_t seed() const { return seed_; }
   uint64_t offset() const { return offset_; }
-  void set_state(uint64_t seed, uint64_t offset) { seed_ = seed; offset_ = offset; }
+  void set_state(uint64_t seed, uint64_t offset) {
+    seed_ = seed;
+    offset_ = offset;
+  }
   // Reserves `count` counters and returns the first.
-  uint64_t advance(uint64_t count) { uint64_t first = offset_; offset_ += count; return first; }
+  uint64_t advance(uint64_t count) {
+    uint64_t first = offset_;
+    offset_ += count;
+    return first;
+  }
   // Scalar draws for host code (shuffles, augmentation decisions).
   uint32_t next_u32() { return philox4x32_10(seed_, advance(1)).v[0]; }
-  double next_double() { Philox4 r = philox4x32_10(seed_, advance(1)); return uints_to_unit_double(r.v[0], r.v[1]) - 0x1p-53; }
-  uint64_t next_below(uint64_t bound) { return static_cast<uint64_t>(next_double() * static_cast<double>(bound)) % bound; }
+  double next_double() {
+    Philox4 r = philox4x32_10(seed_, advance(1));
+    return uints_to_unit_double(r.v[0], r.v[1]) - 0x1p-53;
+  }
+  uint64_t next_below(uint64_t bound) {
+    return static_cast<uint64_t>(next_double() * static_cast<double>(bound)) % bound;
+  }
 
  private:
   uint64_t seed_;

@@ -52,8 +52,8 @@ class DeviceServices {
   virtual void copy_from_host(void* destination, const void* host_source, size_t bytes, int device_index) = 0;
   virtual void copy_within(void* destination, const void* source, size_t bytes, int device_index) = 0;
   // Strided gather of `dim`-dimensional data with element conversion: destination is contiguous.
-  virtual void strided_copy(void* destination, DType destination_dtype, const void* source, DType source_dtype,
-                            int dim, const int64_t* shape, const int64_t* source_strides, int device_index) = 0;
+  virtual void strided_copy(void* destination, DType destination_dtype, const void* source, DType source_dtype, int dim,
+                            const int64_t* shape, const int64_t* source_strides, int device_index) = 0;
   // destination[i] = value for n elements of dtype.
   virtual void fill(void* destination, DType dtype, double value, int64_t count, int device_index) = 0;
   // destination[i] += alpha * source[i] for n contiguous elements of one floating dtype.

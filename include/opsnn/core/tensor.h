@@ -40,8 +40,8 @@ struct RowSparseGrad {
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
   Shape shape;
-  Shape strides;             // in elements
-  int64_t offset = 0;        // in elements
+  Shape strides;       // in elements
+  int64_t offset = 0;  // in elements
   DType dtype = DType::f32;
   // autograd
   bool requires_grad = false;
@@ -49,7 +49,7 @@ struct TensorImpl {
   std::shared_ptr<TensorImpl> grad;
   RowSparseGrad row_sparse_grad;
   std::shared_ptr<autograd::Node> grad_fn;
-  std::string name;          // parameter name, set by nn::Module; used in messages
+  std::string name;  // parameter name, set by nn::Module; used in messages
 };
 
 class Generator;
@@ -70,10 +70,10 @@ class Tensor {
                             Device device = kCPU);
   static Tensor scalar(double value, DType dtype = DType::f32, Device device = kCPU);
   // Seeded random values; the stream depends only on the generator state, never on thread count.
-  static Tensor uniform(const Shape& shape, double low, double high, Generator& generator,
-                        DType dtype = DType::f32, Device device = kCPU);
-  static Tensor normal(const Shape& shape, double mean, double stddev, Generator& generator,
-                       DType dtype = DType::f32, Device device = kCPU);
+  static Tensor uniform(const Shape& shape, double low, double high, Generator& generator, DType dtype = DType::f32,
+                        Device device = kCPU);
+  static Tensor normal(const Shape& shape, double mean, double stddev, Generator& generator, DType dtype = DType::f32,
+                       Device device = kCPU);
   // A view of existing storage (used by arenas): shape contiguous from element offset.
   static Tensor view_of(std::shared_ptr<Storage> storage, int64_t offset, const Shape& shape, DType dtype);
 
@@ -97,9 +97,11 @@ class Tensor {
 
   // ---- data access (CPU tensors; T must match the dtype) ----
   void* data_ptr() const;
-  template <typename T> T* data() const;
-  template <typename T> std::vector<T> to_vector() const;  // any device, any layout, converted to T
-  double item() const;                                     // one-element tensor -> double
+  template <typename T>
+  T* data() const;
+  template <typename T>
+  std::vector<T> to_vector() const;  // any device, any layout, converted to T
+  double item() const;               // one-element tensor -> double
 
   // ---- conversions and copies (no autograd) ----
   Tensor contiguous() const;
@@ -157,21 +159,23 @@ void check_same_device(const Tensor& a, const Tensor& b, const char* what);
 // ---- template definitions ----
 template <typename T>
 Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape, DType dtype, Device device) {
-  OPSNN_CHECK_AS(ShapeError, static_cast<int64_t>(values.size()) == shape_numel(shape), "from_vector: ",
-                 values.size(), " values do not fill shape ", shape_str(shape));
+  OPSNN_CHECK_AS(ShapeError, static_cast<int64_t>(values.size()) == shape_numel(shape), "from_vector: ", values.size(),
+                 " values do not fill shape ", shape_str(shape));
   Tensor host = empty(shape, dtype_of<T>, kCPU);
   std::copy(values.begin(), values.end(), host.data<T>());
   if (dtype == dtype_of<T> && device == kCPU) return host;
   return host.to(dtype).to(device);
 }
 
-template <typename T> T* Tensor::data() const {
-  OPSNN_CHECK_AS(TypeError, dtype() == dtype_of<T>, "data<", dtype_name(dtype_of<T>), ">() on a ",
-                 dtype_name(dtype()), " tensor");
+template <typename T>
+T* Tensor::data() const {
+  OPSNN_CHECK_AS(TypeError, dtype() == dtype_of<T>, "data<", dtype_name(dtype_of<T>), ">() on a ", dtype_name(dtype()),
+                 " tensor");
   return static_cast<T*>(data_ptr());
 }
 
-template <typename T> std::vector<T> Tensor::to_vector() const {
+template <typename T>
+std::vector<T> Tensor::to_vector() const {
   Tensor host = to(kCPU).to(dtype_of<T>).contiguous();
   const T* begin = host.data<T>();
   return std::vector<T>(begin, begin + host.numel());

@@ -26,12 +26,12 @@ inline constexpr int64_t kMaxPrefetch = 1024;
 
 struct LoaderOptions {
   int64_t batch_size = 64;
-  bool shuffle = true;         // a fresh Philox Fisher-Yates order every epoch
-  bool drop_last = false;      // drop the final partial batch of each epoch
-  uint64_t seed = 0;           // drives shuffling and augmentation
-  AugmentOptions augment;      // image datasets only
-  int64_t num_workers = 1;     // background threads producing batches; 0 = produce inside next()
-  int64_t prefetch = 2;        // batches produced ahead of the consumer (queue capacity), in [1, kMaxPrefetch]
+  bool shuffle = true;      // a fresh Philox Fisher-Yates order every epoch
+  bool drop_last = false;   // drop the final partial batch of each epoch
+  uint64_t seed = 0;        // drives shuffling and augmentation
+  AugmentOptions augment;   // image datasets only
+  int64_t num_workers = 1;  // background threads producing batches; 0 = produce inside next()
+  int64_t prefetch = 2;     // batches produced ahead of the consumer (queue capacity), in [1, kMaxPrefetch]
   // Batches in page-locked host memory (needs a CUDA device) from prefetch + 2 buffers allocated once
   // and reused: the ready queue, the batch the consumer holds, and one still being read by its upload.
   bool pin_memory = false;
@@ -90,7 +90,9 @@ class DataLoader {
  private:
   // Batches are numbered by a sequence over all epochs: epoch * (batches_per_epoch + 1) + batch, where
   // the extra slot of each epoch is its end marker.
-  int64_t sequence_of(LoaderPosition position) const { return position.epoch * (batches_per_epoch_ + 1) + position.batch; }
+  int64_t sequence_of(LoaderPosition position) const {
+    return position.epoch * (batches_per_epoch_ + 1) + position.batch;
+  }
   LoaderPosition position_of(int64_t sequence) const {
     return {sequence / (batches_per_epoch_ + 1), sequence % (batches_per_epoch_ + 1)};
   }

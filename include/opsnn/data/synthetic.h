@@ -13,7 +13,7 @@
 namespace opsnn::data {
 
 struct SyntheticImageOptions {
-  int64_t size = 1024;        // number of samples
+  int64_t size = 1024;  // number of samples
   int64_t channels = 3;
   int64_t height = 32;
   int64_t width = 32;
@@ -48,7 +48,7 @@ class SyntheticImages final : public Dataset {
 };
 
 struct SyntheticCtrOptions {
-  int64_t size = 100000;                                          // number of rows
+  int64_t size = 100000;                                                     // number of rows
   std::vector<int64_t> vocab_sizes = {1000, 1000, 100, 100, 50, 20, 10, 5};  // one categorical field each
   double weight_scale = 0.5;  // standard deviation of each planted per-(field, value) weight
   double bias = -1.0;         // planted logit bias (sets the base click rate)

@@ -44,7 +44,7 @@ void apply_augment(const AugmentDecision& decision, float* image, int64_t channe
                    std::span<const float> background);
 
 // Augments every image of an image batch; sample_indices[i] is the dataset index of row i.
-void augment_batch(Batch& batch, const Dataset& dataset, const AugmentOptions& options, uint64_t seed,
-                   int64_t epoch, std::span<const int64_t> sample_indices);
+void augment_batch(Batch& batch, const Dataset& dataset, const AugmentOptions& options, uint64_t seed, int64_t epoch,
+                   std::span<const int64_t> sample_indices);
 
 }  // namespace opsnn::data

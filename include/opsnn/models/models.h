@@ -20,15 +20,15 @@ struct ModelOptions {
   std::string arch = "small_cnn";
   int64_t in_channels = 1;
   int64_t num_classes = 10;
-  int64_t image_size = 28;                    // height = width of the input images (mlp, small_cnn)
+  int64_t image_size = 28;                        // height = width of the input images (mlp, small_cnn)
   std::vector<int64_t> hidden = {256, 128, 100};  // mlp hidden widths; ctr's MLP on the embeddings
-  int64_t width = 0;                          // base channel count (resnet 64, small_cnn 16); 0 = default
-  std::string stem = "imagenet";              // resnet: imagenet (7x7/2 + max-pool) | cifar (3x3/1, no pool)
-  bool zero_init_residual = false;            // resnet: last BatchNorm of each block starts at weight 0
-  bool channels_last = false;                 // resnet: residual stages run on NHWC activations
-  std::vector<int64_t> field_vocab_sizes;     // ctr: categories of each field
-  int64_t embedding_dim = 16;                 // ctr
-  bool sparse_embeddings = true;              // ctr: row-sparse embedding gradients
+  int64_t width = 0;                              // base channel count (resnet 64, small_cnn 16); 0 = default
+  std::string stem = "imagenet";                  // resnet: imagenet (7x7/2 + max-pool) | cifar (3x3/1, no pool)
+  bool zero_init_residual = false;                // resnet: last BatchNorm of each block starts at weight 0
+  bool channels_last = false;                     // resnet: residual stages run on NHWC activations
+  std::vector<int64_t> field_vocab_sizes;         // ctr: categories of each field
+  int64_t embedding_dim = 16;                     // ctr
+  bool sparse_embeddings = true;                  // ctr: row-sparse embedding gradients
 };
 
 using ModelBuilder = std::function<std::shared_ptr<nn::Module>(const ModelOptions&, Generator&)>;

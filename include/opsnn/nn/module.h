@@ -7,8 +7,8 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 

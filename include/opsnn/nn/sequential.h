@@ -17,7 +17,8 @@ class Sequential : public Module {
   explicit Sequential(std::vector<std::shared_ptr<Module>> modules);
 
   // Appends under the next position's name; returns the module with its own type.
-  template <typename ModuleType> std::shared_ptr<ModuleType> push_back(std::shared_ptr<ModuleType> module) {
+  template <typename ModuleType>
+  std::shared_ptr<ModuleType> push_back(std::shared_ptr<ModuleType> module) {
     return push_back(std::to_string(modules_.size()), std::move(module));
   }
   template <typename ModuleType>

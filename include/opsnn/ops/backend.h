@@ -35,8 +35,8 @@ class Backend {
 
   // ---- dense algebra ----
   // out[M,N] = alpha * op(a) * op(b) + beta * out, all 2-D row-major contiguous.
-  virtual void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& out,
-                    double alpha, double beta) = 0;
+  virtual void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& out, double alpha,
+                    double beta) = 0;
 
   // ---- elementwise ----
   // out = a (op) b where a and b are strided views already broadcast to out's shape (stride 0 on
@@ -93,8 +93,7 @@ class Backend {
   virtual void log_softmax_backward(const Tensor& grad_out, const Tensor& out, Tensor& grad_logits) = 0;
   // Mean over N of the smoothed negative log-likelihood: target i64 [N]; out is a 1-element tensor.
   // loss_i = -(1 - s) * logp[i, t_i] - s / K * sum_k logp[i, k]
-  virtual void nll_loss_forward(const Tensor& log_probs, const Tensor& target, double label_smoothing,
-                                Tensor& out) = 0;
+  virtual void nll_loss_forward(const Tensor& log_probs, const Tensor& target, double label_smoothing, Tensor& out) = 0;
   virtual void nll_loss_backward(double grad_scale, const Tensor& target, double label_smoothing,
                                  Tensor& grad_log_probs) = 0;
 
@@ -116,8 +115,8 @@ Fp32Math fp32_math();
 // Deterministic convolutions (default true): the CUDA backend picks cuDNN algorithms only among those
 // cuDNN marks deterministic (no atomic accumulation), so a convolution repeats bit for bit with the same
 // choice (the choices are timed: a whole run repeats with save/load_conv_algorithms below; where cuDNN
-// has no deterministic algorithm for a shape it falls back, see src/ops/cuda/conv_algorithms.h). false lets the fastest win, like
-// PyTorch's cudnn.benchmark without use_deterministic_algorithms. Process-wide; the CPU is always
+// has no deterministic algorithm for a shape it falls back, see src/ops/cuda/conv_algorithms.h). false lets the fastest
+// win, like PyTorch's cudnn.benchmark without use_deterministic_algorithms. Process-wide; the CPU is always
 // deterministic. train.deterministic sets it for a run.
 void set_conv_deterministic(bool deterministic);
 bool conv_deterministic();
@@ -131,8 +130,8 @@ bool conv_deterministic();
 // are kept. Malformed text is a DataError naming `origin` and the field. train.conv_algorithms drives
 // both for opsnn-train.
 struct ConvAlgorithmLoad {
-  size_t applied = 0;   // entries this process will use
-  size_t skipped = 0;   // entries for another GPU model / cuDNN version, or a shape already decided here
+  size_t applied = 0;  // entries this process will use
+  size_t skipped = 0;  // entries for another GPU model / cuDNN version, or a shape already decided here
 };
 std::string save_conv_algorithms();
 ConvAlgorithmLoad load_conv_algorithms(std::string_view json, const std::string& origin);

@@ -11,8 +11,8 @@
 namespace opsnn::ops {
 
 // ---- dense algebra ----
-Tensor matmul(const Tensor& a, const Tensor& b);                                 // [M,K] x [K,N]
-Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias);    // x W^T + b; bias optional
+Tensor matmul(const Tensor& a, const Tensor& b);                               // [M,K] x [K,N]
+Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias);  // x W^T + b; bias optional
 
 // ---- dtype conversion between floating dtypes; the gradient is converted back. Returns x when it
 // already has dtype.
@@ -35,7 +35,7 @@ Tensor add_relu(const Tensor& a, const Tensor& b);
 Shape broadcast_shapes(const Shape& a, const Shape& b);  // throws ShapeError naming both shapes
 
 // ---- reductions ----
-Tensor sum(const Tensor& x);                                                  // all elements -> scalar
+Tensor sum(const Tensor& x);  // all elements -> scalar
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
 Tensor mean(const Tensor& x);
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);

@@ -28,10 +28,10 @@ struct ArenaSegment {
   Shape shape;
   int64_t offset = 0;  // in elements, a multiple of kArenaAlignmentElements
   int64_t numel = 0;
-  int32_t group = 0;        // index of its parameter group
-  bool weight_decay = true; // decay applies to this tensor
-  bool sparse = false;      // gradients arrive row-sparse: skipped by the dense passes
-  Tensor parameter;         // the (re-homed) parameter handle
+  int32_t group = 0;         // index of its parameter group
+  bool weight_decay = true;  // decay applies to this tensor
+  bool sparse = false;       // gradients arrive row-sparse: skipped by the dense passes
+  Tensor parameter;          // the (re-homed) parameter handle
 };
 
 // What the arena needs to know about one parameter.

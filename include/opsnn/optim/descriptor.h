@@ -37,8 +37,8 @@ struct OptimizerDescriptor {
   bool decoupled_weight_decay = false;  // p -= lr*wd*p apart from the gradient (AdamW, Lion)
   bool has_momentum_option = false;     // momentum / dampening / nesterov apply (SGD); else betas[0] is it
   bool supports_amsgrad = false;
-  bool per_tensor_norms = false;        // a trust ratio from whole-tensor norms (LAMB): not row-sparse
-  bool sparse_capable = false;          // row-sparse tables update lazily (sparse_update.h)
+  bool per_tensor_norms = false;  // a trust ratio from whole-tensor norms (LAMB): not row-sparse
+  bool sparse_capable = false;    // row-sparse tables update lazily (sparse_update.h)
 };
 
 // Adds or replaces a descriptor (register_optimizer(name, factory) adds one with only name and factory).

@@ -25,7 +25,7 @@ enum class DeviceNonFiniteAction : int32_t { warn = 0, skip = 1, stop = 2 };
 // The optimizer's settings as one step needs them (constant between steps; a kernel argument).
 struct StepConstants {
   UpdateRule rule = UpdateRule::adam;
-  int32_t decoupled = 0;   // AdamW
+  int32_t decoupled = 0;  // AdamW
   int32_t amsgrad = 0;
   int32_t nesterov = 0;
   double beta1 = 0.9, beta2 = 0.999;  // double: beta powers advance in double, as on the CPU
@@ -52,9 +52,9 @@ struct DeviceSegment {
 
 // What the tiny step hands the update pass (device memory, written every step).
 struct StepScalars {
-  int32_t apply = 0;        // 0: this step is skipped
-  int32_t first_step = 0;   // SGD: momentum buffers start as g
-  double lr = 0.0;          // scheduled lr (before group multipliers)
+  int32_t apply = 0;       // 0: this step is skipped
+  int32_t first_step = 0;  // SGD: momentum buffers start as g
+  double lr = 0.0;         // scheduled lr (before group multipliers)
   float inv_bias_correction1 = 1.0f, inv_bias_correction2 = 1.0f;
   float grad_multiplier = 1.0f;  // 1/loss_scale * clip factor
 };
@@ -113,8 +113,8 @@ inline bool single_pass_step(const StepConstants& k) {
 }
 
 using DeviceStepperFactory = std::unique_ptr<DeviceStepper> (*)(Device device, const StepConstants& constants,
-                                                                  const DeviceArena& arena,
-                                                                  const std::vector<DeviceSegment>& segments);
+                                                                const DeviceArena& arena,
+                                                                const std::vector<DeviceSegment>& segments);
 void register_device_stepper(DeviceType type, DeviceStepperFactory factory);
 // The factory for the device's type, or null (the CPU runs the host pipeline of optimizer.cpp).
 DeviceStepperFactory device_stepper_factory(DeviceType type);

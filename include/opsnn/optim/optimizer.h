@@ -16,8 +16,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <utility>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "opsnn/core/tensor.h"
@@ -40,23 +40,23 @@ using StateDict = std::map<std::string, Tensor>;
 struct ParamGroup {
   std::string name;
   NamedParameters parameters;
-  double lr_multiplier = 1.0;         // this group's lr = scheduled lr * lr_multiplier
-  std::optional<bool> weight_decay;   // unset: decay unless dim() <= 1 (OptimizerOptions::decay_1d_params)
+  double lr_multiplier = 1.0;        // this group's lr = scheduled lr * lr_multiplier
+  std::optional<bool> weight_decay;  // unset: decay unless dim() <= 1 (OptimizerOptions::decay_1d_params)
 };
 
 // One segment whose gradient arrives row-sparse, as the sparse updater sees it.
 struct SparseSegment {
-  size_t index = 0;                 // in the arena's segment table
+  size_t index = 0;  // in the arena's segment table
   const ArenaSegment* segment = nullptr;
-  std::vector<Tensor> states;       // shaped views of this segment's optimizer states, in state order
-  std::string_view optimizer;       // registry name
+  std::vector<Tensor> states;                       // shaped views of this segment's optimizer states, in state order
+  std::string_view optimizer;                       // registry name
   const OptimizerDescriptor* descriptor = nullptr;  // its traits (never null)
 };
 
 // Scalars of the step being applied for one sparse segment: the same values the dense pass uses.
 struct SparseStepScalars {
-  AdamScalars adam;        // adam/adamw/lamb (lr and weight decay of the segment's group)
-  SgdScalars sgd;          // sgd
+  AdamScalars adam;  // adam/adamw/lamb (lr and weight decay of the segment's group)
+  SgdScalars sgd;    // sgd
   float clip_factor = 1.0f;
 };
 
@@ -109,7 +109,7 @@ class Optimizer {
   const LossScaler& loss_scaler() const { return scaler_; }
 
   const StepState& step_state() const { return state_; }  // as of the last step() or sync_state()
-  double grad_norm() const { return state_.grad_norm; }  // of the last step, unscaled, before clipping
+  double grad_norm() const { return state_.grad_norm; }   // of the last step, unscaled, before clipping
   const std::vector<double>& segment_grad_norms() const;
   double next_lr() const;  // scheduled base lr of the next applied step (before group multipliers)
 
@@ -156,11 +156,11 @@ class Optimizer {
   struct UpdateContext {
     const ArenaView& arena;
     const FusedStepKernels& kernels;
-    const StepState& state;               // before this step's advance (step = t - 1)
-    AdamScalars adam;                     // lr/weight decay filled per segment by the kernels
+    const StepState& state;  // before this step's advance (step = t - 1)
+    AdamScalars adam;        // lr/weight decay filled per segment by the kernels
     SgdScalars sgd;
     std::vector<SegmentStepScalars>& segments;
-    float grad_multiplier;                // 1/loss_scale * clip factor
+    float grad_multiplier;  // 1/loss_scale * clip factor
     std::vector<float>& chunk_param_check;
   };
   virtual void apply_update(UpdateContext& context) = 0;

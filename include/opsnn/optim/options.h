@@ -14,15 +14,15 @@
 #include "opsnn/optim/rules.h"
 
 // Declares `name(value)` (chained setter) and `name()` (getter) over a member `name##_`.
-#define OPSNN_OPTION(Type, name, default_value)       \
- public:                                              \
-  auto& name(Type value) {                            \
-    name##_ = std::move(value);                       \
-    return *this;                                     \
-  }                                                   \
-  const Type& name() const { return name##_; }        \
-                                                      \
- private:                                             \
+#define OPSNN_OPTION(Type, name, default_value) \
+ public:                                        \
+  auto& name(Type value) {                      \
+    name##_ = std::move(value);                 \
+    return *this;                               \
+  }                                             \
+  const Type& name() const { return name##_; }  \
+                                                \
+ private:                                       \
   Type name##_ = default_value
 
 namespace opsnn::optim {

@@ -46,14 +46,14 @@ OPSNN_HD float safe_denominator(float second_moment_hat, float eps) {
 
 // ---- scalars of one step, computed once per step from the step state (never pow per element) ----
 struct AdamScalars {
-  float lr;                      // learning rate of this step (schedule and group multiplier applied)
+  float lr;  // learning rate of this step (schedule and group multiplier applied)
   float beta1, beta2;
   float one_minus_beta1, one_minus_beta2;
-  float inv_bias_correction1;    // 1 / (1 - beta1^t), from the running product beta1^t
-  float inv_bias_correction2;    // 1 / (1 - beta2^t)
+  float inv_bias_correction1;  // 1 / (1 - beta1^t), from the running product beta1^t
+  float inv_bias_correction2;  // 1 / (1 - beta2^t)
   float eps, eps_relative;
-  float weight_decay;            // 0 when the parameter's group has decay off
-  bool decoupled;                // AdamW: p *= 1 - lr*wd; Adam: g += wd*p (L2)
+  float weight_decay;  // 0 when the parameter's group has decay off
+  bool decoupled;      // AdamW: p *= 1 - lr*wd; Adam: g += wd*p (L2)
   bool amsgrad;
 };
 
@@ -79,11 +79,11 @@ OPSNN_HD void adam_element(float& p, float& m, float& v, float& v_max, float g, 
 
 struct SgdScalars {
   float lr;
-  float momentum;       // 0: plain SGD, no buffer
+  float momentum;  // 0: plain SGD, no buffer
   float dampening;
-  float weight_decay;   // L2: g += wd * p
+  float weight_decay;  // L2: g += wd * p
   bool nesterov;
-  bool first_step;      // the momentum buffer starts as g (PyTorch semantics)
+  bool first_step;  // the momentum buffer starts as g (PyTorch semantics)
 };
 
 OPSNN_HD void sgd_element(float& p, float& buffer, float g, const SgdScalars& s) {
@@ -172,7 +172,8 @@ OPSNN_HD double schedule_lr(const ScheduleParams& p, long long s) {
   long long after = s - p.warmup_steps;
   long long span = p.total_steps - p.warmup_steps;
   switch (p.kind) {
-    case ScheduleKind::constant: return p.base_lr;
+    case ScheduleKind::constant:
+      return p.base_lr;
     case ScheduleKind::warmup_cosine: {
       if (span <= 0 || after >= span) return p.min_lr;
       double progress = static_cast<double>(after) / static_cast<double>(span);

@@ -27,8 +27,8 @@ struct RowChunkView {
 // occurrences, multiplied by `scale`. Reuse one object across steps to keep its buffers.
 struct CoalescedRows {
   int64_t width = 0;
-  std::vector<int64_t> indices;    // sorted ascending, unique
-  std::vector<float> values;       // [indices.size(), width] row-major
+  std::vector<int64_t> indices;  // sorted ascending, unique
+  std::vector<float> values;     // [indices.size(), width] row-major
   // Sum of squares of the coalesced (scaled) values, accumulated in double, per row then over rows in
   // index order: bit-identical for any thread count. Feeds the global grad norm and clipping.
   double sum_of_squares = 0.0;
@@ -47,9 +47,7 @@ struct CoalescedRows {
   Tensor row_slots;        // i32 [table_rows] scratch of the CUDA coalescing: -1 for every row between calls
   Tensor device_header;    // small scratch of the CUDA coalescing (row count, first bad index, norm)
 
-  int64_t row_count() const {
-    return device.is_cpu() ? static_cast<int64_t>(indices.size()) : device_row_count;
-  }
+  int64_t row_count() const { return device.is_cpu() ? static_cast<int64_t>(indices.size()) : device_row_count; }
 };
 
 // Sums duplicate rows of all chunks into `out`. The occurrences of one index are summed in occurrence
@@ -75,9 +73,9 @@ void coalesce_rows(const RowChunkView* chunks, int64_t chunk_count, int64_t num_
 // only; it does not decay on steps that skip the row (lazy momentum, as lazy Adam). scalars.first_step is
 // ignored (the flags replace it). momentum_buffer and row_initialized may be null when momentum == 0.
 template <typename State>
-void sparse_sgd_step(float* param, State* momentum_buffer, uint8_t* row_initialized, int64_t num_rows,
-                     int64_t width, const int64_t* rows, const float* grad_rows, int64_t row_count,
-                     const SgdScalars& scalars, float grad_multiplier = 1.0f);
+void sparse_sgd_step(float* param, State* momentum_buffer, uint8_t* row_initialized, int64_t num_rows, int64_t width,
+                     const int64_t* rows, const float* grad_rows, int64_t row_count, const SgdScalars& scalars,
+                     float grad_multiplier = 1.0f);
 
 // Lazy Adam/AdamW (as TensorFlow's LazyAdam): m, v (and v_max with amsgrad) and the parameter update only
 // on touched rows, with the bias corrections of the global step carried by `scalars` (a row touched
@@ -89,18 +87,18 @@ void lazy_adam_step(float* param, State* exp_avg, State* exp_avg_sq, State* max_
                     int64_t width, const int64_t* rows, const float* grad_rows, int64_t row_count,
                     const AdamScalars& scalars, float grad_multiplier = 1.0f);
 
-extern template void sparse_sgd_step<float>(float*, float*, uint8_t*, int64_t, int64_t, const int64_t*,
-                                            const float*, int64_t, const SgdScalars&, float);
-extern template void sparse_sgd_step<Half>(float*, Half*, uint8_t*, int64_t, int64_t, const int64_t*,
-                                           const float*, int64_t, const SgdScalars&, float);
+extern template void sparse_sgd_step<float>(float*, float*, uint8_t*, int64_t, int64_t, const int64_t*, const float*,
+                                            int64_t, const SgdScalars&, float);
+extern template void sparse_sgd_step<Half>(float*, Half*, uint8_t*, int64_t, int64_t, const int64_t*, const float*,
+                                           int64_t, const SgdScalars&, float);
 extern template void sparse_sgd_step<BFloat16>(float*, BFloat16*, uint8_t*, int64_t, int64_t, const int64_t*,
                                                const float*, int64_t, const SgdScalars&, float);
 extern template void lazy_adam_step<float>(float*, float*, float*, float*, int64_t, int64_t, const int64_t*,
                                            const float*, int64_t, const AdamScalars&, float);
-extern template void lazy_adam_step<Half>(float*, Half*, Half*, Half*, int64_t, int64_t, const int64_t*,
-                                          const float*, int64_t, const AdamScalars&, float);
-extern template void lazy_adam_step<BFloat16>(float*, BFloat16*, BFloat16*, BFloat16*, int64_t, int64_t,
-                                              const int64_t*, const float*, int64_t, const AdamScalars&, float);
+extern template void lazy_adam_step<Half>(float*, Half*, Half*, Half*, int64_t, int64_t, const int64_t*, const float*,
+                                          int64_t, const AdamScalars&, float);
+extern template void lazy_adam_step<BFloat16>(float*, BFloat16*, BFloat16*, BFloat16*, int64_t, int64_t, const int64_t*,
+                                              const float*, int64_t, const AdamScalars&, float);
 
 // ---- device implementations of the Tensor-facing layer ----
 
@@ -140,8 +138,7 @@ void sparse_sgd_step(const Tensor& param, const Tensor& momentum_buffer, const T
                      const CoalescedRows& grad, const SgdScalars& scalars, float grad_multiplier = 1.0f);
 // exp_avg, exp_avg_sq (and max_exp_avg_sq with amsgrad, else undefined): param's shape, one dtype among
 // f32/f16/bf16.
-void lazy_adam_step(const Tensor& param, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                    const Tensor& max_exp_avg_sq, const CoalescedRows& grad, const AdamScalars& scalars,
-                    float grad_multiplier = 1.0f);
+void lazy_adam_step(const Tensor& param, const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& max_exp_avg_sq,
+                    const CoalescedRows& grad, const AdamScalars& scalars, float grad_multiplier = 1.0f);
 
 }  // namespace opsnn::optim

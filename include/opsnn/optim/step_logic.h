@@ -29,7 +29,9 @@ OPSNN_HD float gradient_clip_factor(double grad_norm, double max_norm) {
 }
 
 // Reciprocal of the loss scale as GradScaler computes it: in double, then rounded to float.
-OPSNN_HD float inverse_loss_scale(float loss_scale) { return static_cast<float>(1.0 / static_cast<double>(loss_scale)); }
+OPSNN_HD float inverse_loss_scale(float loss_scale) {
+  return static_cast<float>(1.0 / static_cast<double>(loss_scale));
+}
 
 // GradScaler.update (torch._amp_update_scale_): on inf/NaN the scale backs off and the tracker restarts;
 // otherwise the tracker counts finite steps and at growth_interval the scale grows (only if the grown

@@ -57,13 +57,13 @@ struct TopKOptions {
 
 // What one sparsify() call did.
 struct TopKStepReport {
-  double target_density = 0.0;    // density_for_epoch(epoch)
-  int64_t target_count = 0;       // k = round(target_density * n), at least 1
-  int64_t selected_count = 0;     // elements sent this step
-  double achieved_density = 0.0;  // selected_count / n
-  float threshold = 0.0f;         // scores >= threshold were sent (ties at exact selection: lowest indices)
-  int64_t sample_size = 0;        // scores sampled (0 when selection went straight to exact)
-  bool exact_selection = false;   // the sampled threshold was off (or not tried) and exact top-k was used
+  double target_density = 0.0;         // density_for_epoch(epoch)
+  int64_t target_count = 0;            // k = round(target_density * n), at least 1
+  int64_t selected_count = 0;          // elements sent this step
+  double achieved_density = 0.0;       // selected_count / n
+  float threshold = 0.0f;              // scores >= threshold were sent (ties at exact selection: lowest indices)
+  int64_t sample_size = 0;             // scores sampled (0 when selection went straight to exact)
+  bool exact_selection = false;        // the sampled threshold was off (or not tried) and exact top-k was used
   float accumulator_lr_factor = 1.0f;  // lr compensation factor applied to the accumulator this step
 };
 
@@ -94,8 +94,8 @@ struct TopKKernels {
   void (*kth_largest)(const float* accumulator, const float* variance, int64_t n, int64_t k, double* kth,
                       double* next) = nullptr;
   // Index of the tie (squared score == threshold) of 0-based rank `rank` in [begin, end); it exists.
-  int64_t (*tie_position)(const float* accumulator, const float* variance, int64_t begin, int64_t end,
-                          double threshold, int64_t rank) = nullptr;
+  int64_t (*tie_position)(const float* accumulator, const float* variance, int64_t begin, int64_t end, double threshold,
+                          int64_t rank) = nullptr;
   // Selected: score^2 > threshold, or == threshold at an index < tie_cutoff. Writes the sparse gradient,
   // clears accumulator (and velocity) where selected, and the pairs of block b from block_first[b] (host
   // array of blocks + 1 entries) in index order.

@@ -71,8 +71,8 @@ struct DataConfig {
   bool shuffle = true;
   bool drop_last = false;
   bool normalize = true;
-  int64_t num_workers = 1;  // loader threads; 0 = load on the training thread
-  int64_t prefetch = 2;     // batches prepared ahead
+  int64_t num_workers = 1;         // loader threads; 0 = load on the training thread
+  int64_t prefetch = 2;            // batches prepared ahead
   std::optional<bool> pin_memory;  // nullopt = auto: pinned batches and asynchronous uploads on a GPU
   AugmentConfig augment;
   SyntheticDataConfig synthetic;
@@ -90,8 +90,8 @@ struct TrainLoopConfig {
   // search (time every shape anew) | a conv_algorithms.json to reuse (another run's, to repeat its bits)
   std::string conv_algorithms = "auto";
   uint64_t seed = 0;
-  int64_t grad_accumulation = 1;   // micro-batches per optimizer step
-  int64_t eval_every_steps = 0;    // 0 = evaluate at the end of each epoch only
+  int64_t grad_accumulation = 1;  // micro-batches per optimizer step
+  int64_t eval_every_steps = 0;   // 0 = evaluate at the end of each epoch only
   double label_smoothing = 0.0;
   bool operator==(const TrainLoopConfig&) const = default;
 };
@@ -122,9 +122,9 @@ struct OptimizerSettings {
   std::string state_dtype = "f32";          // f32 | f16 | bf16
   double eps_relative = 0.0;                // eps_t = max(eps, |p| * eps_relative)
   bool amsgrad = false;
-  double max_grad_norm = 0.0;               // clip the global grad norm; 0 = off
+  double max_grad_norm = 0.0;  // clip the global grad norm; 0 = off
   std::array<double, 2> lamb_trust_bounds = {1e-3, 10.0};
-  bool decay_bias_and_norm = false;         // apply weight decay to biases and normalisation parameters
+  bool decay_bias_and_norm = false;  // apply weight decay to biases and normalisation parameters
   LossScalingConfig loss_scaling;
   SparsificationConfig sparsification;
   bool operator==(const OptimizerSettings&) const = default;
@@ -146,9 +146,9 @@ struct OptimizerConfig {
 struct SchedulerConfig {
   std::string name = "constant";  // constant | warmup_cosine | step | linear
   int64_t warmup_steps = 0;
-  double warmup_epochs = 0.0;     // alternative to warmup_steps (converted with the steps per epoch)
+  double warmup_epochs = 0.0;  // alternative to warmup_steps (converted with the steps per epoch)
   double min_lr = 0.0;
-  int64_t step_size = 1000;       // step: multiply the lr by gamma every step_size steps
+  int64_t step_size = 1000;  // step: multiply the lr by gamma every step_size steps
   double gamma = 0.1;
   bool operator==(const SchedulerConfig&) const = default;
 };
@@ -190,7 +190,7 @@ struct TrainConfig {
   bool operator==(const TrainConfig& other) const;  // compares the YAML-visible fields only
 
   // Resolved views of settings that several keys influence.
-  double effective_weight_decay() const;   // settings.fp32_weight_decay when given, else weight_decay
+  double effective_weight_decay() const;      // settings.fp32_weight_decay when given, else weight_decay
   std::string effective_state_dtype() const;  // "f16" when fp16_momentum, else settings.state_dtype
   bool loss_scaling_enabled() const;          // settings.loss_scaling.enabled, auto = precision fp16
 };

@@ -42,7 +42,7 @@ struct EvalResult {
 };
 
 struct TrainSummary {
-  int64_t steps = 0;          // optimizer steps completed (applied + skipped)
+  int64_t steps = 0;  // optimizer steps completed (applied + skipped)
   int64_t epochs_completed = 0;
   double final_train_loss = 0.0;
   std::optional<EvalResult> final_eval;

@@ -17,7 +17,8 @@
 
 namespace opsnn::cuda {
 
-template <typename T> inline constexpr bool is_16_bit_float = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+template <typename T>
+inline constexpr bool is_16_bit_float = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
 
 // The NaN cases, out of line so the vector loops stay short (static: one copy per translation unit).
 static __device__ __noinline__ float half_nan_to_float(uint16_t bits) { return half_bits_to_float(bits); }
@@ -33,7 +34,8 @@ __device__ __forceinline__ float to_float(Half value) {
 __device__ __forceinline__ float to_float(BFloat16 value) { return bf16_bits_to_float(value.bits); }
 
 // float -> T rounded to nearest even (T = float, Half or BFloat16).
-template <typename T> __device__ __forceinline__ T from_float(float value) {
+template <typename T>
+__device__ __forceinline__ T from_float(float value) {
   if constexpr (std::is_same_v<T, Half>) {
     if (isnan(value)) return Half::from_bits(float_nan_to_half_bits(value));
     return Half::from_bits(__half_as_ushort(__float2half_rn(value)));
@@ -58,14 +60,17 @@ __device__ __forceinline__ float double_to_float_round_to_odd(double value) {
 // A NaN stays a NaN; its payload follows half.h wherever a 16-bit type meets f32 (a NaN's payload
 // through f64 is whatever the instruction gives, on the host as on the device). Floating -> integer
 // saturates with NaN -> 0 exactly as on the host (int_conversion.h).
-template <typename To, typename From> __device__ __forceinline__ To convert_element(From value) {
+template <typename To, typename From>
+__device__ __forceinline__ To convert_element(From value) {
   if constexpr (std::is_same_v<To, From>) {
     return value;
   } else if constexpr (is_16_bit_float<From>) {
     return convert_element<To>(to_float(value));
   } else if constexpr (is_16_bit_float<To>) {
-    if constexpr (std::is_same_v<From, float>) return from_float<To>(value);
-    else return from_float<To>(double_to_float_round_to_odd(static_cast<double>(value)));
+    if constexpr (std::is_same_v<From, float>)
+      return from_float<To>(value);
+    else
+      return from_float<To>(double_to_float_round_to_odd(static_cast<double>(value)));
   } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<From>) {
     // The host's saturating conversion, not the instruction: cvt.rzi saturates at 32/64 bits, so a
     // narrower integer (u8) would otherwise wrap where the CPU clamps.

@@ -8,26 +8,26 @@
 
 #include "opsnn/core/error.h"
 
-#define OPSNN_CUDA_CHECK(call)                                                                          \
-  do {                                                                                                  \
-    cudaError_t opsnn_cuda_status = (call);                                                             \
-    if (opsnn_cuda_status != cudaSuccess)                                                               \
-      throw ::opsnn::Error(::opsnn::detail::concat("CUDA error '", cudaGetErrorString(opsnn_cuda_status), \
-                                                   "' in ", #call, " at ", __FILE__, ":", __LINE__));   \
+#define OPSNN_CUDA_CHECK(call)                                                                                     \
+  do {                                                                                                             \
+    cudaError_t opsnn_cuda_status = (call);                                                                        \
+    if (opsnn_cuda_status != cudaSuccess)                                                                          \
+      throw ::opsnn::Error(::opsnn::detail::concat("CUDA error '", cudaGetErrorString(opsnn_cuda_status), "' in ", \
+                                                   #call, " at ", __FILE__, ":", __LINE__));                       \
   } while (0)
 
-#define OPSNN_CUBLAS_CHECK(call)                                                                            \
-  do {                                                                                                      \
-    cublasStatus_t opsnn_cublas_status = (call);                                                            \
-    if (opsnn_cublas_status != CUBLAS_STATUS_SUCCESS)                                                       \
+#define OPSNN_CUBLAS_CHECK(call)                                                                                 \
+  do {                                                                                                           \
+    cublasStatus_t opsnn_cublas_status = (call);                                                                 \
+    if (opsnn_cublas_status != CUBLAS_STATUS_SUCCESS)                                                            \
       throw ::opsnn::Error(::opsnn::detail::concat("cuBLAS error '", cublasGetStatusString(opsnn_cublas_status), \
-                                                   "' in ", #call, " at ", __FILE__, ":", __LINE__));       \
+                                                   "' in ", #call, " at ", __FILE__, ":", __LINE__));            \
   } while (0)
 
-#define OPSNN_CUDNN_CHECK(call)                                                                           \
-  do {                                                                                                    \
-    cudnnStatus_t opsnn_cudnn_status = (call);                                                            \
-    if (opsnn_cudnn_status != CUDNN_STATUS_SUCCESS)                                                       \
-      throw ::opsnn::Error(::opsnn::detail::concat("cuDNN error '", cudnnGetErrorString(opsnn_cudnn_status), \
-                                                   "' in ", #call, " at ", __FILE__, ":", __LINE__));     \
+#define OPSNN_CUDNN_CHECK(call)                                                                                       \
+  do {                                                                                                                \
+    cudnnStatus_t opsnn_cudnn_status = (call);                                                                        \
+    if (opsnn_cudnn_status != CUDNN_STATUS_SUCCESS)                                                                   \
+      throw ::opsnn::Error(::opsnn::detail::concat("cuDNN error '", cudnnGetErrorString(opsnn_cudnn_status), "' in ", \
+                                                   #call, " at ", __FILE__, ":", __LINE__));                          \
   } while (0)

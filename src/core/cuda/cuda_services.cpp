@@ -75,8 +75,7 @@ class CudaServices final : public DeviceServices {
     cuda::launch_fill(destination, dtype, value, count, nullptr);
     OPSNN_CUDA_CHECK(cudaGetLastError());
   }
-  void accumulate(void* destination, const void* source, DType dtype, double alpha, int64_t count,
-                  int index) override {
+  void accumulate(void* destination, const void* source, DType dtype, double alpha, int64_t count, int index) override {
     OPSNN_CHECK_AS(TypeError, is_floating(dtype), "gradient accumulation needs a floating dtype, got ",
                    dtype_name(dtype));
     DeviceGuard guard(index);
@@ -94,8 +93,8 @@ class CudaServices final : public DeviceServices {
     cudaError_t status = cudaHostAlloc(&pointer, bytes, cudaHostAllocPortable);
     if (status != cudaSuccess) {
       cudaGetLastError();
-      throw Error(detail::concat("cannot page-lock ", bytes, " bytes of host memory (", cudaGetErrorString(status),
-                                 ")"));
+      throw Error(
+          detail::concat("cannot page-lock ", bytes, " bytes of host memory (", cudaGetErrorString(status), ")"));
     }
     return pointer;
   }

@@ -44,7 +44,8 @@ StridedLayout coalesce(int dim, const int64_t* shape, const int64_t* strides) {
 
 // The source offset of destination element `flat` (layout.dim >= 1), innermost dimension first. Below
 // 2^31 elements the divisions are FastDivider's multiply-shift; past that, 64-bit division.
-template <bool kWideIndex> __device__ __forceinline__ int64_t source_offset(const StridedLayout& layout, int64_t flat) {
+template <bool kWideIndex>
+__device__ __forceinline__ int64_t source_offset(const StridedLayout& layout, int64_t flat) {
   int64_t offset = 0;
   if constexpr (kWideIndex) {
 #pragma unroll
@@ -105,29 +106,39 @@ void launch_gather(To* destination, const From* source, const StridedLayout& lay
   strided_copy_kernel<To, From, false><<<blocks, kMapThreadsPerBlock, 0, stream>>>(destination, source, narrow, count);
 }
 
-template <typename To> struct ConvertOp {
-  template <typename From> __device__ __forceinline__ To operator()(From value) const {
+template <typename To>
+struct ConvertOp {
+  template <typename From>
+  __device__ __forceinline__ To operator()(From value) const {
     return convert_element<To>(value);
   }
 };
 
-template <typename T> struct FillOp {
+template <typename T>
+struct FillOp {
   T value;
   __device__ __forceinline__ T operator()() const { return value; }
 };
 
-template <typename T> __device__ __forceinline__ double to_double(T value) {
-  if constexpr (is_16_bit_float<T>) return to_float(value);
-  else return static_cast<double>(value);
+template <typename T>
+__device__ __forceinline__ double to_double(T value) {
+  if constexpr (is_16_bit_float<T>)
+    return to_float(value);
+  else
+    return static_cast<double>(value);
 }
-template <typename T> __device__ __forceinline__ T from_double(double value) {
-  if constexpr (is_16_bit_float<T>) return from_float<T>(static_cast<float>(value));
-  else return static_cast<T>(value);
+template <typename T>
+__device__ __forceinline__ T from_double(double value) {
+  if constexpr (is_16_bit_float<T>)
+    return from_float<T>(static_cast<float>(value));
+  else
+    return static_cast<T>(value);
 }
 
 // destination + alpha * source computed in double, rounded once to T (twice for f16/bf16: to float, then
 // to 16 bits).
-template <typename T> struct AccumulateOp {
+template <typename T>
+struct AccumulateOp {
   double alpha;
   __device__ __forceinline__ T operator()(T destination, T source) const {
     return from_double<T>(to_double(destination) + alpha * to_double(source));
@@ -139,30 +150,55 @@ template <typename T> struct AccumulateOp {
 // double keeps more than 2 * 24 + 2 bits (Figueroa, "When is double rounding innocuous?", SIGNUM 1995);
 // f16 sums are exact in double, so there both round the exact sum once to float before going to f16.
 struct AddOp {
-  template <typename T> __device__ __forceinline__ T operator()(T destination, T source) const {
+  template <typename T>
+  __device__ __forceinline__ T operator()(T destination, T source) const {
     return from_float<T>(to_float(destination) + to_float(source));
   }
 };
 
-template <typename Fn> void visit(DType dtype, Fn&& fn) {
+template <typename Fn>
+void visit(DType dtype, Fn&& fn) {
   switch (dtype) {
-    case DType::f32: fn(float{}); break;
-    case DType::f64: fn(double{}); break;
-    case DType::f16: fn(Half{}); break;
-    case DType::bf16: fn(BFloat16{}); break;
-    case DType::i32: fn(int32_t{}); break;
-    case DType::i64: fn(int64_t{}); break;
-    case DType::u8: fn(uint8_t{}); break;
+    case DType::f32:
+      fn(float{});
+      break;
+    case DType::f64:
+      fn(double{});
+      break;
+    case DType::f16:
+      fn(Half{});
+      break;
+    case DType::bf16:
+      fn(BFloat16{});
+      break;
+    case DType::i32:
+      fn(int32_t{});
+      break;
+    case DType::i64:
+      fn(int64_t{});
+      break;
+    case DType::u8:
+      fn(uint8_t{});
+      break;
   }
 }
 
 // Calls fn with an unsigned integer of `bytes` bytes: a same-dtype gather moves bits, whatever they mean.
-template <typename Fn> void visit_bits(size_t bytes, Fn&& fn) {
+template <typename Fn>
+void visit_bits(size_t bytes, Fn&& fn) {
   switch (bytes) {
-    case 1: fn(uint8_t{}); break;
-    case 2: fn(uint16_t{}); break;
-    case 4: fn(uint32_t{}); break;
-    case 8: fn(uint64_t{}); break;
+    case 1:
+      fn(uint8_t{});
+      break;
+    case 2:
+      fn(uint16_t{});
+      break;
+    case 4:
+      fn(uint32_t{});
+      break;
+    case 8:
+      fn(uint64_t{});
+      break;
   }
 }
 
@@ -195,8 +231,10 @@ void launch_strided_copy(void* destination, DType destination_dtype, const void*
       if constexpr (!std::is_same_v<To, From>) {
         To* out = static_cast<To*>(destination);
         const From* in = static_cast<const From*>(source);
-        if (contiguous) launch_map(ConvertOp<To>{}, count, stream, out, in);
-        else launch_gather(out, in, layout, count, stream);
+        if (contiguous)
+          launch_map(ConvertOp<To>{}, count, stream, out, in);
+        else
+          launch_gather(out, in, layout, count, stream);
       }
     });
   });

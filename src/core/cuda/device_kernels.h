@@ -14,7 +14,6 @@ inline constexpr int kMaxDims = 8;
 void launch_strided_copy(void* destination, DType destination_dtype, const void* source, DType source_dtype, int dim,
                          const int64_t* shape, const int64_t* source_strides, void* stream);
 void launch_fill(void* destination, DType dtype, double value, int64_t count, void* stream);
-void launch_accumulate(void* destination, const void* source, DType dtype, double alpha, int64_t count,
-                       void* stream);
+void launch_accumulate(void* destination, const void* source, DType dtype, double alpha, int64_t count, void* stream);
 
 }  // namespace opsnn::cuda

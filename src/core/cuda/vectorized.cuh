@@ -21,23 +21,28 @@ inline constexpr int kVectorBytes = 16;
 
 // Elements per vector step of a kernel over types Ts: 16 bytes of the widest; the narrower operands
 // then move 8, 4 or 2 bytes per step.
-template <typename... Ts> inline constexpr int kVectorWidth = kVectorBytes / std::max({sizeof(Ts)...});
+template <typename... Ts>
+inline constexpr int kVectorWidth = kVectorBytes / std::max({sizeof(Ts)...});
 
-template <typename T, int kWidth> struct alignas(sizeof(T) * kWidth) Vector {
+template <typename T, int kWidth>
+struct alignas(sizeof(T) * kWidth) Vector {
   T values[kWidth];
 };
 
-template <int kWidth, typename T> __device__ __forceinline__ Vector<T, kWidth> load_vector(const T* at) {
+template <int kWidth, typename T>
+__device__ __forceinline__ Vector<T, kWidth> load_vector(const T* at) {
   return *reinterpret_cast<const Vector<T, kWidth>*>(at);
 }
-template <int kWidth, typename T> __device__ __forceinline__ void store_vector(T* at, const Vector<T, kWidth>& value) {
+template <int kWidth, typename T>
+__device__ __forceinline__ void store_vector(T* at, const Vector<T, kWidth>& value) {
   *reinterpret_cast<Vector<T, kWidth>*>(at) = value;
 }
 
 // How many leading elements to process one by one so that from there on every pointer is aligned to its
 // vector size: the same for all when their misalignments (in elements) agree, else `count` (no vector
 // steps at all, e.g. a view that starts one element into a buffer, combined with an aligned output).
-template <int kWidth, typename... Ts> int64_t vector_head(int64_t count, const Ts*... pointers) {
+template <int kWidth, typename... Ts>
+int64_t vector_head(int64_t count, const Ts*... pointers) {
   int64_t misalignment = -1;
   bool agree = true;
   auto visit = [&](auto* pointer) {
@@ -48,8 +53,10 @@ template <int kWidth, typename... Ts> int64_t vector_head(int64_t count, const T
       return;
     }
     const auto own = static_cast<int64_t>((address / sizeof(T)) % kWidth);
-    if (misalignment < 0) misalignment = own;
-    else if (own != misalignment) agree = false;
+    if (misalignment < 0)
+      misalignment = own;
+    else if (own != misalignment)
+      agree = false;
   };
   (visit(pointers), ...);
   if (!agree) return count;
@@ -58,7 +65,8 @@ template <int kWidth, typename... Ts> int64_t vector_head(int64_t count, const T
 
 // Blocks of `threads` threads that fill the current device for `kKernel` (SMs x resident blocks per SM,
 // queried once per device), fewer when `work_items` (one per thread and loop step) need fewer.
-template <auto kKernel> unsigned resident_grid(int64_t work_items, int threads = kMapThreadsPerBlock) {
+template <auto kKernel>
+unsigned resident_grid(int64_t work_items, int threads = kMapThreadsPerBlock) {
   constexpr int kCachedDevices = 64;
   static std::atomic<int> cached_blocks[kCachedDevices];  // static storage: zero until first queried
   int device = 0;

@@ -17,8 +17,10 @@ namespace {
 
 template <typename T>
 using RowMajorMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <typename T> using MatrixMap = Eigen::Map<RowMajorMatrix<T>>;
-template <typename T> using ConstMatrixMap = Eigen::Map<const RowMajorMatrix<T>>;
+template <typename T>
+using MatrixMap = Eigen::Map<RowMajorMatrix<T>>;
+template <typename T>
+using ConstMatrixMap = Eigen::Map<const RowMajorMatrix<T>>;
 
 // Every size of one convolution, read from the (already validated) tensors.
 struct ConvShape {
@@ -28,16 +30,24 @@ struct ConvShape {
   Conv2dGeometry geometry;
 
   ConvShape(const Shape& input, const Shape& weight, const Shape& output, const Conv2dGeometry& g)
-      : batch(input[0]), in_channels(input[1]), in_h(input[2]), in_w(input[3]), out_channels(weight[0]),
-        kernel_h(weight[2]), kernel_w(weight[3]), out_h(output[2]), out_w(output[3]), geometry(g) {}
+      : batch(input[0]),
+        in_channels(input[1]),
+        in_h(input[2]),
+        in_w(input[3]),
+        out_channels(weight[0]),
+        kernel_h(weight[2]),
+        kernel_w(weight[3]),
+        out_h(output[2]),
+        out_w(output[3]),
+        geometry(g) {}
 
   int64_t in_plane() const { return in_h * in_w; }
   int64_t out_plane() const { return out_h * out_w; }
   int64_t col_rows() const { return in_channels * kernel_h * kernel_w; }
   // A 1x1 stride-1 unpadded convolution is a plain GEMM on the input image: no im2col needed.
   bool pointwise() const {
-    return kernel_h == 1 && kernel_w == 1 && geometry.stride_h == 1 && geometry.stride_w == 1 &&
-           geometry.pad_h == 0 && geometry.pad_w == 0;
+    return kernel_h == 1 && kernel_w == 1 && geometry.stride_h == 1 && geometry.stride_w == 1 && geometry.pad_h == 0 &&
+           geometry.pad_w == 0;
   }
 };
 
@@ -59,7 +69,8 @@ bool spread_samples_over_threads(int64_t batch) {
   return batch % threads == 0 || batch >= 4 * threads;
 }
 
-template <typename Fn> void for_each_sample(int64_t batch, bool spread, Fn&& fn) {
+template <typename Fn>
+void for_each_sample(int64_t batch, bool spread, Fn&& fn) {
   if (spread) {
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < batch; ++n) fn(n);
@@ -80,14 +91,16 @@ int64_t band_rows(const ConvShape& s, bool spread) {
   return std::clamp<int64_t>(target / std::max<int64_t>(1, s.col_rows() * s.out_w), 1, s.out_h);
 }
 
-template <typename Fn> void for_each_band(const ConvShape& s, bool spread, Fn&& fn) {
+template <typename Fn>
+void for_each_band(const ConvShape& s, bool spread, Fn&& fn) {
   const int64_t rows = band_rows(s, spread);
   for (int64_t begin = 0; begin < s.out_h; begin += rows) fn(RowBand{begin, std::min(s.out_h, begin + rows)});
 }
 
 // A per-thread buffer for one band's im2col block that only grows: allocating (and page-faulting) it on
 // every call costs a noticeable share of a convolution.
-template <typename T> T* thread_scratch(const ConvShape& s, bool spread) {
+template <typename T>
+T* thread_scratch(const ConvShape& s, bool spread) {
   thread_local std::vector<T> buffer;
   const size_t count = static_cast<size_t>(s.col_rows() * band_rows(s, spread) * s.out_w);
   if (buffer.size() < count) buffer.resize(count);
@@ -109,7 +122,8 @@ ValidRange valid_outputs(int64_t width, int64_t out_width, int64_t stride, int64
 
 // For the output rows of `band`: col[(c * KH + kh) * KW + kw, (oh - band.begin) * OW + ow] =
 // image[c, oh * sh - ph + kh, ow * sw - pw + kw], 0 where that falls in the padding.
-template <typename T> void im2col(const T* image, const ConvShape& s, RowBand band, T* col) {
+template <typename T>
+void im2col(const T* image, const ConvShape& s, RowBand band, T* col) {
   const Conv2dGeometry& g = s.geometry;
   const int64_t kernel_area = s.kernel_h * s.kernel_w;
   const int64_t band_columns = (band.end - band.begin) * s.out_w;
@@ -140,7 +154,8 @@ template <typename T> void im2col(const T* image, const ConvShape& s, RowBand ba
 
 // The adjoint of im2col for one band: image accumulates every column entry at its input position.
 // Threads take whole channels, so no two write the same plane.
-template <typename T> void col2im(const T* col, const ConvShape& s, RowBand band, T* image) {
+template <typename T>
+void col2im(const T* col, const ConvShape& s, RowBand band, T* image) {
   const Conv2dGeometry& g = s.geometry;
   const int64_t kernel_area = s.kernel_h * s.kernel_w;
   const int64_t band_columns = (band.end - band.begin) * s.out_w;

@@ -69,7 +69,8 @@ void run_row(const T* a, int64_t a_step, const T* b, int64_t b_step, T* out, int
   }
 }
 
-template <typename T, typename Op> void binary_typed(const Tensor& a, const Tensor& b, Tensor& out, Op op) {
+template <typename T, typename Op>
+void binary_typed(const Tensor& a, const Tensor& b, Tensor& out, Op op) {
   const int64_t total = out.numel();
   if (total == 0) return;
   BinaryLayout layout = coalesce(a, b, out);
@@ -113,10 +114,18 @@ void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& o
   cpu::visit_floating(a.dtype(), "binary", [&](auto tag) {
     using T = decltype(tag);
     switch (op) {
-      case BinaryOp::add: binary_typed<T>(a, b, out, [](T x, T y) { return x + y; }); break;
-      case BinaryOp::sub: binary_typed<T>(a, b, out, [](T x, T y) { return x - y; }); break;
-      case BinaryOp::mul: binary_typed<T>(a, b, out, [](T x, T y) { return x * y; }); break;
-      case BinaryOp::div: binary_typed<T>(a, b, out, [](T x, T y) { return x / y; }); break;
+      case BinaryOp::add:
+        binary_typed<T>(a, b, out, [](T x, T y) { return x + y; });
+        break;
+      case BinaryOp::sub:
+        binary_typed<T>(a, b, out, [](T x, T y) { return x - y; });
+        break;
+      case BinaryOp::mul:
+        binary_typed<T>(a, b, out, [](T x, T y) { return x * y; });
+        break;
+      case BinaryOp::div:
+        binary_typed<T>(a, b, out, [](T x, T y) { return x / y; });
+        break;
     }
   });
 }

@@ -18,8 +18,8 @@ void check_indices(const Tensor& indices, int64_t table_rows, const char* kernel
   OPSNN_CHECK(indices.is_contiguous(), "CPU ", kernel, ": indices must be contiguous");
   const int64_t* values = indices.data<int64_t>();
   for (int64_t i = 0; i < indices.numel(); ++i)
-    OPSNN_CHECK_AS(ShapeError, values[i] >= 0 && values[i] < table_rows, "embedding: index ", values[i],
-                   " (position ", i, ") is out of range for a table of ", table_rows, " rows ",
+    OPSNN_CHECK_AS(ShapeError, values[i] >= 0 && values[i] < table_rows, "embedding: index ", values[i], " (position ",
+                   i, ") is out of range for a table of ", table_rows, " rows ",
                    table_rows == 0 ? std::string("(an empty table has no valid index)")
                                    : detail::concat("(valid: 0 to ", table_rows - 1, ")"));
 }

@@ -23,10 +23,14 @@ void gemm_typed(const Tensor& a, bool transpose_a, const Tensor& b, bool transpo
       out_matrix.noalias() += alpha * (lhs * rhs);
     }
   };
-  if (transpose_a && transpose_b) multiply(a_matrix.transpose(), b_matrix.transpose());
-  else if (transpose_a) multiply(a_matrix.transpose(), b_matrix);
-  else if (transpose_b) multiply(a_matrix, b_matrix.transpose());
-  else multiply(a_matrix, b_matrix);
+  if (transpose_a && transpose_b)
+    multiply(a_matrix.transpose(), b_matrix.transpose());
+  else if (transpose_a)
+    multiply(a_matrix.transpose(), b_matrix);
+  else if (transpose_b)
+    multiply(a_matrix, b_matrix.transpose());
+  else
+    multiply(a_matrix, b_matrix);
 }
 
 }  // namespace
@@ -42,9 +46,8 @@ void CpuBackend::gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool t
   int64_t inner_a = transpose_a ? a.size(0) : a.size(1);
   int64_t inner_b = transpose_b ? b.size(1) : b.size(0);
   int64_t cols = transpose_b ? b.size(0) : b.size(1);
-  OPSNN_CHECK_AS(ShapeError, inner_a == inner_b && out.size(0) == rows && out.size(1) == cols,
-                 "CPU gemm: op(a) ", rows, "x", inner_a, " times op(b) ", inner_b, "x", cols, " cannot give out ",
-                 shape_str(out.shape()));
+  OPSNN_CHECK_AS(ShapeError, inner_a == inner_b && out.size(0) == rows && out.size(1) == cols, "CPU gemm: op(a) ", rows,
+                 "x", inner_a, " times op(b) ", inner_b, "x", cols, " cannot give out ", shape_str(out.shape()));
   cpu::visit_floating(a.dtype(), "gemm", [&](auto tag) {
     using T = decltype(tag);
     gemm_typed<T>(a, transpose_a, b, transpose_b, out, static_cast<T>(alpha), static_cast<T>(beta));

@@ -13,13 +13,18 @@ namespace opsnn::ops::cpu {
 inline constexpr int64_t kParallelMinElements = 32768;
 
 // Calls fn(T{}) with T = float or double; `kernel` names the caller in the error for other dtypes.
-template <typename Fn> void visit_floating(DType dtype, const char* kernel, Fn&& fn) {
+template <typename Fn>
+void visit_floating(DType dtype, const char* kernel, Fn&& fn) {
   switch (dtype) {
-    case DType::f32: fn(float{}); return;
-    case DType::f64: fn(double{}); return;
+    case DType::f32:
+      fn(float{});
+      return;
+    case DType::f64:
+      fn(double{});
+      return;
     default:
-      throw TypeError(detail::concat("CPU ", kernel, ": dtype ", dtype_name(dtype),
-                                     " is not supported (supported: f32, f64)"));
+      throw TypeError(
+          detail::concat("CPU ", kernel, ": dtype ", dtype_name(dtype), " is not supported (supported: f32, f64)"));
   }
 }
 

@@ -24,9 +24,10 @@ void check_targets(const Tensor& target, int64_t rows, int64_t classes, const ch
   OPSNN_CHECK(target.is_contiguous(), "CPU ", kernel, ": targets must be contiguous");
   const int64_t* labels = target.data<int64_t>();
   for (int64_t i = 0; i < rows; ++i)
-    OPSNN_CHECK_AS(ShapeError, labels[i] >= 0 && labels[i] < classes, "nll_loss: target ", labels[i],
-                   " (row ", i, ") is out of range for ", classes, " classes ",
-                   classes == 0 ? std::string("(no class is valid)") : detail::concat("(valid: 0 to ", classes - 1, ")"));
+    OPSNN_CHECK_AS(
+        ShapeError, labels[i] >= 0 && labels[i] < classes, "nll_loss: target ", labels[i], " (row ", i,
+        ") is out of range for ", classes, " classes ",
+        classes == 0 ? std::string("(no class is valid)") : detail::concat("(valid: 0 to ", classes - 1, ")"));
 }
 
 }  // namespace
@@ -83,8 +84,7 @@ void CpuBackend::log_softmax_backward(const Tensor& grad_out, const Tensor& out,
   });
 }
 
-void CpuBackend::nll_loss_forward(const Tensor& log_probs, const Tensor& target, double label_smoothing,
-                                  Tensor& out) {
+void CpuBackend::nll_loss_forward(const Tensor& log_probs, const Tensor& target, double label_smoothing, Tensor& out) {
   check_rows(log_probs, "nll_loss_forward");
   const int64_t rows = log_probs.size(0), classes = log_probs.size(1);
   check_targets(target, rows, classes, "nll_loss_forward");

@@ -78,7 +78,8 @@ void forward_train_typed(const Tensor& input, const Tensor& gamma, const Tensor&
     invstd_out[c] = static_cast<T>(invstd);
     // Running variance takes the unbiased estimate, as PyTorch does.
     run_mean[c] = static_cast<T>((1.0 - momentum) * static_cast<double>(run_mean[c]) + momentum * mean);
-    run_var[c] = static_cast<T>((1.0 - momentum) * static_cast<double>(run_var[c]) + momentum * squared / (count - 1.0));
+    run_var[c] =
+        static_cast<T>((1.0 - momentum) * static_cast<double>(run_var[c]) + momentum * squared / (count - 1.0));
   }
 }
 

@@ -72,7 +72,8 @@ void max_forward_typed(const Tensor& input, Tensor& out, Tensor& indices, const 
   }
 }
 
-template <typename T> void max_backward_typed(const Tensor& grad_out, const Tensor& indices, Tensor& grad_input) {
+template <typename T>
+void max_backward_typed(const Tensor& grad_out, const Tensor& indices, Tensor& grad_input) {
   const PoolShape s(grad_input.shape(), grad_out.shape());
   const T* dy = grad_out.data<T>();
   const int64_t* argmax = indices.data<int64_t>();
@@ -85,7 +86,8 @@ template <typename T> void max_backward_typed(const Tensor& grad_out, const Tens
   }
 }
 
-template <typename T> void avg_forward_typed(const Tensor& input, Tensor& out, const Pool2dGeometry& g) {
+template <typename T>
+void avg_forward_typed(const Tensor& input, Tensor& out, const Pool2dGeometry& g) {
   const PoolShape s(input.shape(), out.shape());
   const T* x = input.data<T>();
   T* y = out.data<T>();
@@ -104,7 +106,8 @@ template <typename T> void avg_forward_typed(const Tensor& input, Tensor& out, c
   }
 }
 
-template <typename T> void avg_backward_typed(const Tensor& grad_out, Tensor& grad_input, const Pool2dGeometry& g) {
+template <typename T>
+void avg_backward_typed(const Tensor& grad_out, Tensor& grad_input, const Pool2dGeometry& g) {
   const PoolShape s(grad_input.shape(), grad_out.shape());
   const T* dy = grad_out.data<T>();
   T* dx = grad_input.data<T>();

@@ -45,7 +45,8 @@ std::vector<int64_t> block_offsets(const std::vector<ReduceBlock>& blocks) {
   return offsets;
 }
 
-template <typename T> double sum_run(const T* values, int64_t count) {
+template <typename T>
+double sum_run(const T* values, int64_t count) {
   double total = 0.0;
 #pragma omp simd reduction(+ : total)
   for (int64_t i = 0; i < count; ++i) total += static_cast<double>(values[i]);
@@ -53,7 +54,8 @@ template <typename T> double sum_run(const T* values, int64_t count) {
 }
 
 // All of a contiguous run into one value: fixed-size chunks in parallel, partials added in order.
-template <typename T> double sum_all(const T* values, int64_t count) {
+template <typename T>
+double sum_all(const T* values, int64_t count) {
   constexpr int64_t kChunk = 16384;
   const int64_t chunks = (count + kChunk - 1) / kChunk;
   std::vector<double> partials(static_cast<size_t>(chunks));
@@ -65,7 +67,8 @@ template <typename T> double sum_all(const T* values, int64_t count) {
   return total;
 }
 
-template <typename T> void sum_typed(const Tensor& x, const std::vector<bool>& reduced, Tensor& out) {
+template <typename T>
+void sum_typed(const Tensor& x, const std::vector<bool>& reduced, Tensor& out) {
   const T* in = x.data<T>();
   T* result = out.data<T>();
   const int64_t out_count = out.numel();

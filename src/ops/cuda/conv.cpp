@@ -47,9 +47,12 @@ std::atomic<ConvLoweringPolicy> lowering_policy_setting{ConvLoweringPolicy::meas
 
 cudnnDataType_t cudnn_type(DType dtype) {
   switch (dtype) {
-    case DType::f16: return CUDNN_DATA_HALF;
-    case DType::bf16: return CUDNN_DATA_BFLOAT16;
-    default: return CUDNN_DATA_FLOAT;
+    case DType::f16:
+      return CUDNN_DATA_HALF;
+    case DType::bf16:
+      return CUDNN_DATA_BFLOAT16;
+    default:
+      return CUDNN_DATA_FLOAT;
   }
 }
 
@@ -80,11 +83,10 @@ class TensorDescriptor {
   TensorDescriptor(const Shape& shape, DType dtype, bool channels_last) {
     const Shape sizes = nchw_sizes(shape, channels_last);
     OPSNN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&handle_));
-    OPSNN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(handle_, cudnn_format(channels_last), cudnn_type(dtype),
-                                                 cuda::checked_int(sizes[0], "conv2d"),
-                                                 cuda::checked_int(sizes[1], "conv2d"),
-                                                 cuda::checked_int(sizes[2], "conv2d"),
-                                                 cuda::checked_int(sizes[3], "conv2d")));
+    OPSNN_CUDNN_CHECK(
+        cudnnSetTensor4dDescriptor(handle_, cudnn_format(channels_last), cudnn_type(dtype),
+                                   cuda::checked_int(sizes[0], "conv2d"), cuda::checked_int(sizes[1], "conv2d"),
+                                   cuda::checked_int(sizes[2], "conv2d"), cuda::checked_int(sizes[3], "conv2d")));
   }
   ~TensorDescriptor() { cudnnDestroyTensorDescriptor(handle_); }
   TensorDescriptor(const TensorDescriptor&) = delete;
@@ -100,11 +102,10 @@ class FilterDescriptor {
   // shape: [K, C, R, S]; the data is laid out so (KCRS), or KRSC with channels_last.
   FilterDescriptor(const Shape& shape, DType dtype, bool channels_last) {
     OPSNN_CUDNN_CHECK(cudnnCreateFilterDescriptor(&handle_));
-    OPSNN_CUDNN_CHECK(cudnnSetFilter4dDescriptor(handle_, cudnn_type(dtype), cudnn_format(channels_last),
-                                                 cuda::checked_int(shape[0], "conv2d"),
-                                                 cuda::checked_int(shape[1], "conv2d"),
-                                                 cuda::checked_int(shape[2], "conv2d"),
-                                                 cuda::checked_int(shape[3], "conv2d")));
+    OPSNN_CUDNN_CHECK(
+        cudnnSetFilter4dDescriptor(handle_, cudnn_type(dtype), cudnn_format(channels_last),
+                                   cuda::checked_int(shape[0], "conv2d"), cuda::checked_int(shape[1], "conv2d"),
+                                   cuda::checked_int(shape[2], "conv2d"), cuda::checked_int(shape[3], "conv2d")));
   }
   ~FilterDescriptor() { cudnnDestroyFilterDescriptor(handle_); }
   FilterDescriptor(const FilterDescriptor&) = delete;
@@ -122,8 +123,8 @@ class ConvolutionDescriptor {
     OPSNN_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&handle_));
     OPSNN_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
         handle_, cuda::checked_int(g.pad_h, "conv2d"), cuda::checked_int(g.pad_w, "conv2d"),
-        cuda::checked_int(g.stride_h, "conv2d"), cuda::checked_int(g.stride_w, "conv2d"), 1, 1,
-        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+        cuda::checked_int(g.stride_h, "conv2d"), cuda::checked_int(g.stride_w, "conv2d"), 1, 1, CUDNN_CROSS_CORRELATION,
+        CUDNN_DATA_FLOAT));
     set_math(math);
   }
   ~ConvolutionDescriptor() { cudnnDestroyConvolutionDescriptor(handle_); }
@@ -145,8 +146,10 @@ struct ConvDescriptors {
   ConvolutionDescriptor convolution;
   ConvDescriptors(const Shape& input_shape, const Shape& weight_shape, const Shape& output_shape,
                   const Conv2dGeometry& g, DType dtype)
-      : input(input_shape, dtype, g.channels_last), filter(weight_shape, dtype, g.channels_last),
-        output(output_shape, dtype, g.channels_last), convolution(g, allowed_math(dtype)) {}
+      : input(input_shape, dtype, g.channels_last),
+        filter(weight_shape, dtype, g.channels_last),
+        output(output_shape, dtype, g.channels_last),
+        convolution(g, allowed_math(dtype)) {}
 };
 
 // ---- the KRSC weight of channels-last convolutions ----
@@ -156,7 +159,6 @@ Tensor krsc_copy(const Tensor& weight) { return weight.permute({0, 2, 3, 1}).con
 
 // grad_weight [K, C, R, S] from its KRSC twin.
 void copy_from_krsc(const Tensor& krsc, Tensor& grad_weight) { grad_weight.copy_(krsc.permute({0, 3, 1, 2})); }
-
 
 class Event {
  public:
@@ -172,7 +174,8 @@ class Event {
 
 // Milliseconds of `work` on the legacy default stream, timed on its second run (the first may pay for
 // lazy module loading), so it compares with cudnnFind's times.
-template <typename Work> float measured_ms(Work&& work) {
+template <typename Work>
+float measured_ms(Work&& work) {
   work();
   Event start, stop;
   OPSNN_CUDA_CHECK(cudaEventRecord(start.get(), nullptr));
@@ -203,13 +206,13 @@ std::array<int64_t, 4> four(const Shape& shape) { return {shape[0], shape[1], sh
 // The key of a convolution decided under the given settings (a loaded record's, or this process's).
 ConvKey key_of(ConvDirection direction, int device, const Shape& input, const Shape& weight, const Conv2dGeometry& g,
                DType dtype, int math, ConvLoweringPolicy policy, bool deterministic) {
-  return {direction, device, four(input), four(weight), {g.stride_h, g.stride_w, g.pad_h, g.pad_w},
-          g.channels_last, dtype, math, policy, deterministic};
+  return {direction,       device, four(input), four(weight), {g.stride_h, g.stride_w, g.pad_h, g.pad_w},
+          g.channels_last, dtype,  math,        policy,       deterministic};
 }
 
 // The key under the current settings.
-ConvKey make_key(ConvDirection direction, int device, const Shape& input, const Shape& weight,
-                 const Conv2dGeometry& g, DType dtype) {
+ConvKey make_key(ConvDirection direction, int device, const Shape& input, const Shape& weight, const Conv2dGeometry& g,
+                 DType dtype) {
   return key_of(direction, device, input, weight, g, dtype, static_cast<int>(allowed_math(dtype)),
                 conv_lowering_policy(), conv_deterministic());
 }
@@ -232,7 +235,8 @@ size_t search_workspace_budget(size_t largest_requirement) {
 
 // The cached algorithm for `key`, or the result of `search` (run once, outside the lock: it launches
 // work and synchronizes) stored under it.
-template <typename Search> ConvAlgorithmChoice cached_algorithm(const ConvKey& key, Search&& search) {
+template <typename Search>
+ConvAlgorithmChoice cached_algorithm(const ConvKey& key, Search&& search) {
   AlgorithmCache& cache = algorithm_cache();
   {
     std::lock_guard<std::mutex> lock(cache.mutex);
@@ -248,7 +252,8 @@ template <typename Search> ConvAlgorithmChoice cached_algorithm(const ConvKey& k
 // The first (fastest) successful entry of cuDNN's measured list; with deterministic convolutions (the
 // default), the first that cuDNN also marks deterministic (no atomics: the same bits on every run), or,
 // where there is none, the fastest marked deterministic = false.
-template <typename Perf> ConvAlgorithmChoice first_success(const Perf* results, int count, const char* what) {
+template <typename Perf>
+ConvAlgorithmChoice first_success(const Perf* results, int count, const char* what) {
   const bool deterministic = conv_deterministic();
   int fastest = -1;
   for (int i = 0; i < count; ++i) {
@@ -274,8 +279,8 @@ std::shared_ptr<Storage> workspace(size_t bytes, Device device) {
 void* pointer(const std::shared_ptr<Storage>& storage) { return storage ? storage->data() : nullptr; }
 
 // cudnnFind over every forward algorithm for descriptors d on these buffers (y is overwritten).
-ConvAlgorithmChoice find_forward(cudnnHandle_t handle, const ConvDescriptors& d, const void* x, const void* w,
-                                 void* y, Device device) {
+ConvAlgorithmChoice find_forward(cudnnHandle_t handle, const ConvDescriptors& d, const void* x, const void* w, void* y,
+                                 Device device) {
   size_t largest = 0;
   for (int algorithm = 0; algorithm < CUDNN_CONVOLUTION_FWD_ALGO_COUNT; ++algorithm) {
     size_t bytes = 0;
@@ -288,23 +293,21 @@ ConvAlgorithmChoice find_forward(cudnnHandle_t handle, const ConvDescriptors& d,
   auto search_space = workspace(budget, device);
   cudnnConvolutionFwdAlgoPerf_t results[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
   int returned = 0;
-  OPSNN_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(handle, d.input.get(), x, d.filter.get(), w,
-                                                           d.convolution.get(), d.output.get(), y,
-                                                           CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, results,
-                                                           pointer(search_space), budget));
+  OPSNN_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
+      handle, d.input.get(), x, d.filter.get(), w, d.convolution.get(), d.output.get(), y,
+      CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, results, pointer(search_space), budget));
   return first_success(results, returned, "forward");
 }
 
 // cudnnFind over every backward-data algorithm (dx is overwritten).
-ConvAlgorithmChoice find_backward_input(cudnnHandle_t handle, const ConvDescriptors& d, const void* w,
-                                        const void* dy, void* dx, Device device) {
+ConvAlgorithmChoice find_backward_input(cudnnHandle_t handle, const ConvDescriptors& d, const void* w, const void* dy,
+                                        void* dx, Device device) {
   size_t largest = 0;
   for (int algorithm = 0; algorithm < CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT; ++algorithm) {
     size_t bytes = 0;
-    if (cudnnGetConvolutionBackwardDataWorkspaceSize(handle, d.filter.get(), d.output.get(), d.convolution.get(),
-                                                     d.input.get(),
-                                                     static_cast<cudnnConvolutionBwdDataAlgo_t>(algorithm),
-                                                     &bytes) == CUDNN_STATUS_SUCCESS)
+    if (cudnnGetConvolutionBackwardDataWorkspaceSize(
+            handle, d.filter.get(), d.output.get(), d.convolution.get(), d.input.get(),
+            static_cast<cudnnConvolutionBwdDataAlgo_t>(algorithm), &bytes) == CUDNN_STATUS_SUCCESS)
       largest = std::max(largest, bytes);
   }
   const size_t budget = search_workspace_budget(largest);
@@ -318,15 +321,14 @@ ConvAlgorithmChoice find_backward_input(cudnnHandle_t handle, const ConvDescript
 }
 
 // cudnnFind over every backward-filter algorithm (dw is overwritten).
-ConvAlgorithmChoice find_backward_weight(cudnnHandle_t handle, const ConvDescriptors& d, const void* x,
-                                         const void* dy, void* dw, Device device) {
+ConvAlgorithmChoice find_backward_weight(cudnnHandle_t handle, const ConvDescriptors& d, const void* x, const void* dy,
+                                         void* dw, Device device) {
   size_t largest = 0;
   for (int algorithm = 0; algorithm < CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT; ++algorithm) {
     size_t bytes = 0;
-    if (cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, d.input.get(), d.output.get(), d.convolution.get(),
-                                                       d.filter.get(),
-                                                       static_cast<cudnnConvolutionBwdFilterAlgo_t>(algorithm),
-                                                       &bytes) == CUDNN_STATUS_SUCCESS)
+    if (cudnnGetConvolutionBackwardFilterWorkspaceSize(
+            handle, d.input.get(), d.output.get(), d.convolution.get(), d.filter.get(),
+            static_cast<cudnnConvolutionBwdFilterAlgo_t>(algorithm), &bytes) == CUDNN_STATUS_SUCCESS)
       largest = std::max(largest, bytes);
   }
   const size_t budget = search_workspace_budget(largest);
@@ -349,7 +351,6 @@ void check_conv_operands(const Tensor& data, const Tensor& weight, const Tensor&
     OPSNN_CHECK_AS(ShapeError, t->dim() == 4, "CUDA ", kernel, ": operands must be 4-D, got ", t->str());
   }
 }
-
 
 // ---- running one cuDNN call with a chosen algorithm ----
 
@@ -382,11 +383,10 @@ void cudnn_backward_weight(const CudnnRun& run, const ConvDescriptors& d, const 
   d.convolution.set_math(static_cast<cudnnMathType_t>(run.choice.math));
   auto space = workspace(run.choice.workspace_bytes, run.device);
   const float one = 1.0f, zero = 0.0f;
-  OPSNN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(run.handle, &one, d.input.get(), x, d.output.get(), dy,
-                                                   d.convolution.get(),
-                                                   static_cast<cudnnConvolutionBwdFilterAlgo_t>(run.choice.algorithm),
-                                                   pointer(space), run.choice.workspace_bytes, &zero, d.filter.get(),
-                                                   dw));
+  OPSNN_CUDNN_CHECK(
+      cudnnConvolutionBackwardFilter(run.handle, &one, d.input.get(), x, d.output.get(), dy, d.convolution.get(),
+                                     static_cast<cudnnConvolutionBwdFilterAlgo_t>(run.choice.algorithm), pointer(space),
+                                     run.choice.workspace_bytes, &zero, d.filter.get(), dw));
 }
 
 // ---- the subsampled lowering (1x1, stride > 1, no padding) ----
@@ -449,8 +449,8 @@ GemmPlan gemm_plan(const Shape& input, const Shape& weight, const Shape& output,
   plan.rows_padded = (plan.rows + 7) / 8 * 8;  // 16-byte aligned rows for the tensor-core GEMMs
   plan.pixels = output[2] * output[3];
   plan.in_plane = input[2] * input[3];
-  plan.layout = {input[0], input[1], input[2], input[3], output[2], output[3], weight[2], weight[3],
-                 g.stride_h, g.stride_w, g.pad_h, g.pad_w, plan.rows_padded};
+  plan.layout = {input[0],  input[1],   input[2],   input[3], output[2], output[3],       weight[2],
+                 weight[3], g.stride_h, g.stride_w, g.pad_h,  g.pad_w,   plan.rows_padded};
   plan.direct = weight[2] == 1 && weight[3] == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_h == 0 &&
                 g.pad_w == 0 && plan.rows == plan.rows_padded;
   return plan;
@@ -459,14 +459,18 @@ GemmPlan gemm_plan(const Shape& input, const Shape& weight, const Shape& output,
 // Images per chunk when each image needs `bytes_per_image` of scratch.
 int64_t images_per_chunk(int64_t images, size_t bytes_per_image) {
   const size_t fitting = conv_column_budget() / std::max<size_t>(bytes_per_image, 1);
-  return std::clamp<int64_t>(static_cast<int64_t>(std::min<size_t>(fitting, INT64_MAX)), 1, std::max<int64_t>(images, 1));
+  return std::clamp<int64_t>(static_cast<int64_t>(std::min<size_t>(fitting, INT64_MAX)), 1,
+                             std::max<int64_t>(images, 1));
 }
 
 cudaDataType_t cuda_data_type(DType dtype) {
   switch (dtype) {
-    case DType::f16: return CUDA_R_16F;
-    case DType::bf16: return CUDA_R_16BF;
-    default: return CUDA_R_32F;
+    case DType::f16:
+      return CUDA_R_16F;
+    case DType::bf16:
+      return CUDA_R_16BF;
+    default:
+      return CUDA_R_32F;
   }
 }
 
@@ -487,8 +491,8 @@ void batched_gemm(cublasHandle_t handle, DType dtype, cublasOperation_t op_a, cu
       dtype == DType::f32 && fp32_math() == Fp32Math::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   const float one = 1.0f, zero = 0.0f;
   OPSNN_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-      handle, op_a, op_b, cuda::checked_int(m, "conv2d"), cuda::checked_int(n, "conv2d"), cuda::checked_int(k, "conv2d"),
-      &one, a.data, a.type, cuda::checked_int(a.ld, "conv2d"), a.stride, b.data, b.type,
+      handle, op_a, op_b, cuda::checked_int(m, "conv2d"), cuda::checked_int(n, "conv2d"),
+      cuda::checked_int(k, "conv2d"), &one, a.data, a.type, cuda::checked_int(a.ld, "conv2d"), a.stride, b.data, b.type,
       cuda::checked_int(b.ld, "conv2d"), b.stride, &zero, c, c_type, cuda::checked_int(ldc, "conv2d"), c_stride,
       cuda::checked_int(count, "conv2d"), compute, CUBLAS_GEMM_DEFAULT));
 }
@@ -499,13 +503,14 @@ Tensor padded_weight(const Tensor& weight, const GemmPlan& plan) {
   if (plan.rows == plan.rows_padded) return weight;
   Tensor padded = Tensor::empty({plan.filters, plan.rows_padded}, weight.dtype(), weight.device());
   const size_t element = dtype_size(weight.dtype());
-  const size_t row = static_cast<size_t>(plan.rows) * element, padded_row = static_cast<size_t>(plan.rows_padded) * element;
+  const size_t row = static_cast<size_t>(plan.rows) * element,
+               padded_row = static_cast<size_t>(plan.rows_padded) * element;
   auto* base = static_cast<char*>(padded.data_ptr());
   const auto filters = static_cast<size_t>(plan.filters);
   if (padded_row > row)
     OPSNN_CUDA_CHECK(cudaMemset2DAsync(base + row, padded_row, 0, padded_row - row, filters, nullptr));
-  OPSNN_CUDA_CHECK(cudaMemcpy2DAsync(base, padded_row, weight.data_ptr(), row, row, filters,
-                                     cudaMemcpyDeviceToDevice, nullptr));
+  OPSNN_CUDA_CHECK(
+      cudaMemcpy2DAsync(base, padded_row, weight.data_ptr(), row, row, filters, cudaMemcpyDeviceToDevice, nullptr));
   return padded;
 }
 
@@ -514,7 +519,8 @@ void im2col(const Tensor& input, int64_t first, int64_t count, const GemmPlan& p
   layout.images = count;
   cuda::dispatch_floating(input.dtype(), "conv2d", [&](auto tag) {
     using T = decltype(tag);
-    cuda::launch_im2col(input.data<T>() + first * plan.layout.channels * plan.in_plane, static_cast<T*>(columns), layout);
+    cuda::launch_im2col(input.data<T>() + first * plan.layout.channels * plan.in_plane, static_cast<T*>(columns),
+                        layout);
   });
   OPSNN_CUDA_CHECK(cudaGetLastError());
 }
@@ -536,15 +542,15 @@ void gemm_forward(cublasHandle_t handle, const Tensor& input, const Tensor& weig
   const int64_t chunk =
       plan.direct ? images : images_per_chunk(images, static_cast<size_t>(plan.rows_padded * plan.pixels) * element);
   std::optional<Storage> columns;
-  if (!plan.direct) columns.emplace(static_cast<size_t>(chunk * plan.rows_padded * plan.pixels) * element, out.device());
+  if (!plan.direct)
+    columns.emplace(static_cast<size_t>(chunk * plan.rows_padded * plan.pixels) * element, out.device());
   const cudaDataType_t type = cuda_data_type(dtype);
   for (int64_t first = 0; first < images; first += chunk) {
     const int64_t count = std::min(chunk, images - first);
     const void* a = plan.direct ? input.data_ptr() : columns->data();
     if (!plan.direct) im2col(input, first, count, plan, columns->data());
     batched_gemm(handle, dtype, CUBLAS_OP_N, CUBLAS_OP_N, plan.pixels, plan.filters, plan.rows_padded,
-                 {a, type, plan.pixels, plan.rows_padded * plan.pixels},
-                 {w.data_ptr(), type, plan.rows_padded, 0},
+                 {a, type, plan.pixels, plan.rows_padded * plan.pixels}, {w.data_ptr(), type, plan.rows_padded, 0},
                  static_cast<char*>(out.data_ptr()) + static_cast<size_t>(first * plan.filters * plan.pixels) * element,
                  type, plan.pixels, plan.filters * plan.pixels, count);
   }
@@ -608,8 +614,8 @@ void gemm_backward_weight(cublasHandle_t handle, const Tensor& grad_out, const T
   if (!plan.direct)
     columns.emplace(static_cast<size_t>(chunk * plan.rows_padded * plan.pixels) * element, grad_weight.device());
   Storage partials(static_cast<size_t>(chunk * plan.filters * plan.rows_padded) * sizeof(float), grad_weight.device());
-  Tensor sums = dtype == DType::f32 ? grad_weight
-                                    : Tensor::empty(grad_weight.shape(), DType::f32, grad_weight.device());
+  Tensor sums =
+      dtype == DType::f32 ? grad_weight : Tensor::empty(grad_weight.shape(), DType::f32, grad_weight.device());
   const cudaDataType_t type = cuda_data_type(dtype);
   for (int64_t first = 0; first < images; first += chunk) {
     const int64_t count = std::min(chunk, images - first);
@@ -646,8 +652,10 @@ template <typename FindGiven, typename TimeLowered>
 ConvAlgorithmChoice search(ConvLowering lowering, FindGiven&& find_given, TimeLowered&& time_lowered) {
   const ConvLoweringPolicy policy = conv_lowering_policy();
   ConvAlgorithmChoice cudnn;
-  if (lowering == ConvLowering::cudnn || policy != ConvLoweringPolicy::always) cudnn = find_given();
-  else cudnn.cudnn_ms = -1.0f;  // not searched
+  if (lowering == ConvLowering::cudnn || policy != ConvLoweringPolicy::always)
+    cudnn = find_given();
+  else
+    cudnn.cudnn_ms = -1.0f;  // not searched
   if (lowering == ConvLowering::cudnn || policy == ConvLoweringPolicy::never) return cudnn;
   ConvAlgorithmChoice lowered = time_lowered();
   lowered.lowering = lowering;
@@ -670,7 +678,8 @@ ConvLoweringPolicy conv_lowering_policy() { return lowering_policy_setting.load(
 namespace {
 
 // applicable_lowering with the tensor-core granule given (tensor_core_granule's value under some math).
-ConvLowering lowering_for(const Shape& input, const Shape& weight, const Conv2dGeometry& g, int64_t tensor_core_granule) {
+ConvLowering lowering_for(const Shape& input, const Shape& weight, const Conv2dGeometry& g,
+                          int64_t tensor_core_granule) {
   constexpr int64_t kMax31 = 0x7fffffff;
   if (input.size() != 4 || weight.size() != 4) return ConvLowering::cudnn;
   const bool one_by_one = weight[2] == 1 && weight[3] == 1 && g.pad_h == 0 && g.pad_w == 0;
@@ -732,8 +741,10 @@ std::string describe(const ConvAlgorithmChoice& choice) {
   if (!choice.deterministic) text += " non-deterministic";
   if (choice.lowered_ms < 0.0f) return text;
   char times[96];
-  if (choice.cudnn_ms < 0.0f) std::snprintf(times, sizeof times, " (forced: %.3f ms)", choice.lowered_ms);
-  else std::snprintf(times, sizeof times, " (lowered %.3f ms vs cudnn %.3f ms)", choice.lowered_ms, choice.cudnn_ms);
+  if (choice.cudnn_ms < 0.0f)
+    std::snprintf(times, sizeof times, " (forced: %.3f ms)", choice.lowered_ms);
+  else
+    std::snprintf(times, sizeof times, " (lowered %.3f ms vs cudnn %.3f ms)", choice.lowered_ms, choice.cudnn_ms);
   return text + times;
 }
 
@@ -746,7 +757,8 @@ void CudaBackend::conv2d_forward(const Tensor& input, const Tensor& weight, cons
   const cuda::LibraryHandles& handles = cuda::handles_for(device.index);
   const ConvLowering lowering = applicable_lowering(input.shape(), weight.shape(), geometry, dtype);
   const Shape sampled_shape = subsampled_shape(input.shape(), out.shape());
-  const Tensor filter = geometry.channels_last ? krsc_copy(weight) : weight;  // what cuDNN's filter descriptor describes
+  const Tensor filter =
+      geometry.channels_last ? krsc_copy(weight) : weight;  // what cuDNN's filter descriptor describes
   const ConvAlgorithmChoice chosen = cached_algorithm(
       make_key(ConvDirection::forward, device.index, input.shape(), weight.shape(), geometry, dtype), [&] {
         return search(
@@ -794,8 +806,8 @@ void CudaBackend::conv2d_forward(const Tensor& input, const Tensor& weight, cons
                    " must have the output's dtype ", dtype_name(out.dtype()));
     cuda::require_on(bias, device, "conv2d_forward");
     const int64_t filters = out.size(geometry.channels_last ? 3 : 1);
-    OPSNN_CHECK_AS(ShapeError, bias.numel() == filters, "CUDA conv2d_forward: bias ", bias.str(),
-                   " does not match ", filters, " output channels");
+    OPSNN_CHECK_AS(ShapeError, bias.numel() == filters, "CUDA conv2d_forward: bias ", bias.str(), " does not match ",
+                   filters, " output channels");
     // out += bias over out viewed as [outer, C, inner] - NCHW: [N, C, H*W]; NHWC: [N*H*W, C, 1] - with
     // the bias broadcast (stride 0) along outer and inner; in place is safe as every element reads only itself.
     const int64_t inner = geometry.channels_last ? 1 : out.size(2) * out.size(3);
@@ -826,7 +838,8 @@ void CudaBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& we
   const cuda::LibraryHandles& handles = cuda::handles_for(device.index);
   const ConvLowering lowering = applicable_lowering(grad_input.shape(), weight.shape(), geometry, dtype);
   const Shape sampled_shape = subsampled_shape(grad_input.shape(), grad_out.shape());
-  const Tensor filter = geometry.channels_last ? krsc_copy(weight) : weight;  // what cuDNN's filter descriptor describes
+  const Tensor filter =
+      geometry.channels_last ? krsc_copy(weight) : weight;  // what cuDNN's filter descriptor describes
   const ConvAlgorithmChoice chosen = cached_algorithm(
       make_key(ConvDirection::backward_input, device.index, grad_input.shape(), weight.shape(), geometry, dtype), [&] {
         return search(
@@ -843,7 +856,8 @@ void CudaBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& we
                 lowered = find_backward_input(
                     handles.cudnn, ConvDescriptors(sampled_shape, weight.shape(), grad_out.shape(), kUnitStride, dtype),
                     weight.data_ptr(), grad_out.data_ptr(), sampled.data_ptr(), device);
-                lowered.lowered_ms = lowered.cudnn_ms + measured_ms([&] { unsubsample(sampled, grad_input, geometry); });
+                lowered.lowered_ms =
+                    lowered.cudnn_ms + measured_ms([&] { unsubsample(sampled, grad_input, geometry); });
               } else {
                 const GemmPlan plan = gemm_plan(grad_input.shape(), weight.shape(), grad_out.shape(), geometry);
                 lowered.lowered_ms =
@@ -891,8 +905,7 @@ void CudaBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& i
     return krsc_grad.data_ptr();
   };
   const ConvAlgorithmChoice chosen = cached_algorithm(
-      make_key(ConvDirection::backward_weight, device.index, input.shape(), grad_weight.shape(), geometry, dtype),
-      [&] {
+      make_key(ConvDirection::backward_weight, device.index, input.shape(), grad_weight.shape(), geometry, dtype), [&] {
         return search(
             lowering,
             [&] {
@@ -927,7 +940,8 @@ void CudaBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& i
     case ConvLowering::subsampled: {
       Tensor sampled = Tensor::empty(sampled_shape, dtype, device);
       subsample(input, sampled, geometry);
-      cudnn_backward_weight(run, ConvDescriptors(sampled_shape, grad_weight.shape(), grad_out.shape(), kUnitStride, dtype),
+      cudnn_backward_weight(run,
+                            ConvDescriptors(sampled_shape, grad_weight.shape(), grad_out.shape(), kUnitStride, dtype),
                             sampled.data_ptr(), grad_out.data_ptr(), grad_weight.data_ptr());
       break;
     }
@@ -959,9 +973,12 @@ std::vector<GpuIdentity> gpu_identities() {
 
 int algorithm_count(ConvDirection direction) {
   switch (direction) {
-    case ConvDirection::forward: return CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
-    case ConvDirection::backward_input: return CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
-    case ConvDirection::backward_weight: return CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+    case ConvDirection::forward:
+      return CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
+    case ConvDirection::backward_input:
+      return CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
+    case ConvDirection::backward_weight:
+      return CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
   }
   return 0;
 }
@@ -1021,8 +1038,8 @@ class CudaConvAlgorithmStore final : public ConvAlgorithmStore {
         if (gpus[d].name != r.device || cudnn_version != r.cudnn_version) continue;
         if (c.workspace_bytes > gpus[d].memory_bytes)
           fail("workspace_bytes", c.workspace_bytes, " is more than the GPU's ", gpus[d].memory_bytes, " bytes");
-        const ConvKey key = key_of(r.direction, d, r.input, r.weight, r.geometry, r.dtype, r.math, r.policy,
-                                   r.deterministic_setting);
+        const ConvKey key =
+            key_of(r.direction, d, r.input, r.weight, r.geometry, r.dtype, r.math, r.policy, r.deterministic_setting);
         std::lock_guard<std::mutex> lock(cache.mutex);
         applied = cache.entries.emplace(key, c).second || applied;
       }
@@ -1034,6 +1051,8 @@ class CudaConvAlgorithmStore final : public ConvAlgorithmStore {
 
 }  // namespace
 
-std::unique_ptr<ConvAlgorithmStore> make_cuda_conv_algorithm_store() { return std::make_unique<CudaConvAlgorithmStore>(); }
+std::unique_ptr<ConvAlgorithmStore> make_cuda_conv_algorithm_store() {
+  return std::make_unique<CudaConvAlgorithmStore>();
+}
 
 }  // namespace opsnn::ops

@@ -53,11 +53,13 @@ ConvLowering applicable_lowering(const Shape& input, const Shape& weight, const 
 
 struct ConvAlgorithmChoice {
   ConvLowering lowering = ConvLowering::cudnn;  // what runs
-  int algorithm = 0;  // cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t of the cuDNN call (the stride-1 one when subsampled)
-  int math = 0;       // the cudnnMathType_t it was measured with
+  int algorithm =
+      0;         // cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t of the cuDNN call (the stride-1 one when subsampled)
+  int math = 0;  // the cudnnMathType_t it was measured with
   size_t workspace_bytes = 0;
-  float cudnn_ms = 0.0f;     // cudnnFind's time of the fastest algorithm on the convolution as given; negative when not searched
-  float lowered_ms = -1.0f;  // the lowering's time, its copies included; negative when not tried
+  float cudnn_ms =
+      0.0f;  // cudnnFind's time of the fastest algorithm on the convolution as given; negative when not searched
+  float lowered_ms = -1.0f;         // the lowering's time, its copies included; negative when not tried
   bool deterministic = true;        // whether what runs is deterministic (see set_conv_deterministic)
   bool cudnn_deterministic = true;  // whether cuDNN's best (cudnn_ms) is
 };
@@ -69,7 +71,8 @@ void clear_conv_algorithm_cache();
 std::string describe(const ConvAlgorithmChoice& choice);
 
 // The cached choice for one convolution (input [N, C, H, W], or [N, H, W, C] with
-// geometry.channels_last, weight [K, C, R, S] as the caller passes them, the current math and lowering settings), or nothing before the first call with that shape.
+// geometry.channels_last, weight [K, C, R, S] as the caller passes them, the current math and lowering settings), or
+// nothing before the first call with that shape.
 std::optional<ConvAlgorithmChoice> cached_conv_algorithm(ConvDirection direction, Device device, const Shape& input,
                                                          const Shape& weight, const Conv2dGeometry& geometry,
                                                          DType dtype);

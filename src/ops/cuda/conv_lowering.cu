@@ -18,7 +18,6 @@ namespace {
 constexpr int kColumnThreads = 256;
 constexpr unsigned kMaxGridY = 65535;
 
-
 // columns[n][row][p] for row = (c, r, s) and p = (oh, ow): x[n][c][oh*stride - pad + r][ow*stride - pad + s],
 // zero outside the input and on the padding rows (row >= channels*kh*kw). A thread step writes V
 // consecutive ow of one output row oh (a 16-byte store when V > 1; the launcher picks V dividing out_w);
@@ -91,8 +90,8 @@ __global__ void __launch_bounds__(kColumnThreads)
 // reads (ih, iw): oh*stride - pad + r == ih. Terms in f32 in (r, s) order, rounded once to T.
 // blockIdx.y walks the (n, c) planes, blockIdx.x * threads + threadIdx.x the plane's positions.
 template <typename TC, typename T>
-__global__ void __launch_bounds__(kColumnThreads) col2im_kernel(const TC* columns, T* x, Im2colLayout l,
-                                                                  FastDivider in_w) {
+__global__ void __launch_bounds__(kColumnThreads)
+    col2im_kernel(const TC* columns, T* x, Im2colLayout l, FastDivider in_w) {
   const int64_t planes = l.images * l.channels, pixels = l.out_h * l.out_w;
   const uint32_t position = blockIdx.x * kColumnThreads + threadIdx.x;
   if (position >= static_cast<uint32_t>(l.in_h * l.in_w)) return;
@@ -138,7 +137,8 @@ dim3 grid_for(int64_t per_row, int64_t rows) {
 
 // The widest vector (at most 16 bytes) of T whose width divides `length` and to whose size `stored` is
 // aligned (every vector store then lands aligned: rows of `length` elements start at multiples of it).
-template <typename T> int vector_width_for(int64_t length, const T* stored) {
+template <typename T>
+int vector_width_for(int64_t length, const T* stored) {
   const auto address = reinterpret_cast<uintptr_t>(stored);
   for (int width = static_cast<int>(16 / sizeof(T)); width > 1; width /= 2)
     if (length % width == 0 && address % (width * sizeof(T)) == 0) return width;
@@ -152,7 +152,8 @@ unsigned blocks_for_vectors(int64_t vectors) {
 }
 
 // Launches over as many whole images as keep each launch below 2^31 vectors.
-template <typename T, int V> void im2col_with(const T* x, T* columns, const Im2colLayout& layout) {
+template <typename T, int V>
+void im2col_with(const T* x, T* columns, const Im2colLayout& layout) {
   const int64_t vectors_per_row = layout.out_h * (layout.out_w / V);
   const int64_t vectors_per_image = layout.rows_padded * vectors_per_row;
   const int64_t images_per_launch = std::max<int64_t>(1, kMaxVectorsPerLaunch / vectors_per_image);
@@ -173,7 +174,8 @@ template <typename T, int V> void im2col_with(const T* x, T* columns, const Im2c
 }
 
 // Launches over as many whole planes as keep each launch below 2^31 vectors.
-template <typename T, int V> void unsubsample_with(const T* columns, T* x, const Im2colLayout& layout) {
+template <typename T, int V>
+void unsubsample_with(const T* columns, T* x, const Im2colLayout& layout) {
   const int64_t vectors_per_plane = layout.in_h * (layout.in_w / V);
   const int64_t planes = layout.images * layout.channels;
   const int64_t planes_per_launch = std::max<int64_t>(1, kMaxVectorsPerLaunch / vectors_per_plane);
@@ -191,18 +193,28 @@ template <typename T, int V> void unsubsample_with(const T* columns, T* x, const
 }
 
 // Calls fn(std::integral_constant<int, V>) for the vector width V (8, 4, 2 or 1) the launch uses.
-template <typename Fn> void with_width(int width, Fn&& fn) {
+template <typename Fn>
+void with_width(int width, Fn&& fn) {
   switch (width) {
-    case 8: fn(std::integral_constant<int, 8>{}); return;
-    case 4: fn(std::integral_constant<int, 4>{}); return;
-    case 2: fn(std::integral_constant<int, 2>{}); return;
-    default: fn(std::integral_constant<int, 1>{}); return;
+    case 8:
+      fn(std::integral_constant<int, 8>{});
+      return;
+    case 4:
+      fn(std::integral_constant<int, 4>{});
+      return;
+    case 2:
+      fn(std::integral_constant<int, 2>{});
+      return;
+    default:
+      fn(std::integral_constant<int, 1>{});
+      return;
   }
 }
 
 }  // namespace
 
-template <typename T> void launch_im2col(const T* x, T* columns, const Im2colLayout& layout) {
+template <typename T>
+void launch_im2col(const T* x, T* columns, const Im2colLayout& layout) {
   const int64_t pixels = layout.out_h * layout.out_w;
   if (layout.images * layout.rows_padded == 0 || pixels == 0) return;
   with_width(vector_width_for<T>(layout.out_w, columns), [&](auto width) {
@@ -211,7 +223,8 @@ template <typename T> void launch_im2col(const T* x, T* columns, const Im2colLay
   });
 }
 
-template <typename TC, typename T> void launch_col2im(const TC* columns, T* x, const Im2colLayout& layout) {
+template <typename TC, typename T>
+void launch_col2im(const TC* columns, T* x, const Im2colLayout& layout) {
   const int64_t planes = layout.images * layout.channels, positions = layout.in_h * layout.in_w;
   if (planes == 0 || positions == 0) return;
   if constexpr (std::is_same_v<TC, T>) {
@@ -232,12 +245,12 @@ void launch_sum_partials(const float* partials, int64_t count, int64_t rows, int
                          float* out, bool accumulate) {
   if (rows * cols == 0) return;
   sum_partials_kernel<<<blocks_for(rows * cols), kThreadsPerBlock>>>(partials, count, rows, cols, cols_padded, out,
-                                                                      accumulate);
+                                                                     accumulate);
 }
 
-#define OPSNN_INSTANTIATE_LOWERING(T)                                                  \
-  template void launch_im2col<T>(const T*, T*, const Im2colLayout&);                   \
-  template void launch_col2im<float, T>(const float*, T*, const Im2colLayout&);        \
+#define OPSNN_INSTANTIATE_LOWERING(T)                                           \
+  template void launch_im2col<T>(const T*, T*, const Im2colLayout&);            \
+  template void launch_col2im<float, T>(const float*, T*, const Im2colLayout&); \
   template void launch_col2im<T, T>(const T*, T*, const Im2colLayout&);
 OPSNN_INSTANTIATE_LOWERING(opsnn::Half)
 OPSNN_INSTANTIATE_LOWERING(opsnn::BFloat16)

@@ -26,14 +26,23 @@ void require_floating(const Tensor& t, const char* kernel);
 
 // Calls fn with a value of the storage type of `dtype` (float, Half or BFloat16), so one generic lambda
 // launches the matching kernel instantiation; other dtypes throw TypeError naming the kernel.
-template <typename Fn> void dispatch_floating(DType dtype, const char* kernel, Fn&& fn) {
+template <typename Fn>
+void dispatch_floating(DType dtype, const char* kernel, Fn&& fn) {
   switch (dtype) {
-    case DType::f32: fn(float{}); return;
-    case DType::f16: fn(Half{}); return;
-    case DType::bf16: fn(BFloat16{}); return;
-    default: break;
+    case DType::f32:
+      fn(float{});
+      return;
+    case DType::f16:
+      fn(Half{});
+      return;
+    case DType::bf16:
+      fn(BFloat16{});
+      return;
+    default:
+      break;
   }
-  throw TypeError(detail::concat("CUDA ", kernel, ": dtype ", dtype_name(dtype), " is not supported (supported: f32, f16, bf16)"));
+  throw TypeError(
+      detail::concat("CUDA ", kernel, ": dtype ", dtype_name(dtype), " is not supported (supported: f32, f16, bf16)"));
 }
 // Throws unless t lives on a CUDA device (and on `device` when given).
 void require_on(const Tensor& t, Device device, const char* kernel);

@@ -10,34 +10,46 @@
 namespace opsnn::cuda {
 namespace {
 
-template <BinaryKind kKind> __device__ __forceinline__ float apply(float x, float y) {
-  if constexpr (kKind == BinaryKind::add) return x + y;
-  else if constexpr (kKind == BinaryKind::sub) return x - y;
-  else if constexpr (kKind == BinaryKind::mul) return x * y;
-  else return x / y;
+template <BinaryKind kKind>
+__device__ __forceinline__ float apply(float x, float y) {
+  if constexpr (kKind == BinaryKind::add)
+    return x + y;
+  else if constexpr (kKind == BinaryKind::sub)
+    return x - y;
+  else if constexpr (kKind == BinaryKind::mul)
+    return x * y;
+  else
+    return x / y;
 }
 
-template <BinaryKind kKind> struct BinaryOp {
-  template <typename T> __device__ __forceinline__ T operator()(T x, T y) const {
+template <BinaryKind kKind>
+struct BinaryOp {
+  template <typename T>
+  __device__ __forceinline__ T operator()(T x, T y) const {
     return from_float<T>(apply<kKind>(to_float(x), to_float(y)));
   }
 };
 
 struct AffineOp {
   float scale, shift;
-  template <typename T> __device__ __forceinline__ T operator()(T x) const {
+  template <typename T>
+  __device__ __forceinline__ T operator()(T x) const {
     return from_float<T>(to_float(x) * scale + shift);
   }
 };
 
 // `v < 0 ? 0 : v`: NaN propagates, as on the CPU and in PyTorch. T{} is +0 in every storage type.
 struct ReluOp {
-  template <typename T> __device__ __forceinline__ T operator()(T x) const { return to_float(x) < 0.0f ? T{} : x; }
+  template <typename T>
+  __device__ __forceinline__ T operator()(T x) const {
+    return to_float(x) < 0.0f ? T{} : x;
+  }
 };
 
 // The kink at 0 gets gradient 0.
 struct ReluBackwardOp {
-  template <typename T> __device__ __forceinline__ T operator()(T grad_out, T x) const {
+  template <typename T>
+  __device__ __forceinline__ T operator()(T grad_out, T x) const {
     return to_float(x) > 0.0f ? grad_out : T{};
   }
 };
@@ -69,8 +81,10 @@ template <BinaryKind kKind, typename T>
 void launch_binary_typed(const T* a, const T* b, T* out, const BinaryLayout& layout, int64_t count) {
   // Both operands contiguous with out's shape (the residual add): vector steps, no index arithmetic.
   const bool dense = layout.dim == 1 && layout.a_strides[0] == 1 && layout.b_strides[0] == 1;
-  if (dense) launch_map(BinaryOp<kKind>{}, count, nullptr, out, a, b);
-  else binary_kernel<kKind, T><<<blocks_for(count), kThreadsPerBlock>>>(a, b, out, layout, count);
+  if (dense)
+    launch_map(BinaryOp<kKind>{}, count, nullptr, out, a, b);
+  else
+    binary_kernel<kKind, T><<<blocks_for(count), kThreadsPerBlock>>>(a, b, out, layout, count);
 }
 
 }  // namespace
@@ -79,22 +93,33 @@ template <typename T>
 void launch_binary(BinaryKind kind, const T* a, const T* b, T* out, const BinaryLayout& layout, int64_t count) {
   if (count == 0) return;
   switch (kind) {
-    case BinaryKind::add: launch_binary_typed<BinaryKind::add>(a, b, out, layout, count); break;
-    case BinaryKind::sub: launch_binary_typed<BinaryKind::sub>(a, b, out, layout, count); break;
-    case BinaryKind::mul: launch_binary_typed<BinaryKind::mul>(a, b, out, layout, count); break;
-    case BinaryKind::div: launch_binary_typed<BinaryKind::div>(a, b, out, layout, count); break;
+    case BinaryKind::add:
+      launch_binary_typed<BinaryKind::add>(a, b, out, layout, count);
+      break;
+    case BinaryKind::sub:
+      launch_binary_typed<BinaryKind::sub>(a, b, out, layout, count);
+      break;
+    case BinaryKind::mul:
+      launch_binary_typed<BinaryKind::mul>(a, b, out, layout, count);
+      break;
+    case BinaryKind::div:
+      launch_binary_typed<BinaryKind::div>(a, b, out, layout, count);
+      break;
   }
 }
 
-template <typename T> void launch_affine(const T* x, float scale, float shift, T* out, int64_t count) {
+template <typename T>
+void launch_affine(const T* x, float scale, float shift, T* out, int64_t count) {
   launch_map(AffineOp{scale, shift}, count, nullptr, out, x);
 }
 
-template <typename T> void launch_relu(const T* x, T* out, int64_t count) {
+template <typename T>
+void launch_relu(const T* x, T* out, int64_t count) {
   launch_map(ReluOp{}, count, nullptr, out, x);
 }
 
-template <typename T> void launch_relu_backward(const T* grad_out, const T* x, T* grad_in, int64_t count) {
+template <typename T>
+void launch_relu_backward(const T* grad_out, const T* x, T* grad_in, int64_t count) {
   launch_map(ReluBackwardOp{}, count, nullptr, grad_in, grad_out, x);
 }
 

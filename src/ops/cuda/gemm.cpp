@@ -32,7 +32,8 @@ void CudaBackend::gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool 
   if (rows == 0 || cols == 0) return;
   cuda::DeviceGuard guard(out.device().index);
   if (inner_a == 0) {  // an empty sum: out = beta * out, never reading out when beta is 0
-    if (beta == 0.0) OPSNN_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, out.nbytes(), nullptr));
+    if (beta == 0.0)
+      OPSNN_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, out.nbytes(), nullptr));
     else
       cuda::dispatch_floating(out.dtype(), "gemm", [&](auto tag) {
         using T = decltype(tag);
@@ -47,7 +48,8 @@ void CudaBackend::gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool 
   const int lda = std::max(1, cuda::checked_int(a.size(1), "gemm"));
   const int ldb = std::max(1, cuda::checked_int(b.size(1), "gemm"));
   const int ldc = cuda::checked_int(cols, "gemm");
-  const cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                          op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int m = ldc, n = cuda::checked_int(rows, "gemm"), k = cuda::checked_int(inner_a, "gemm");
   if (out.dtype() == DType::f32 && fp32_math() == Fp32Math::strict) {
     OPSNN_CUBLAS_CHECK(cublasSgemm(handle, op_b, op_a, m, n, k, &alpha_f, b.data<float>(), ldb, a.data<float>(), lda,

@@ -29,9 +29,12 @@ struct BinaryLayout {
 };
 template <typename T>
 void launch_binary(BinaryKind kind, const T* a, const T* b, T* out, const BinaryLayout& layout, int64_t count);
-template <typename T> void launch_affine(const T* x, float scale, float shift, T* out, int64_t count);
-template <typename T> void launch_relu(const T* x, T* out, int64_t count);
-template <typename T> void launch_relu_backward(const T* grad_out, const T* x, T* grad_in, int64_t count);
+template <typename T>
+void launch_affine(const T* x, float scale, float shift, T* out, int64_t count);
+template <typename T>
+void launch_relu(const T* x, T* out, int64_t count);
+template <typename T>
+void launch_relu_backward(const T* grad_out, const T* x, T* grad_in, int64_t count);
 // out = relu(a + b), the sum rounded to T before the relu (as add followed by relu); contiguous arrays.
 template <typename T>
 void launch_add_relu(const T* a, const T* b, T* out, int64_t count);
@@ -81,14 +84,17 @@ struct PoolLayout {
   int64_t kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;
   bool count_include_pad;
 };
-template <typename T> void launch_max_pool_forward(const T* x, T* out, int64_t* indices, const PoolLayout& layout);
+template <typename T>
+void launch_max_pool_forward(const T* x, T* out, int64_t* indices, const PoolLayout& layout);
 // Writes all of grad_input: each cell is the sum (in f32, rounded once to T) of the output gradients
 // whose argmax it is, zero for the others.
 template <typename T>
 void launch_max_pool_backward(const T* grad_out, const int64_t* indices, T* grad_input, int64_t planes,
                               int64_t in_plane, int64_t out_plane);
-template <typename T> void launch_avg_pool_forward(const T* x, T* out, const PoolLayout& layout);
-template <typename T> void launch_avg_pool_backward(const T* grad_out, T* grad_input, const PoolLayout& layout);
+template <typename T>
+void launch_avg_pool_forward(const T* x, T* out, const PoolLayout& layout);
+template <typename T>
+void launch_avg_pool_backward(const T* grad_out, T* grad_input, const PoolLayout& layout);
 
 // ---- convolution lowerings (conv_lowering.cu) ----
 // images x [N, C, in_h, in_w] <-> columns [N, rows_padded, out_h * out_w] with row (c, r, s) of the
@@ -99,10 +105,12 @@ struct Im2colLayout {
   int64_t kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;
   int64_t rows_padded;
 };
-template <typename T> void launch_im2col(const T* x, T* columns, const Im2colLayout& layout);
+template <typename T>
+void launch_im2col(const T* x, T* columns, const Im2colLayout& layout);
 // x = col2im(columns): each x value is the sum (f32, fixed order) of the column entries im2col would have
 // copied it to; overwrites every x value. TC is the columns' type (f32 or T).
-template <typename TC, typename T> void launch_col2im(const TC* columns, T* x, const Im2colLayout& layout);
+template <typename TC, typename T>
+void launch_col2im(const TC* columns, T* x, const Im2colLayout& layout);
 // out[r * cols + c] = (out[...] if accumulate) + sum over i < count of partials[(i * rows + r) * cols_padded + c],
 // in i order, in double; all f32.
 void launch_sum_partials(const float* partials, int64_t count, int64_t rows, int64_t cols, int64_t cols_padded,
@@ -116,8 +124,8 @@ void launch_log_softmax_backward(const float* grad_out, const float* out, float*
 void launch_nll_loss_forward(const float* log_probs, const int64_t* target, double label_smoothing, float* out,
                              int64_t rows, int64_t classes);
 // grad[i, k] = uniform_grad + (k == t_i ? target_grad : 0)
-void launch_nll_loss_backward(float uniform_grad, float target_grad, const int64_t* target, float* grad,
-                              int64_t rows, int64_t classes);
+void launch_nll_loss_backward(float uniform_grad, float target_grad, const int64_t* target, float* grad, int64_t rows,
+                              int64_t classes);
 
 // ---- embedding and index checks (embedding.cu) ----
 void launch_embedding_forward(const float* table, const int64_t* indices, float* out, int64_t count, int64_t width);

@@ -24,15 +24,22 @@ __device__ __forceinline__ int64_t global_thread_index() {
 __device__ __forceinline__ int64_t global_thread_count() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
 struct SumOp {
-  template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
+  template <typename T>
+  __device__ __forceinline__ T operator()(T a, T b) const {
+    return a + b;
+  }
 };
 struct MaxOp {
-  template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return b > a ? b : a; }
+  template <typename T>
+  __device__ __forceinline__ T operator()(T a, T b) const {
+    return b > a ? b : a;
+  }
 };
 
 // Reduces `value` over the block (blockDim.x a multiple of 32, at most 1024) and returns the result to
 // every thread. `scratch` is shared memory of 32 elements; the call contains __syncthreads.
-template <typename T, typename Op> __device__ T block_reduce(T value, T* scratch, Op op) {
+template <typename T, typename Op>
+__device__ T block_reduce(T value, T* scratch, Op op) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   for (int offset = 16; offset > 0; offset >>= 1) value = op(value, __shfl_down_sync(0xffffffffu, value, offset));
   if (lane == 0) scratch[warp] = value;

@@ -442,7 +442,8 @@ Workspace carve(void* workspace, const ChannelLayout& layout) {
 
 // Values per load of the partials kernels: the widest vector (16 bytes at most) that divides inner, so
 // every row starts on a vector boundary, and to whose size every pointer is aligned (a null one is).
-template <typename T> int reduce_width(const ChannelLayout& layout, std::initializer_list<const void*> pointers) {
+template <typename T>
+int reduce_width(const ChannelLayout& layout, std::initializer_list<const void*> pointers) {
   for (int width = kVectorWidth<T>; width > 1; width /= 2)
     if (layout.inner % width == 0 && aligned(pointers, width * static_cast<int64_t>(sizeof(T)))) return width;
   return 1;
@@ -451,7 +452,8 @@ template <typename T> int reduce_width(const ChannelLayout& layout, std::initial
 // Values per load of the map passes: 16-byte vectors over the flat tensor whenever the pointers are
 // 16-byte aligned and a vector spans at most two rows (inner >= V); whatever inner and the tensor's size
 // (a vector may straddle two channels' rows; the last values that fill no vector form a tail).
-template <typename T> int map_width(const ChannelLayout& layout, std::initializer_list<const void*> pointers) {
+template <typename T>
+int map_width(const ChannelLayout& layout, std::initializer_list<const void*> pointers) {
   return layout.inner >= kVectorWidth<T> && aligned(pointers, 16) ? kVectorWidth<T> : 1;
 }
 
@@ -462,7 +464,8 @@ UnitGeometry unit_geometry(const ChannelLayout& layout, int vector_width) {
 SplitGeometry split_geometry(const ChannelLayout& layout, int vector_width, int64_t splits) {
   const UnitGeometry g = unit_geometry(layout, vector_width);
   const int64_t columns = kReduceThreads % g.row_units, row_stride = g.channels * g.row_units;
-  return {g, ceil_div(g.batch * g.row_units, splits),
+  return {g,
+          ceil_div(g.batch * g.row_units, splits),
           {columns, (kReduceThreads / g.row_units) * row_stride + columns, row_stride - g.row_units}};
 }
 
@@ -475,13 +478,14 @@ unsigned finalize_blocks(int64_t channels) {
   return static_cast<unsigned>(std::min<int64_t>(ceil_div(channels, kFinalizeThreads / 32), 65535LL * 8));
 }
 
-template <int V> MapGeometry map_geometry(const ChannelLayout& layout, unsigned& blocks) {
+template <int V>
+MapGeometry map_geometry(const ChannelLayout& layout, unsigned& blocks) {
   const int64_t values = layout.batch * layout.channels * layout.inner, vectors = values / V;
-  blocks = static_cast<unsigned>(std::clamp<int64_t>(ceil_div(vectors, kMapThreads * kUnroll<V>), 1,
-                                                     multiprocessor_count() * kMapBlocksPerSm));
+  blocks = static_cast<unsigned>(
+      std::clamp<int64_t>(ceil_div(vectors, kMapThreads * kUnroll<V>), 1, multiprocessor_count() * kMapBlocksPerSm));
   const int64_t stride = static_cast<int64_t>(blocks) * kMapThreads, step = stride * V;
-  return {layout.inner, layout.channels, vectors, values, stride,
-          {step % layout.inner, (step / layout.inner) % layout.channels}};
+  return {layout.inner, layout.channels, vectors,
+          values,       stride,          {step % layout.inner, (step / layout.inner) % layout.channels}};
 }
 
 template <typename T>

@@ -14,11 +14,10 @@
 // shifted by a value taken from the data (the split's first row, so the block's sum of squares does not
 // cancel), each block's shifted sums turned into (count, mean, M2) for norm.cu's pairwise merge; the
 // split count depends only on the shape and the device, so equal inputs give bit-identical results.
-#include "ops/cuda/norm_rows.h"
-
 #include <algorithm>
 
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/norm_rows.h"
 
 namespace opsnn::cuda::norm {
 namespace {
@@ -29,11 +28,12 @@ constexpr int64_t kRowBlocksPerSm = 8;
 constexpr int64_t kMinElementsPerBlock = 16384;
 constexpr int64_t kMapBlocksPerSm = 8;
 // Rows each thread loads per loop iteration (loads in flight); at most 8, the float group size.
-template <int V> constexpr int kRowUnroll = V > 4 ? 4 : 8;
+template <int V>
+constexpr int kRowUnroll = V > 4 ? 4 : 8;
 
 // The blocks' shape for `units` units per row: up to 32 threads across the units, the rest down the rows.
 struct RowBlock {
-  int64_t units;      // units per row (channels / V)
+  int64_t units;  // units per row (channels / V)
   unsigned across, down;
   unsigned unit_blocks;  // blocks side by side to cover a row
 };
@@ -41,15 +41,15 @@ struct RowBlock {
 RowBlock row_block(int64_t channels, int vector_width) {
   const int64_t units = channels / vector_width;
   const unsigned across = static_cast<unsigned>(std::min<int64_t>(units, 32));
-  return {units, across, static_cast<unsigned>(kRowThreads) / across,
-          static_cast<unsigned>(ceil_div(units, across))};
+  return {units, across, static_cast<unsigned>(kRowThreads) / across, static_cast<unsigned>(ceil_div(units, across))};
 }
 
 __device__ __forceinline__ double2 add(double2 a, double2 b) { return make_double2(a.x + b.x, a.y + b.y); }
 
 // Adds values[threadIdx.y * blockDim.x + threadIdx.x] over threadIdx.y into row 0 in a fixed tree (every
 // thread calls it; contains __syncthreads). Returns the total in the threads of row 0.
-template <typename S> __device__ S sum_down(S value, S* scratch) {
+template <typename S>
+__device__ S sum_down(S value, S* scratch) {
   const unsigned slot = threadIdx.y * blockDim.x + threadIdx.x;
   scratch[slot] = value;
   __syncthreads();
@@ -135,14 +135,17 @@ __global__ void __launch_bounds__(kRowThreads)
   for (int k = 0; k < V; ++k) shift[k] = 0.0f;
   if (s.active && s.begin < s.end) load_unit<T, V>(x, s.begin * units + s.unit, shift);
   double2 totals[V];
-  sum_split_terms<V>(s, units, [&](int64_t offset, float* deviations, float* squares) {
-    load_unit<T, V>(x, offset, deviations);
+  sum_split_terms<V>(
+      s, units,
+      [&](int64_t offset, float* deviations, float* squares) {
+        load_unit<T, V>(x, offset, deviations);
 #pragma unroll
-    for (int k = 0; k < V; ++k) {
-      deviations[k] -= shift[k];
-      squares[k] = deviations[k] * deviations[k];
-    }
-  }, totals);
+        for (int k = 0; k < V; ++k) {
+          deviations[k] -= shift[k];
+          squares[k] = deviations[k] * deviations[k];
+        }
+      },
+      totals);
   if (threadIdx.y != 0 || !s.active) return;
   const double count = static_cast<double>(std::max<int64_t>(s.end - s.begin, 0));
   const int64_t channels = units * V;
@@ -151,7 +154,8 @@ __global__ void __launch_bounds__(kRowThreads)
     Moments m{0.0, 0.0, 0.0};
     if (count > 0.0) {
       const double shifted_mean = totals[k].x / count;
-      m = {count, static_cast<double>(shift[k]) + shifted_mean, std::max(totals[k].y - totals[k].x * shifted_mean, 0.0)};
+      m = {count, static_cast<double>(shift[k]) + shifted_mean,
+           std::max(totals[k].y - totals[k].x * shifted_mean, 0.0)};
     }
     partials[blockIdx.y * channels + s.unit * V + k] = m;
   }
@@ -160,19 +164,22 @@ __global__ void __launch_bounds__(kRowThreads)
 // Sums of g and g * (x - mean) of each (split, channel) into partials (g masked with kMasked).
 template <typename T, int V, bool kMasked>
 __global__ void __launch_bounds__(kRowThreads)
-    row_gradient_sums_kernel(const T* grad_out, const T* relu_output, const T* x, const float* save_mean,
-                             int64_t rows, int64_t units, int64_t chunk, double2* partials) {
+    row_gradient_sums_kernel(const T* grad_out, const T* relu_output, const T* x, const float* save_mean, int64_t rows,
+                             int64_t units, int64_t chunk, double2* partials) {
   const SplitRows s = split_rows(rows, units, chunk);
   float mean[V];
 #pragma unroll
   for (int k = 0; k < V; ++k) mean[k] = s.active ? save_mean[s.unit * V + k] : 0.0f;
   double2 totals[V];
-  sum_split_terms<V>(s, units, [&](int64_t offset, float* grads, float* centered) {
-    load_gradient_unit<T, V, kMasked>(grad_out, relu_output, offset, grads);
-    load_unit<T, V>(x, offset, centered);
+  sum_split_terms<V>(
+      s, units,
+      [&](int64_t offset, float* grads, float* centered) {
+        load_gradient_unit<T, V, kMasked>(grad_out, relu_output, offset, grads);
+        load_unit<T, V>(x, offset, centered);
 #pragma unroll
-    for (int k = 0; k < V; ++k) centered[k] = grads[k] * (centered[k] - mean[k]);
-  }, totals);
+        for (int k = 0; k < V; ++k) centered[k] = grads[k] * (centered[k] - mean[k]);
+      },
+      totals);
   if (threadIdx.y != 0 || !s.active) return;
   const int64_t channels = units * V;
 #pragma unroll
@@ -245,7 +252,8 @@ __global__ void __launch_bounds__(kRowThreads)
 
 // Values per unit: the widest vector (16 bytes at most) that divides the channel count and to whose
 // size every pointer is aligned (a null one is).
-template <typename T> int row_width(int64_t channels, std::initializer_list<const void*> pointers) {
+template <typename T>
+int row_width(int64_t channels, std::initializer_list<const void*> pointers) {
   for (int width = kVectorWidth<T>; width > 1; width /= 2)
     if (channels % width == 0 && aligned(pointers, width * static_cast<int64_t>(sizeof(T)))) return width;
   return 1;
@@ -284,8 +292,8 @@ void launch_row_moments(const T* x, int64_t rows, int64_t channels, int64_t spli
 }
 
 template <typename T>
-void launch_row_gradient_sums(const T* grad_out, const T* relu_output, const T* x, const float* save_mean,
-                              int64_t rows, int64_t channels, int64_t splits, double2* partials) {
+void launch_row_gradient_sums(const T* grad_out, const T* relu_output, const T* x, const float* save_mean, int64_t rows,
+                              int64_t channels, int64_t splits, double2* partials) {
   with_width<kVectorWidth<T>>(row_width<T>(channels, {grad_out, relu_output, x}), [&](auto width) {
     constexpr int V = decltype(width)::value;
     const RowBlock block = row_block(channels, V);
@@ -329,11 +337,11 @@ void launch_row_grad_input(const T* grad_out, const T* relu_output, const T* x, 
   });
 }
 
-#define OPSNN_INSTANTIATE_ROW_BATCH_NORM(T)                                                                       \
-  template void launch_row_moments<T>(const T*, int64_t, int64_t, int64_t, Moments*);                           \
+#define OPSNN_INSTANTIATE_ROW_BATCH_NORM(T)                                                                        \
+  template void launch_row_moments<T>(const T*, int64_t, int64_t, int64_t, Moments*);                              \
   template void launch_row_gradient_sums<T>(const T*, const T*, const T*, const float*, int64_t, int64_t, int64_t, \
-                                            double2*);                                                          \
-  template void launch_row_normalize<T>(const T*, T*, const float4*, int64_t, int64_t, bool);                   \
+                                            double2*);                                                             \
+  template void launch_row_normalize<T>(const T*, T*, const float4*, int64_t, int64_t, bool);                      \
   template void launch_row_grad_input<T>(const T*, const T*, const T*, T*, const float4*, int64_t, int64_t);
 OPSNN_FOR_EACH_FLOATING_TYPE(OPSNN_INSTANTIATE_ROW_BATCH_NORM)
 

@@ -21,8 +21,8 @@ void launch_row_moments(const T* x, int64_t rows, int64_t channels, int64_t spli
 // Sums of g and of g * (x - save_mean) per channel and split into partials[split * channels + channel]
 // (g masked by relu_output where that is not null).
 template <typename T>
-void launch_row_gradient_sums(const T* grad_out, const T* relu_output, const T* x, const float* save_mean,
-                              int64_t rows, int64_t channels, int64_t splits, double2* partials);
+void launch_row_gradient_sums(const T* grad_out, const T* relu_output, const T* x, const float* save_mean, int64_t rows,
+                              int64_t channels, int64_t splits, double2* partials);
 // out = normalize_value(x, coefficients[channel]), relu'd with `relu`.
 template <typename T>
 void launch_row_normalize(const T* x, T* out, const float4* coefficients, int64_t rows, int64_t channels, bool relu);

@@ -18,16 +18,19 @@
 namespace opsnn::cuda::norm {
 
 // Elements of T in one 16-byte vector: the widest vector any kernel loads.
-template <typename T> constexpr int kVectorWidth = static_cast<int>(16 / sizeof(T));
+template <typename T>
+constexpr int kVectorWidth = static_cast<int>(16 / sizeof(T));
 // Units (vectors of V values, or single values) each thread loads per loop iteration: enough loads in
 // flight to cover memory latency, few enough registers for the 8-wide 16-bit vectors.
-template <int V> constexpr int kUnroll = V > 4 ? 2 : (V > 2 ? 4 : 8);
+template <int V>
+constexpr int kUnroll = V > 4 ? 2 : (V > 2 ? 4 : 8);
 
 // ---- loads and stores of one unit: a vector of V values (V > 1: 4, 8 or 16 bytes, aligned to its size)
 // or a single value (V == 1) ----
 
 // The 32-bit words of unit `unit` of a vector type of kWords words.
-template <int kWords> __device__ __forceinline__ void load_words(const void* data, int64_t unit, uint32_t* words) {
+template <int kWords>
+__device__ __forceinline__ void load_words(const void* data, int64_t unit, uint32_t* words) {
   if constexpr (kWords == 4) {
     const uint4 raw = static_cast<const uint4*>(data)[unit];
     words[0] = raw.x, words[1] = raw.y, words[2] = raw.z, words[3] = raw.w;
@@ -39,7 +42,8 @@ template <int kWords> __device__ __forceinline__ void load_words(const void* dat
   }
 }
 
-template <int kWords> __device__ __forceinline__ void store_words(void* data, int64_t unit, const uint32_t* words) {
+template <int kWords>
+__device__ __forceinline__ void store_words(void* data, int64_t unit, const uint32_t* words) {
   if constexpr (kWords == 4)
     static_cast<uint4*>(data)[unit] = make_uint4(words[0], words[1], words[2], words[3]);
   else if constexpr (kWords == 2)
@@ -48,7 +52,8 @@ template <int kWords> __device__ __forceinline__ void store_words(void* data, in
     static_cast<uint32_t*>(data)[unit] = words[0];
 }
 
-template <typename T, int V> __device__ __forceinline__ void load_unit(const T* data, int64_t unit, float* values) {
+template <typename T, int V>
+__device__ __forceinline__ void load_unit(const T* data, int64_t unit, float* values) {
   if constexpr (V == 1) {
     values[0] = static_cast<float>(data[unit]);
   } else {
@@ -67,7 +72,8 @@ template <typename T, int V> __device__ __forceinline__ void load_unit(const T* 
   }
 }
 
-template <typename T, int V> __device__ __forceinline__ void store_unit(T* data, int64_t unit, const float* values) {
+template <typename T, int V>
+__device__ __forceinline__ void store_unit(T* data, int64_t unit, const float* values) {
   if constexpr (V == 1) {
     data[unit] = T(values[0]);
   } else {
@@ -86,14 +92,18 @@ template <typename T, int V> __device__ __forceinline__ void store_unit(T* data,
   }
 }
 
-template <int N> __device__ __forceinline__ float pairwise_sum(const float* terms) {
-  if constexpr (N == 1) return terms[0];
-  else return pairwise_sum<N / 2>(terms) + pairwise_sum<N - N / 2>(terms + N / 2);
+template <int N>
+__device__ __forceinline__ float pairwise_sum(const float* terms) {
+  if constexpr (N == 1)
+    return terms[0];
+  else
+    return pairwise_sum<N / 2>(terms) + pairwise_sum<N - N / 2>(terms + N / 2);
 }
 
 // Sums N float terms: float sums of groups of at most 8 (short enough to lose nothing that matters at
 // f32 precision), added in double.
-template <int N> __device__ __forceinline__ double grouped_sum(const float* terms) {
+template <int N>
+__device__ __forceinline__ double grouped_sum(const float* terms) {
   constexpr int kGroup = N < 8 ? N : 8;
   double total = 0.0;
 #pragma unroll
@@ -164,7 +174,8 @@ inline bool aligned(std::initializer_list<const void*> pointers, int64_t bytes) 
 }
 
 // Calls launch(std::integral_constant<int, V>) for V == width, one of kWidest, kWidest / 2, ..., 1.
-template <int kWidest, typename Launch> void with_width(int width, Launch&& launch) {
+template <int kWidest, typename Launch>
+void with_width(int width, Launch&& launch) {
   if constexpr (kWidest == 1)
     launch(std::integral_constant<int, 1>{});
   else if (width == kWidest)

@@ -50,8 +50,8 @@ cuda::BinaryLayout coalesce(const Tensor& a, const Tensor& b, const Tensor& out)
   for (size_t d = 0; d < out.shape().size(); ++d) {
     const int64_t extent = out.shape()[d];
     if (extent == 1) continue;
-    if (!extents.empty() && a_strides.back() == a.strides()[d] * extent && b_strides.back() == b.strides()[d] * extent &&
-        out_strides.back() == contiguous[d] * extent) {
+    if (!extents.empty() && a_strides.back() == a.strides()[d] * extent &&
+        b_strides.back() == b.strides()[d] * extent && out_strides.back() == contiguous[d] * extent) {
       extents.back() *= extent;
       a_strides.back() = a.strides()[d];
       b_strides.back() = b.strides()[d];
@@ -69,8 +69,8 @@ cuda::BinaryLayout coalesce(const Tensor& a, const Tensor& b, const Tensor& out)
     layout.extents[0] = layout.a_strides[0] = layout.b_strides[0] = 1;
     return layout;
   }
-  OPSNN_CHECK_AS(ShapeError, extents.size() <= static_cast<size_t>(cuda::kMaxKernelDims), "CUDA binary: ",
-                 extents.size(), " non-mergeable dimensions in ", shape_str(out.shape()), " (at most ",
+  OPSNN_CHECK_AS(ShapeError, extents.size() <= static_cast<size_t>(cuda::kMaxKernelDims),
+                 "CUDA binary: ", extents.size(), " non-mergeable dimensions in ", shape_str(out.shape()), " (at most ",
                  cuda::kMaxKernelDims, ")");
   layout.dim = static_cast<int>(extents.size());
   for (size_t d = 0; d < extents.size(); ++d) {
@@ -92,13 +92,14 @@ void check_channel_vector(const Tensor& t, const Tensor& input, const char* kern
 }
 
 cuda::PoolLayout pool_layout(const Shape& input, const Shape& output, const Pool2dGeometry& g) {
-  return {input[0] * input[1], input[2], input[3], output[2], output[3], g.kernel_h, g.kernel_w, g.stride_h,
-          g.stride_w, g.pad_h, g.pad_w, g.count_include_pad};
+  return {input[0] * input[1], input[2],   input[3],   output[2], output[3], g.kernel_h,
+          g.kernel_w,          g.stride_h, g.stride_w, g.pad_h,   g.pad_w,   g.count_include_pad};
 }
 
 void check_pool_pair(const Tensor& input_side, const Tensor& output_side, const char* kernel) {
-  OPSNN_CHECK_AS(ShapeError, input_side.dim() == 4 && output_side.dim() == 4 &&
-                                 input_side.size(0) == output_side.size(0) && input_side.size(1) == output_side.size(1),
+  OPSNN_CHECK_AS(ShapeError,
+                 input_side.dim() == 4 && output_side.dim() == 4 && input_side.size(0) == output_side.size(0) &&
+                     input_side.size(1) == output_side.size(1),
                  "CUDA ", kernel, ": ", shape_str(input_side.shape()), " and ", shape_str(output_side.shape()),
                  " are not matching NCHW input and output");
 }
@@ -137,9 +138,9 @@ void check_targets(const Tensor& target, int64_t rows, int64_t classes, Device d
   OPSNN_CHECK_AS(ShapeError, target.dim() == 1 && target.size(0) == rows, "CUDA ", kernel, ": targets ",
                  shape_str(target.shape()), " do not match ", rows, " rows");
   check_index_range(target, classes, [&](int64_t row, int64_t value) {
-    return detail::concat("nll_loss: target ", value, " (row ", row, ") is out of range for ", classes, " classes ",
-                          classes == 0 ? std::string("(no class is valid)")
-                                       : detail::concat("(valid: 0 to ", classes - 1, ")"));
+    return detail::concat(
+        "nll_loss: target ", value, " (row ", row, ") is out of range for ", classes, " classes ",
+        classes == 0 ? std::string("(no class is valid)") : detail::concat("(valid: 0 to ", classes - 1, ")"));
   });
 }
 
@@ -297,7 +298,8 @@ void CudaBackend::batch_norm_forward_train(const Tensor& input, const Tensor& ga
   require_dense_as(input, input, input.device(), kernel);
   require_dense_as(out, input, input.device(), kernel);
   check_same_shape(input, out, "CUDA batch_norm_forward_train");
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&gamma, &beta, &running_mean, &running_var, &save_mean, &save_invstd})
+  for (const Tensor* t :
+       std::initializer_list<const Tensor*>{&gamma, &beta, &running_mean, &running_var, &save_mean, &save_invstd})
     check_channel_vector(*t, input, kernel);
   cuda::DeviceGuard guard(input.device().index);
   const cuda::ChannelLayout layout = channel_layout(input);
@@ -320,7 +322,8 @@ void CudaBackend::batch_norm_forward_eval(const Tensor& input, const Tensor& gam
   require_dense_as(input, input, input.device(), kernel);
   require_dense_as(out, input, input.device(), kernel);
   check_same_shape(input, out, "CUDA batch_norm_forward_eval");
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&gamma, &beta, &running_mean, &running_var}) check_channel_vector(*t, input, kernel);
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&gamma, &beta, &running_mean, &running_var})
+    check_channel_vector(*t, input, kernel);
   cuda::DeviceGuard guard(input.device().index);
   const cuda::ChannelLayout layout = channel_layout(input);
   const Storage workspace(cuda::batch_norm_workspace_bytes(layout), input.device());
@@ -346,7 +349,8 @@ void CudaBackend::batch_norm_backward(const Tensor& grad_out, const Tensor& relu
     require_dense_as(relu_output, input, input.device(), kernel);
     check_same_shape(input, relu_output, "CUDA batch_norm_backward");
   }
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&gamma, &save_mean, &save_invstd}) check_channel_vector(*t, input, kernel);
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&gamma, &save_mean, &save_invstd})
+    check_channel_vector(*t, input, kernel);
   if (grad_gamma.defined()) check_channel_vector(grad_gamma, input, kernel);
   if (grad_beta.defined()) check_channel_vector(grad_beta, input, kernel);
   cuda::DeviceGuard guard(input.device().index);
@@ -438,17 +442,17 @@ void CudaBackend::log_softmax_forward(const Tensor& logits, Tensor& out) {
 }
 
 void CudaBackend::log_softmax_backward(const Tensor& grad_out, const Tensor& out, Tensor& grad_logits) {
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&grad_out, &out, &grad_logits}) check_rows(*t, grad_logits.device(), "log_softmax_backward");
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&grad_out, &out, &grad_logits})
+    check_rows(*t, grad_logits.device(), "log_softmax_backward");
   check_same_shape(grad_out, out, "CUDA log_softmax_backward");
   check_same_shape(grad_out, grad_logits, "CUDA log_softmax_backward");
   cuda::DeviceGuard guard(grad_logits.device().index);
-  cuda::launch_log_softmax_backward(grad_out.data<float>(), out.data<float>(), grad_logits.data<float>(),
-                                    out.size(0), out.size(1));
+  cuda::launch_log_softmax_backward(grad_out.data<float>(), out.data<float>(), grad_logits.data<float>(), out.size(0),
+                                    out.size(1));
   check_launch();
 }
 
-void CudaBackend::nll_loss_forward(const Tensor& log_probs, const Tensor& target, double label_smoothing,
-                                   Tensor& out) {
+void CudaBackend::nll_loss_forward(const Tensor& log_probs, const Tensor& target, double label_smoothing, Tensor& out) {
   const Device device = log_probs.device();
   check_rows(log_probs, device, "nll_loss_forward");
   require_dense(out, device, "nll_loss_forward");

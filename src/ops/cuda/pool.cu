@@ -119,7 +119,8 @@ __global__ void __launch_bounds__(kMaxPoolThreads)
   }
 }
 
-template <typename T> __global__ void avg_forward_kernel(const T* x, T* out, PoolLayout s, int64_t total) {
+template <typename T>
+__global__ void avg_forward_kernel(const T* x, T* out, PoolLayout s, int64_t total) {
   const int64_t out_plane = s.out_h * s.out_w;
   for (int64_t o = global_thread_index(); o < total; o += global_thread_count()) {
     const int64_t plane = o / out_plane, within = o - plane * out_plane;
@@ -128,7 +129,8 @@ template <typename T> __global__ void avg_forward_kernel(const T* x, T* out, Poo
     const T* in = x + plane * s.in_h * s.in_w;
     float total_value = 0.0f;
     for (int64_t ih = window.h_begin; ih < window.h_end; ++ih)
-      for (int64_t iw = window.w_begin; iw < window.w_end; ++iw) total_value += static_cast<float>(in[ih * s.in_w + iw]);
+      for (int64_t iw = window.w_begin; iw < window.w_end; ++iw)
+        total_value += static_cast<float>(in[ih * s.in_w + iw]);
     out[o] = T(total_value / static_cast<float>(window.divisor));
   }
 }
@@ -150,14 +152,16 @@ __global__ void avg_backward_kernel(const T* grad_out, T* grad_input, PoolLayout
     float total_value = 0.0f;
     for (int64_t oh = oh_begin; oh < oh_end; ++oh)
       for (int64_t ow = ow_begin; ow < ow_end; ++ow)
-        total_value += static_cast<float>(upstream[oh * s.out_w + ow]) / static_cast<float>(window_at(oh, ow, s).divisor);
+        total_value +=
+            static_cast<float>(upstream[oh * s.out_w + ow]) / static_cast<float>(window_at(oh, ow, s).divisor);
     grad_input[i] = T(total_value);
   }
 }
 
 }  // namespace
 
-template <typename T> void launch_max_pool_forward(const T* x, T* out, int64_t* indices, const PoolLayout& layout) {
+template <typename T>
+void launch_max_pool_forward(const T* x, T* out, int64_t* indices, const PoolLayout& layout) {
   const int64_t in_plane = layout.in_h * layout.in_w, out_plane = layout.out_h * layout.out_w;
   if (layout.planes * out_plane == 0) return;
   constexpr int64_t kMaxDividend = FastDivider::kMaxDividend;
@@ -196,26 +200,28 @@ void launch_max_pool_backward(const T* grad_out, const int64_t* indices, T* grad
         cudaFuncSetAttribute(max_backward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes));
   // One block per (plane, tile) task, up to a cap; each block then loops over tasks.
   const auto blocks = static_cast<unsigned>(std::min<int64_t>(planes * tiles, 65535LL * 8));
-  max_backward_kernel<T><<<blocks, kMaxPoolThreads, shared_bytes>>>(
-      grad_out, indices, grad_input, planes, in_plane, out_plane, tile_cells, tiles);
+  max_backward_kernel<T><<<blocks, kMaxPoolThreads, shared_bytes>>>(grad_out, indices, grad_input, planes, in_plane,
+                                                                    out_plane, tile_cells, tiles);
 }
 
-template <typename T> void launch_avg_pool_forward(const T* x, T* out, const PoolLayout& layout) {
+template <typename T>
+void launch_avg_pool_forward(const T* x, T* out, const PoolLayout& layout) {
   const int64_t total = layout.planes * layout.out_h * layout.out_w;
   if (total == 0) return;
   avg_forward_kernel<<<blocks_for(total), kThreadsPerBlock>>>(x, out, layout, total);
 }
 
-template <typename T> void launch_avg_pool_backward(const T* grad_out, T* grad_input, const PoolLayout& layout) {
+template <typename T>
+void launch_avg_pool_backward(const T* grad_out, T* grad_input, const PoolLayout& layout) {
   const int64_t total = layout.planes * layout.in_h * layout.in_w;
   if (total == 0) return;
   avg_backward_kernel<<<blocks_for(total), kThreadsPerBlock>>>(grad_out, grad_input, layout, total);
 }
 
-#define OPSNN_INSTANTIATE_POOL(T)                                                                               \
-  template void launch_max_pool_forward<T>(const T*, T*, int64_t*, const PoolLayout&);                          \
-  template void launch_max_pool_backward<T>(const T*, const int64_t*, T*, int64_t, int64_t, int64_t);           \
-  template void launch_avg_pool_forward<T>(const T*, T*, const PoolLayout&);                                    \
+#define OPSNN_INSTANTIATE_POOL(T)                                                                     \
+  template void launch_max_pool_forward<T>(const T*, T*, int64_t*, const PoolLayout&);                \
+  template void launch_max_pool_backward<T>(const T*, const int64_t*, T*, int64_t, int64_t, int64_t); \
+  template void launch_avg_pool_forward<T>(const T*, T*, const PoolLayout&);                          \
   template void launch_avg_pool_backward<T>(const T*, T*, const PoolLayout&);
 OPSNN_FOR_EACH_FLOATING_TYPE(OPSNN_INSTANTIATE_POOL)
 

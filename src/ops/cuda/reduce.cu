@@ -61,8 +61,7 @@ void launch_sum(const T* x, T* out, const ReduceLayout& layout, int64_t out_coun
   }
 }
 
-#define OPSNN_INSTANTIATE_SUM(T) \
-  template void launch_sum<T>(const T*, T*, const ReduceLayout&, int64_t, int64_t);
+#define OPSNN_INSTANTIATE_SUM(T) template void launch_sum<T>(const T*, T*, const ReduceLayout&, int64_t, int64_t);
 OPSNN_FOR_EACH_FLOATING_TYPE(OPSNN_INSTANTIATE_SUM)
 
 }  // namespace opsnn::cuda

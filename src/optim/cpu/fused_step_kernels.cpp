@@ -17,22 +17,32 @@ namespace {
 // fp16 states are staged through stack buffers of this many elements (3 x 2 KB, in L1).
 constexpr int64_t kHalfBlock = 512;
 
-template <typename Fn> void with_state_type(DType dtype, Fn&& fn) {
+template <typename Fn>
+void with_state_type(DType dtype, Fn&& fn) {
   switch (dtype) {
-    case DType::f32: fn(float{}); return;
-    case DType::f16: fn(Half{}); return;
-    case DType::bf16: fn(BFloat16{}); return;
-    default: throw TypeError(detail::concat("optimizer states cannot be stored as ", dtype_name(dtype),
-                                            " (accepted: f32, f16, bf16)"));
+    case DType::f32:
+      fn(float{});
+      return;
+    case DType::f16:
+      fn(Half{});
+      return;
+    case DType::bf16:
+      fn(BFloat16{});
+      return;
+    default:
+      throw TypeError(
+          detail::concat("optimizer states cannot be stored as ", dtype_name(dtype), " (accepted: f32, f16, bf16)"));
   }
 }
 
-template <typename State> State* state_array(const ArenaView& arena, int index) {
+template <typename State>
+State* state_array(const ArenaView& arena, int index) {
   return static_cast<State*>(arena.states[index]);
 }
 
 // Runs body(chunk_index, chunk) over every chunk, in parallel when there is more than one.
-template <typename Body> void for_each_chunk(const ArenaView& arena, Body&& body) {
+template <typename Body>
+void for_each_chunk(const ArenaView& arena, Body&& body) {
 #pragma omp parallel for schedule(static) if (arena.chunk_count > 1)
   for (int64_t c = 0; c < arena.chunk_count; ++c) body(c, arena.chunks[c]);
 }
@@ -109,16 +119,16 @@ void adam_update_typed(const ArenaView& arena, const AdamScalars& base, const Se
     s.lr = segments[chunk.segment].lr;
     s.weight_decay = segments[chunk.segment].weight_decay;
     int64_t count = chunk.end - chunk.begin;
-    std::array<State*, 3> states = {state_array<State>(arena, 0) + chunk.begin, state_array<State>(arena, 1) + chunk.begin,
-                              Amsgrad ? state_array<State>(arena, 2) + chunk.begin : nullptr};
+    std::array<State*, 3> states = {state_array<State>(arena, 0) + chunk.begin,
+                                    state_array<State>(arena, 1) + chunk.begin,
+                                    Amsgrad ? state_array<State>(arena, 2) + chunk.begin : nullptr};
     float* params = arena.params + chunk.begin;
     const float* grads = arena.grads + chunk.begin;
     float check = 0.0f;
     staged(states, count, true, [&](const auto& staged_states, int64_t start, int64_t length) {
       using Staged = std::remove_pointer_t<typename std::remove_cvref_t<decltype(staged_states)>::value_type>;
-      check += adam_span<Staged, Decoupled, Amsgrad>(params + start, grads + start, staged_states[0],
-                                                      staged_states[1], staged_states[2], length,
-                                                      grad_multiplier, s);
+      check += adam_span<Staged, Decoupled, Amsgrad>(params + start, grads + start, staged_states[0], staged_states[1],
+                                                     staged_states[2], length, grad_multiplier, s);
     });
     chunk_param_check[c] = check;
   });
@@ -129,11 +139,15 @@ void adam_update(const ArenaView& arena, const AdamScalars& base, const SegmentS
   with_state_type(arena.state_dtype, [&](auto tag) {
     using State = decltype(tag);
     if (base.decoupled) {
-      if (base.amsgrad) adam_update_typed<State, true, true>(arena, base, segments, grad_multiplier, chunk_param_check);
-      else adam_update_typed<State, true, false>(arena, base, segments, grad_multiplier, chunk_param_check);
+      if (base.amsgrad)
+        adam_update_typed<State, true, true>(arena, base, segments, grad_multiplier, chunk_param_check);
+      else
+        adam_update_typed<State, true, false>(arena, base, segments, grad_multiplier, chunk_param_check);
     } else {
-      if (base.amsgrad) adam_update_typed<State, false, true>(arena, base, segments, grad_multiplier, chunk_param_check);
-      else adam_update_typed<State, false, false>(arena, base, segments, grad_multiplier, chunk_param_check);
+      if (base.amsgrad)
+        adam_update_typed<State, false, true>(arena, base, segments, grad_multiplier, chunk_param_check);
+      else
+        adam_update_typed<State, false, false>(arena, base, segments, grad_multiplier, chunk_param_check);
     }
   });
 }
@@ -174,8 +188,8 @@ void sgd_update_typed(const ArenaView& arena, const SgdScalars& base, const Segm
     float check = 0.0f;
     staged(states, count, Momentum, [&](const auto& staged_states, int64_t start, int64_t length) {
       using Staged = std::remove_pointer_t<typename std::remove_cvref_t<decltype(staged_states)>::value_type>;
-      check += sgd_span<Staged, Momentum, Nesterov, FirstStep>(params + start, grads + start, staged_states[0],
-                                                                length, grad_multiplier, s);
+      check += sgd_span<Staged, Momentum, Nesterov, FirstStep>(params + start, grads + start, staged_states[0], length,
+                                                               grad_multiplier, s);
     });
     chunk_param_check[c] = check;
   });
@@ -186,16 +200,20 @@ void sgd_update(const ArenaView& arena, const SgdScalars& base, const SegmentSte
   with_state_type(arena.state_dtype, [&](auto tag) {
     using State = decltype(tag);
     auto run = [&]<bool Momentum, bool Nesterov, bool FirstStep>() {
-      sgd_update_typed<State, Momentum, Nesterov, FirstStep>(arena, base, segments, grad_multiplier,
-                                                             chunk_param_check);
+      sgd_update_typed<State, Momentum, Nesterov, FirstStep>(arena, base, segments, grad_multiplier, chunk_param_check);
     };
-    if (base.momentum == 0.0f) run.template operator()<false, false, false>();
+    if (base.momentum == 0.0f)
+      run.template operator()<false, false, false>();
     else if (base.nesterov) {
-      if (base.first_step) run.template operator()<true, true, true>();
-      else run.template operator()<true, true, false>();
+      if (base.first_step)
+        run.template operator()<true, true, true>();
+      else
+        run.template operator()<true, true, false>();
     } else {
-      if (base.first_step) run.template operator()<true, false, true>();
-      else run.template operator()<true, false, false>();
+      if (base.first_step)
+        run.template operator()<true, false, true>();
+      else
+        run.template operator()<true, false, false>();
     }
   });
 }
@@ -230,13 +248,13 @@ void lamb_phase1(const ArenaView& arena, const AdamScalars& base, const SegmentS
       s.lr = segments[chunk.segment].lr;
       s.weight_decay = segments[chunk.segment].weight_decay;
       std::array<State*, 2> states = {state_array<State>(arena, 0) + chunk.begin,
-                                state_array<State>(arena, 1) + chunk.begin};
+                                      state_array<State>(arena, 1) + chunk.begin};
       const float* params = arena.params + chunk.begin;
       const float* grads = arena.grads + chunk.begin;
       double update_sum = 0.0, param_sum = 0.0;
       staged(states, chunk.end - chunk.begin, true, [&](const auto& staged_states, int64_t start, int64_t length) {
-        lamb_phase1_span(params + start, grads + start, staged_states[0], staged_states[1], length, grad_multiplier,
-                         s, update_sum, param_sum);
+        lamb_phase1_span(params + start, grads + start, staged_states[0], staged_states[1], length, grad_multiplier, s,
+                         update_sum, param_sum);
       });
       chunk_update_sum_squares[c] = update_sum;
       chunk_param_sum_squares[c] = param_sum;
@@ -268,7 +286,7 @@ void lamb_phase2(const ArenaView& arena, const AdamScalars& base, const SegmentS
       s.lr = segment.lr;
       s.weight_decay = segment.weight_decay;
       std::array<State*, 2> states = {state_array<State>(arena, 0) + chunk.begin,
-                                state_array<State>(arena, 1) + chunk.begin};
+                                      state_array<State>(arena, 1) + chunk.begin};
       float* params = arena.params + chunk.begin;
       float check = 0.0f;
       staged(states, chunk.end - chunk.begin, false, [&](const auto& staged_states, int64_t start, int64_t length) {
@@ -322,7 +340,8 @@ void rule_update(const ArenaView& arena, const AdamScalars& base, const SegmentS
         // Half: block buffers indexed from 0; other types: one span, start = 0.
         using Staged = std::remove_pointer_t<typename std::remove_cvref_t<decltype(staged_states)>::value_type>;
         auto at = [&](int k) { return k < Rule::kStates ? staged_states[static_cast<size_t>(k)] : nullptr; };
-        check += rule_span<Rule, Staged>(params + start, grads + start, at(0), at(1), at(2), length, grad_multiplier, s);
+        check +=
+            rule_span<Rule, Staged>(params + start, grads + start, at(0), at(1), at(2), length, grad_multiplier, s);
       });
       chunk_param_check[c] = check;
     });
@@ -333,10 +352,12 @@ void elementwise_update(const ArenaView& arena, UpdateRule rule, const AdamScala
                         const SegmentStepScalars* segments, float grad_multiplier, float* chunk_param_check) {
   switch (rule) {
 #define OPSNN_RULE_CASE(name, Rule) \
-  case UpdateRule::name: return rule_update<Rule>(arena, base, segments, grad_multiplier, chunk_param_check);
+  case UpdateRule::name:            \
+    return rule_update<Rule>(arena, base, segments, grad_multiplier, chunk_param_check);
     OPSNN_ELEMENTWISE_RULES(OPSNN_RULE_CASE)
 #undef OPSNN_RULE_CASE
-    default: break;
+    default:
+      break;
   }
   (void)arena, (void)base, (void)segments, (void)grad_multiplier, (void)chunk_param_check;
   throw Error(detail::concat("no element-wise CPU kernel for update rule ", static_cast<int>(rule)));
@@ -349,7 +370,7 @@ namespace opsnn::optim {
 
 const FusedStepKernels& cpu_fused_step_kernels() {
   static const FusedStepKernels kernels{cpu::grad_sum_of_squares, cpu::adam_update, cpu::sgd_update,
-                                        cpu::lamb_phase1, cpu::lamb_phase2, cpu::elementwise_update};
+                                        cpu::lamb_phase1,         cpu::lamb_phase2, cpu::elementwise_update};
   return kernels;
 }
 

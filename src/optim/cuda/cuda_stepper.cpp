@@ -28,10 +28,12 @@ namespace {
 
 using CurrentDevice = ::opsnn::cuda::DeviceGuard;
 
-template <typename T> struct PinnedDeleter {
+template <typename T>
+struct PinnedDeleter {
   void operator()(T* pointer) const { cudaFreeHost(pointer); }
 };
-template <typename T> std::unique_ptr<T[], PinnedDeleter<T>> pinned_array(size_t count) {
+template <typename T>
+std::unique_ptr<T[], PinnedDeleter<T>> pinned_array(size_t count) {
   void* pointer = nullptr;
   OPSNN_CUDA_CHECK(cudaMallocHost(&pointer, std::max<size_t>(count, 1) * sizeof(T)));
   return std::unique_ptr<T[], PinnedDeleter<T>>(static_cast<T*>(pointer));
@@ -52,7 +54,8 @@ class CudaCapturedStep final : public CapturedStep {
   // Never throws (a destructor): errors while releasing are ignored, the previous device is restored.
   ~CudaCapturedStep() override {
     int previous = 0;
-    bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != device_ && cudaSetDevice(device_) == cudaSuccess;
+    bool switched =
+        cudaGetDevice(&previous) == cudaSuccess && previous != device_ && cudaSetDevice(device_) == cudaSuccess;
     cudaStreamSynchronize(stream_);
     cudaEventDestroy(before_);
     cudaEventDestroy(after_);
@@ -116,7 +119,8 @@ class CudaStepper final : public DeviceStepper {
               const std::vector<DeviceSegment>& segments)
       : device_(device), constants_(constants) {
     OPSNN_CHECK_AS(DeviceError, device.type == DeviceType::cuda, "the CUDA stepper got a ", device.str(), " arena");
-    OPSNN_CHECK(arena.params != nullptr && arena.grads != nullptr, "the CUDA stepper needs parameter and gradient buffers");
+    OPSNN_CHECK(arena.params != nullptr && arena.grads != nullptr,
+                "the CUDA stepper needs parameter and gradient buffers");
     check_dtype("gradients", arena.grad_dtype);
     check_dtype("optimizer states", arena.state_dtype);
     if (arena.param_copy != nullptr)
@@ -186,8 +190,8 @@ class CudaStepper final : public DeviceStepper {
       lamb_items_ = allocate(items.size() * sizeof(int32_t));
       lamb_flags_ = allocate((1 + 2 * count) * sizeof(int32_t) + count * sizeof(float));
       if (!items.empty())
-        OPSNN_CUDA_CHECK(cudaMemcpy(lamb_items_->data(), items.data(), items.size() * sizeof(int32_t),
-                                    cudaMemcpyHostToDevice));
+        OPSNN_CUDA_CHECK(
+            cudaMemcpy(lamb_items_->data(), items.data(), items.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
       OPSNN_CUDA_CHECK(cudaMemset(lamb_flags_->data(), 0, lamb_flags_->bytes()));
       int32_t* flags = static_cast<int32_t*>(lamb_flags_->data());
       buffers_.lamb.items = static_cast<const int32_t*>(lamb_items_->data());
@@ -222,8 +226,10 @@ class CudaStepper final : public DeviceStepper {
     const FusedBuffers& b = buffers_;
     const StepConstants& k = constants_;
     auto update = [&](bool with_stats) {
-      if (k.rule == UpdateRule::lamb) launch_lamb(b, k, with_stats, stream);
-      else launch_update(b, k, with_stats, stream);
+      if (k.rule == UpdateRule::lamb)
+        launch_lamb(b, k, with_stats, stream);
+      else
+        launch_update(b, k, with_stats, stream);
     };
     if (single_pass_step(k)) {
       launch_step_prologue(b, k, false, stream);
@@ -241,7 +247,8 @@ class CudaStepper final : public DeviceStepper {
 
   void read(StepState& state, DeviceStepReport& report) override {
     CurrentDevice guard(device_.index);
-    OPSNN_CUDA_CHECK(cudaMemcpyAsync(pinned_state_.get(), buffers_.state, sizeof(StepState), cudaMemcpyDeviceToHost, stream_));
+    OPSNN_CUDA_CHECK(
+        cudaMemcpyAsync(pinned_state_.get(), buffers_.state, sizeof(StepState), cudaMemcpyDeviceToHost, stream_));
     OPSNN_CUDA_CHECK(cudaMemcpyAsync(pinned_report_.get(), buffers_.report, sizeof(DeviceStepReport),
                                      cudaMemcpyDeviceToHost, stream_));
     OPSNN_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -264,16 +271,16 @@ class CudaStepper final : public DeviceStepper {
       table[i].chunk_count = table[i].sparse ? 0 : tile_count_[i];
     }
     CurrentDevice guard(device_.index);
-    OPSNN_CUDA_CHECK(cudaMemcpy(segments_->data(), table.data(), table.size() * sizeof(DeviceSegment),
-                                cudaMemcpyHostToDevice));
+    OPSNN_CUDA_CHECK(
+        cudaMemcpy(segments_->data(), table.data(), table.size() * sizeof(DeviceSegment), cudaMemcpyHostToDevice));
   }
 
   std::vector<double> segment_grad_sum_squares() override {
     CurrentDevice guard(device_.index);
     std::vector<double> sums(static_cast<size_t>(buffers_.segment_count));
     if (!sums.empty())
-      OPSNN_CUDA_CHECK(cudaMemcpy(sums.data(), buffers_.segment_grad_sums, sums.size() * sizeof(double),
-                                  cudaMemcpyDeviceToHost));
+      OPSNN_CUDA_CHECK(
+          cudaMemcpy(sums.data(), buffers_.segment_grad_sums, sums.size() * sizeof(double), cudaMemcpyDeviceToHost));
     return sums;
   }
 

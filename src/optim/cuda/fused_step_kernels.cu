@@ -28,14 +28,23 @@ __device__ __forceinline__ float to_float(BFloat16 x) { return bf16_bits_to_floa
 __device__ __forceinline__ uint16_t to_bits(Half, float x) { return __half_as_ushort(__float2half_rn(x)); }
 __device__ __forceinline__ uint16_t to_bits(BFloat16, float x) { return float_to_bf16_bits(x); }
 
-template <typename T> __device__ __forceinline__ float load1(const T* p, int64_t i) { return to_float(p[i]); }
-template <typename T> __device__ __forceinline__ float load1_l2(const T* p, int64_t i) {
-  if constexpr (std::is_same_v<T, float>) return __ldcg(p + i);
-  else return to_float(T::from_bits(__ldcg(reinterpret_cast<const unsigned short*>(p) + i)));
+template <typename T>
+__device__ __forceinline__ float load1(const T* p, int64_t i) {
+  return to_float(p[i]);
 }
-template <typename T> __device__ __forceinline__ void store1(T* p, int64_t i, float x) {
-  if constexpr (std::is_same_v<T, float>) p[i] = x;
-  else p[i] = T::from_bits(to_bits(T{}, x));
+template <typename T>
+__device__ __forceinline__ float load1_l2(const T* p, int64_t i) {
+  if constexpr (std::is_same_v<T, float>)
+    return __ldcg(p + i);
+  else
+    return to_float(T::from_bits(__ldcg(reinterpret_cast<const unsigned short*>(p) + i)));
+}
+template <typename T>
+__device__ __forceinline__ void store1(T* p, int64_t i, float x) {
+  if constexpr (std::is_same_v<T, float>)
+    p[i] = x;
+  else
+    p[i] = T::from_bits(to_bits(T{}, x));
 }
 
 // Eight consecutive elements at a 16-byte aligned address. L2Only: ld.global.cg, bypassing the SM's L1
@@ -59,7 +68,8 @@ __device__ __forceinline__ void load8(const T* __restrict__ p, float (&x)[kVecto
   }
 }
 
-template <typename T> __device__ __forceinline__ void store8(T* __restrict__ p, const float (&x)[kVector]) {
+template <typename T>
+__device__ __forceinline__ void store8(T* __restrict__ p, const float (&x)[kVector]) {
   if constexpr (std::is_same_v<T, float>) {
     reinterpret_cast<float4*>(p)[0] = make_float4(x[0], x[1], x[2], x[3]);
     reinterpret_cast<float4*>(p)[1] = make_float4(x[4], x[5], x[6], x[7]);
@@ -67,14 +77,16 @@ template <typename T> __device__ __forceinline__ void store8(T* __restrict__ p, 
     uint32_t words[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k)
-      words[k] = static_cast<uint32_t>(to_bits(T{}, x[2 * k])) | (static_cast<uint32_t>(to_bits(T{}, x[2 * k + 1])) << 16);
+      words[k] =
+          static_cast<uint32_t>(to_bits(T{}, x[2 * k])) | (static_cast<uint32_t>(to_bits(T{}, x[2 * k + 1])) << 16);
     *reinterpret_cast<uint4*>(p) = make_uint4(words[0], words[1], words[2], words[3]);
   }
 }
 
 // Sums N values over the block at once (one pair of barriers for all), each in a fixed order (warp
 // shuffles, then the warps' partials); valid in thread 0. shared holds 32 * N doubles.
-template <int N> __device__ void block_sums(double (&values)[N], double* shared) {
+template <int N>
+__device__ void block_sums(double (&values)[N], double* shared) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
   for (int n = 0; n < N; ++n)
@@ -120,8 +132,8 @@ __device__ __forceinline__ void finish_chunk(const FusedBuffers& b, int c, float
 // A tile's group settings into the step's scalars (lr x multiplier, weight decay); returns how many of
 // its elements the 8-wide vector loop covers (the rest is the scalar tail).
 template <typename Scalars>
-__device__ __forceinline__ int64_t apply_segment(const FusedBuffers& b, const StepScalars& step, const ArenaChunk& chunk,
-                                                 Scalars& s) {
+__device__ __forceinline__ int64_t apply_segment(const FusedBuffers& b, const StepScalars& step,
+                                                 const ArenaChunk& chunk, Scalars& s) {
   const DeviceSegment segment = b.segments[chunk.segment];
   s.lr = static_cast<float>(step.lr * segment.lr_multiplier);
   s.weight_decay = segment.weight_decay;
@@ -144,7 +156,8 @@ __device__ __forceinline__ AdamScalars adam_scalars(const StepConstants& k, cons
 }
 
 // ---- pass 1: gradient statistics ----
-template <typename G> __global__ void __launch_bounds__(kThreads) grad_sum_of_squares_kernel(FusedBuffers b) {
+template <typename G>
+__global__ void __launch_bounds__(kThreads) grad_sum_of_squares_kernel(FusedBuffers b) {
   __shared__ double shared[32];
   const G* grads = static_cast<const G*>(b.arena.grads);
   for (int c = blockIdx.x; c < b.chunk_count; c += gridDim.x) {
@@ -188,7 +201,8 @@ __device__ void gradient_totals(const FusedBuffers& b, double inverse_squared, d
   double sum = 0.0;
   int first_bad = INT_MAX;
   for (int s = threadIdx.x; s < b.segment_count; s += blockDim.x) {
-    double value = b.segments[s].sparse ? (b.sparse_sums ? b.sparse_sums[s] : 0.0) : b.segment_sums[0][s] * inverse_squared;
+    double value =
+        b.segments[s].sparse ? (b.sparse_sums ? b.sparse_sums[s] : 0.0) : b.segment_sums[0][s] * inverse_squared;
     b.segment_grad_sums[s] = value;
     sum += value;
     if (!is_finite_value(value) && s < first_bad) first_bad = s;
@@ -208,7 +222,8 @@ __global__ void step_prologue_kernel(FusedBuffers b, StepConstants k, int two_pa
   int bad = -1;
   if (two_pass) gradient_totals(b, static_cast<double>(inverse_scale) * static_cast<double>(inverse_scale), total, bad);
   if (b.lamb.next_item != nullptr) {  // LAMB's work queue and segment flags start over
-    for (int i = threadIdx.x; i < b.segment_count; i += blockDim.x) b.lamb.segment_done[i] = b.lamb.segment_ready[i] = 0;
+    for (int i = threadIdx.x; i < b.segment_count; i += blockDim.x)
+      b.lamb.segment_done[i] = b.lamb.segment_ready[i] = 0;
     if (threadIdx.x == 0) *b.lamb.next_item = 0;
   }
   if (threadIdx.x != 0) return;
@@ -602,11 +617,14 @@ struct Adam {};
 struct Sgd {};
 struct Lamb {};
 struct GradSumOfSquares {};
-template <typename R> struct Elementwise {
+template <typename R>
+struct Elementwise {
   using Rule = R;
 };
-template <typename P> inline constexpr bool is_elementwise = false;
-template <typename R> inline constexpr bool is_elementwise<Elementwise<R>> = true;
+template <typename P>
+inline constexpr bool is_elementwise = false;
+template <typename R>
+inline constexpr bool is_elementwise<Elementwise<R>> = true;
 }  // namespace pass
 
 struct LaunchArgs {
@@ -618,7 +636,8 @@ struct LaunchArgs {
 
 // Every SM full and no block waiting for a slot: SMs x the kernel's resident blocks per SM (registers
 // decide), at most one block per tile.
-template <typename Kernel> int blocks_per_multiprocessor(Kernel kernel) {
+template <typename Kernel>
+int blocks_per_multiprocessor(Kernel kernel) {
   int blocks = 0;
   OPSNN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, 0));
   return blocks > 0 ? blocks : 1;
@@ -630,7 +649,8 @@ int grid_size(int per_multiprocessor, const FusedBuffers& b) {
 }
 
 // One instantiation per pass and dtype combination, so each caches its own kernel's occupancy.
-template <typename P, typename G, typename S, typename C> void launch_typed(const LaunchArgs& a) {
+template <typename P, typename G, typename S, typename C>
+void launch_typed(const LaunchArgs& a) {
   const FusedBuffers& b = *a.buffers;
   if constexpr (pass::is_elementwise<P>) {
     using Rule = typename P::Rule;
@@ -657,32 +677,46 @@ template <typename P, typename G, typename S, typename C> void launch_typed(cons
                                  " (accepted: f32, f16, bf16)"));
 }
 
-template <typename P, typename G, typename S> void dispatch_copy(const LaunchArgs& a) {
+template <typename P, typename G, typename S>
+void dispatch_copy(const LaunchArgs& a) {
   const DeviceArena& arena = a.buffers->arena;
   if (arena.param_copy == nullptr) return launch_typed<P, G, S, NoCopy>(a);
   switch (arena.param_copy_dtype) {
-    case DType::f16: return launch_typed<P, G, S, Half>(a);
-    case DType::bf16: return launch_typed<P, G, S, BFloat16>(a);
-    default: throw TypeError(detail::concat("the low-precision parameter copy must be f16 or bf16, got ",
-                                            dtype_name(arena.param_copy_dtype)));
+    case DType::f16:
+      return launch_typed<P, G, S, Half>(a);
+    case DType::bf16:
+      return launch_typed<P, G, S, BFloat16>(a);
+    default:
+      throw TypeError(detail::concat("the low-precision parameter copy must be f16 or bf16, got ",
+                                     dtype_name(arena.param_copy_dtype)));
   }
 }
 
-template <typename P, typename G> void dispatch_state(const LaunchArgs& a) {
+template <typename P, typename G>
+void dispatch_state(const LaunchArgs& a) {
   switch (a.buffers->arena.state_dtype) {
-    case DType::f32: return dispatch_copy<P, G, float>(a);
-    case DType::f16: return dispatch_copy<P, G, Half>(a);
-    case DType::bf16: return dispatch_copy<P, G, BFloat16>(a);
-    default: unsupported("optimizer states", a.buffers->arena.state_dtype);
+    case DType::f32:
+      return dispatch_copy<P, G, float>(a);
+    case DType::f16:
+      return dispatch_copy<P, G, Half>(a);
+    case DType::bf16:
+      return dispatch_copy<P, G, BFloat16>(a);
+    default:
+      unsupported("optimizer states", a.buffers->arena.state_dtype);
   }
 }
 
-template <typename P> void dispatch(const LaunchArgs& a) {
+template <typename P>
+void dispatch(const LaunchArgs& a) {
   switch (a.buffers->arena.grad_dtype) {
-    case DType::f32: return dispatch_state<P, float>(a);
-    case DType::f16: return dispatch_state<P, Half>(a);
-    case DType::bf16: return dispatch_state<P, BFloat16>(a);
-    default: unsupported("gradients", a.buffers->arena.grad_dtype);
+    case DType::f32:
+      return dispatch_state<P, float>(a);
+    case DType::f16:
+      return dispatch_state<P, Half>(a);
+    case DType::bf16:
+      return dispatch_state<P, BFloat16>(a);
+    default:
+      unsupported("gradients", a.buffers->arena.grad_dtype);
   }
 }
 
@@ -714,11 +748,14 @@ void launch_update(const FusedBuffers& b, const StepConstants& k, bool with_stat
   LaunchArgs args{&b, &k, with_stats ? 1 : 0, stream};
   switch (k.rule) {
 #define OPSNN_RULE_CASE(name, Rule) \
-  case UpdateRule::name: return dispatch<pass::Elementwise<Rule>>(args);
+  case UpdateRule::name:            \
+    return dispatch<pass::Elementwise<Rule>>(args);
     OPSNN_ELEMENTWISE_RULES(OPSNN_RULE_CASE)
 #undef OPSNN_RULE_CASE
-    case UpdateRule::sgd: return dispatch<pass::Sgd>(args);
-    default: return dispatch<pass::Adam>(args);
+    case UpdateRule::sgd:
+      return dispatch<pass::Sgd>(args);
+    default:
+      return dispatch<pass::Adam>(args);
   }
 }
 

@@ -26,7 +26,7 @@ struct LambQueue {
 
 // Device pointers of one stepper (all allocated once).
 struct FusedBuffers {
-  DeviceArena arena;                 // arena.chunks is replaced by the device tiles below
+  DeviceArena arena;                   // arena.chunks is replaced by the device tiles below
   const ArenaChunk* chunks = nullptr;  // tiles (see kMinTileElements), never crossing a segment
   int32_t chunk_count = 0;
   int multiprocessors = 1;
@@ -34,9 +34,9 @@ struct FusedBuffers {
   int32_t segment_count = 0;
   double* chunk_sums[3] = {nullptr, nullptr, nullptr};    // per chunk: g^2 (LAMB: also r^2, p^2)
   double* segment_sums[3] = {nullptr, nullptr, nullptr};  // per segment, summed in a fixed order
-  double* segment_grad_sums = nullptr;           // per segment: unscaled g^2 of the last step
-  const double* sparse_sums = nullptr;           // per segment: host-computed sums of sparse segments
-  LambQueue lamb;                                // LAMB only
+  double* segment_grad_sums = nullptr;                    // per segment: unscaled g^2 of the last step
+  const double* sparse_sums = nullptr;                    // per segment: host-computed sums of sparse segments
+  LambQueue lamb;                                         // LAMB only
   StepState* state = nullptr;
   StepScalars* scalars = nullptr;
   DeviceStepReport* report = nullptr;

@@ -1,5 +1,6 @@
 // Registers every CUDA implementation of the optimizer subsystem's device tables.
 #include "optim/cuda/register.h"
+
 #include "optim/cuda/sparse_rows.h"
 
 namespace opsnn::optim {

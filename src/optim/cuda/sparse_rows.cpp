@@ -30,12 +30,12 @@ void cuda_coalesce(const RowSparseGrad& grad, int64_t num_rows, int64_t width, f
   int64_t total = 0;
   for (size_t c = 0; c < grad.indices.size(); ++c) {
     Tensor chunk_indices = grad.indices[c].to(device), chunk_rows = grad.rows[c].to(device);
-    OPSNN_CHECK_AS(TypeError, chunk_indices.dtype() == DType::i64, "coalesce: chunk ", c,
-                   " indices must be i64, got ", chunk_indices.str());
-    OPSNN_CHECK_AS(TypeError,
-                   chunk_rows.dtype() == DType::f32 || chunk_rows.dtype() == DType::f16 ||
-                       chunk_rows.dtype() == DType::bf16,
-                   "coalesce: chunk ", c, " rows must be f32, f16 or bf16, got ", chunk_rows.str());
+    OPSNN_CHECK_AS(TypeError, chunk_indices.dtype() == DType::i64, "coalesce: chunk ", c, " indices must be i64, got ",
+                   chunk_indices.str());
+    OPSNN_CHECK_AS(
+        TypeError,
+        chunk_rows.dtype() == DType::f32 || chunk_rows.dtype() == DType::f16 || chunk_rows.dtype() == DType::bf16,
+        "coalesce: chunk ", c, " rows must be f32, f16 or bf16, got ", chunk_rows.str());
     OPSNN_CHECK_AS(ShapeError,
                    chunk_rows.dim() == 2 && chunk_rows.size(0) == chunk_indices.numel() && chunk_rows.size(1) == width,
                    "coalesce: chunk ", c, " rows ", chunk_rows.str(), " do not match ", chunk_indices.numel(),
@@ -45,8 +45,7 @@ void cuda_coalesce(const RowSparseGrad& grad, int64_t num_rows, int64_t width, f
     total += chunk_indices.numel();
   }
   // Slots are int32 on the device (half the scratch of int64 per table row).
-  OPSNN_CHECK(total <= INT_MAX, "coalesce: ", total, " row occurrences in one step exceed the CUDA limit of ",
-              INT_MAX);
+  OPSNN_CHECK(total <= INT_MAX, "coalesce: ", total, " row occurrences in one step exceed the CUDA limit of ", INT_MAX);
 
   out.width = width;
   out.indices.clear();
@@ -91,8 +90,8 @@ void cuda_coalesce(const RowSparseGrad& grad, int64_t num_rows, int64_t width, f
     size_t chunk = 0;
     while (position >= indices[chunk].numel()) position -= indices[chunk++].numel();
     int64_t index = 0;
-    OPSNN_CUDA_CHECK(cudaMemcpy(&index, indices[chunk].data<int64_t>() + position, sizeof(index),
-                                cudaMemcpyDeviceToHost));
+    OPSNN_CUDA_CHECK(
+        cudaMemcpy(&index, indices[chunk].data<int64_t>() + position, sizeof(index), cudaMemcpyDeviceToHost));
     throw Error(detail::concat("row-sparse gradient: index ", index, " (chunk ", chunk, ", position ", position,
                                ") is outside the embedding table of ", num_rows, " rows [0, ", num_rows, ")"));
   }

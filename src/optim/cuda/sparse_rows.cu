@@ -18,7 +18,9 @@ int blocks_for(int64_t items, int64_t per_block) {
   return static_cast<int>(blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks));
 }
 
-__device__ __forceinline__ int64_t global_thread() { return blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; }
+__device__ __forceinline__ int64_t global_thread() {
+  return blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+}
 __device__ __forceinline__ int64_t thread_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
 __global__ void clear_row_slots_kernel(int* row_slots, int64_t num_rows) {
@@ -141,11 +143,18 @@ __global__ void lazy_adam_kernel(float* param, State* exp_avg, State* exp_avg_sq
   }
 }
 
-template <typename Fn> void with_state_type(DType dtype, Fn&& fn) {
+template <typename Fn>
+void with_state_type(DType dtype, Fn&& fn) {
   switch (dtype) {
-    case DType::f16: fn(Half{}); break;
-    case DType::bf16: fn(BFloat16{}); break;
-    default: fn(float{}); break;  // f32 (the Tensor layer has checked the dtype)
+    case DType::f16:
+      fn(Half{});
+      break;
+    case DType::bf16:
+      fn(BFloat16{});
+      break;
+    default:
+      fn(float{});
+      break;  // f32 (the Tensor layer has checked the dtype)
   }
 }
 
@@ -158,18 +167,18 @@ void launch_clear_row_slots(int* row_slots, int64_t num_rows) {
 
 void launch_coalesce_begin(CoalesceHeader* header) { coalesce_begin_kernel<<<1, 1>>>(header); }
 
-void launch_claim_rows(const int64_t* indices, int64_t count, int64_t position_base, int64_t num_rows,
-                       int* row_slots, int64_t* unique_rows, CoalesceHeader* header) {
+void launch_claim_rows(const int64_t* indices, int64_t count, int64_t position_base, int64_t num_rows, int* row_slots,
+                       int64_t* unique_rows, CoalesceHeader* header) {
   if (count == 0) return;
   claim_rows_kernel<<<blocks_for(count, kThreads), kThreads>>>(indices, count, position_base, num_rows, row_slots,
-                                                                unique_rows, header);
+                                                               unique_rows, header);
   OPSNN_CUDA_CHECK(cudaGetLastError());
 }
 
-void launch_assign_slots(const int64_t* unique_rows, const CoalesceHeader* header, int64_t capacity_rows,
-                         int64_t width, int* row_slots, float* values) {
-  assign_slots_kernel<<<blocks_for(capacity_rows * width, kThreads), kThreads>>>(unique_rows, header, width,
-                                                                                  row_slots, values);
+void launch_assign_slots(const int64_t* unique_rows, const CoalesceHeader* header, int64_t capacity_rows, int64_t width,
+                         int* row_slots, float* values) {
+  assign_slots_kernel<<<blocks_for(capacity_rows * width, kThreads), kThreads>>>(unique_rows, header, width, row_slots,
+                                                                                 values);
   OPSNN_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -177,20 +186,20 @@ void launch_scatter_rows(const int64_t* indices, const float* rows, int64_t coun
                          const int* row_slots, float* values) {
   if (count == 0) return;
   scatter_rows_kernel<<<blocks_for(count * width, kThreads), kThreads>>>(indices, rows, count, width, num_rows,
-                                                                          row_slots, values);
+                                                                         row_slots, values);
   OPSNN_CUDA_CHECK(cudaGetLastError());
 }
 
 void launch_finalize_rows(const int64_t* unique_rows, CoalesceHeader* header, int64_t capacity_rows, int64_t width,
                           float scale, float* values, int* row_slots) {
   finalize_rows_kernel<<<blocks_for(capacity_rows, kWarpsPerBlock), kThreads>>>(unique_rows, header, width, scale,
-                                                                                 values, row_slots);
+                                                                                values, row_slots);
   OPSNN_CUDA_CHECK(cudaGetLastError());
 }
 
-void launch_sparse_sgd(float* param, void* momentum_buffer, DType state_dtype, uint8_t* row_initialized,
-                       int64_t width, const int64_t* rows, const float* grad_rows, int64_t row_count,
-                       const SgdScalars& scalars, float grad_multiplier) {
+void launch_sparse_sgd(float* param, void* momentum_buffer, DType state_dtype, uint8_t* row_initialized, int64_t width,
+                       const int64_t* rows, const float* grad_rows, int64_t row_count, const SgdScalars& scalars,
+                       float grad_multiplier) {
   with_state_type(state_dtype, [&](auto tag) {
     using State = decltype(tag);
     sparse_sgd_kernel<State><<<blocks_for(row_count, kWarpsPerBlock), kThreads>>>(

@@ -5,4 +5,4 @@
 namespace opsnn::optim {
 void register_cuda_sparse_gradient_kernels();
 void register_cuda_topk_kernels();  // src/optim/cuda/topk_cuda.cpp
-}
+}  // namespace opsnn::optim

@@ -26,7 +26,9 @@ int blocks_for(int64_t items) {
 }
 int64_t selection_blocks(int64_t n) { return (n + kTopKBlock - 1) / kTopKBlock; }
 
-__device__ __forceinline__ int64_t global_thread() { return blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; }
+__device__ __forceinline__ int64_t global_thread() {
+  return blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+}
 __device__ __forceinline__ int64_t thread_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
 // Device scratch on the legacy default stream, freed in stream order.
@@ -36,7 +38,10 @@ class DeviceScratch {
   ~DeviceScratch() { cudaFreeAsync(data_, 0); }  // not checked: a destructor must not throw
   DeviceScratch(const DeviceScratch&) = delete;
   DeviceScratch& operator=(const DeviceScratch&) = delete;
-  template <typename T> T* as() const { return static_cast<T*>(data_); }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
 
  private:
   void* data_ = nullptr;
@@ -129,7 +134,7 @@ __global__ void write_selected_kernel(float* gradient, float* accumulator, const
       const double score = topk_score_squared(value, variance[i]);
       selected = score > threshold || (score == threshold && i < tie_cutoff);
       gradient[i] = selected ? value : 0.0f;
-      accumulator[i] = selected ? 0.0f : value;  // error feedback: the unsent value waits
+      accumulator[i] = selected ? 0.0f : value;                 // error feedback: the unsent value waits
       if (velocity != nullptr && selected) velocity[i] = 0.0f;  // momentum-factor masking (DGC 3.2)
     }
     int before = 0, tile_selected = 0;
@@ -177,8 +182,8 @@ void topk_count_blocks(const float* accumulator, const float* variance, int64_t 
                        int64_t* block_greater, int64_t* block_ties) {
   const int64_t blocks = selection_blocks(n);
   if (blocks > 65535)
-    throw Error(detail::concat("top-k sparsification on CUDA: ", n, " elements exceed the limit of ",
-                               65535 * kTopKBlock));
+    throw Error(
+        detail::concat("top-k sparsification on CUDA: ", n, " elements exceed the limit of ", 65535 * kTopKBlock));
   DeviceScratch counts(static_cast<size_t>(2 * blocks) * sizeof(unsigned long long));
   unsigned long long* greater = counts.as<unsigned long long>();
   OPSNN_CUDA_CHECK(cudaMemsetAsync(greater, 0, static_cast<size_t>(2 * blocks) * sizeof(unsigned long long), 0));
@@ -214,8 +219,8 @@ void topk_kth_largest(const float* accumulator, const float* variance, int64_t n
   *next = both[1];
 }
 
-int64_t topk_tie_position(const float* accumulator, const float* variance, int64_t begin, int64_t end,
-                          double threshold, int64_t rank) {
+int64_t topk_tie_position(const float* accumulator, const float* variance, int64_t begin, int64_t end, double threshold,
+                          int64_t rank) {
   DeviceScratch position(sizeof(int64_t));
   const int64_t none = -1;
   OPSNN_CUDA_CHECK(cudaMemcpy(position.as<int64_t>(), &none, sizeof(none), cudaMemcpyHostToDevice));
@@ -229,17 +234,16 @@ int64_t topk_tie_position(const float* accumulator, const float* variance, int64
   return result;
 }
 
-void launch_topk_write_selected(float* gradient, float* accumulator, const float* variance, float* velocity,
-                                int64_t n, double threshold, int64_t tie_cutoff, const int64_t* block_first,
+void launch_topk_write_selected(float* gradient, float* accumulator, const float* variance, float* velocity, int64_t n,
+                                double threshold, int64_t tie_cutoff, const int64_t* block_first,
                                 int64_t* selected_indices, float* selected_values) {
   const int64_t blocks = selection_blocks(n);
   DeviceScratch device_first(static_cast<size_t>(blocks) * sizeof(int64_t));
   OPSNN_CUDA_CHECK(cudaMemcpy(device_first.as<int64_t>(), block_first, static_cast<size_t>(blocks) * sizeof(int64_t),
                               cudaMemcpyHostToDevice));
-  write_selected_kernel<<<static_cast<unsigned>(blocks), kScanThreads>>>(gradient, accumulator, variance, velocity, n,
-                                                                          threshold, tie_cutoff,
-                                                                          device_first.as<int64_t>(), selected_indices,
-                                                                          selected_values);
+  write_selected_kernel<<<static_cast<unsigned>(blocks), kScanThreads>>>(
+      gradient, accumulator, variance, velocity, n, threshold, tie_cutoff, device_first.as<int64_t>(), selected_indices,
+      selected_values);
   OPSNN_CUDA_CHECK(cudaGetLastError());
 }
 

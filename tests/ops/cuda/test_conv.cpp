@@ -9,17 +9,16 @@
 //   - shapes no lowering applies to never try one.
 // The cached choice says what ran. Compiled in CUDA builds only (it reads the CUDA backend's algorithm
 // cache); tagged [cuda]: skipped without a GPU.
-#include "support/catch.h"
-
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "ops/cuda/conv_algorithms.h"
+#include "ops/op_test_helpers.h"
 #include "opsnn/core/error.h"
 #include "opsnn/core/rng.h"
 #include "opsnn/ops/ops.h"
-#include "ops/cuda/conv_algorithms.h"
-#include "ops/op_test_helpers.h"
+#include "support/catch.h"
 #include "support/cuda_test_support.h"
 
 using namespace opsnn;
@@ -113,8 +112,8 @@ const Precision kPrecisions[] = {{"f32", DType::f32, ops::Fp32Math::strict, 1e-4
                                  {"f16", DType::f16, ops::Fp32Math::strict, 5e-3}};
 
 const std::pair<const char*, ops::ConvLoweringPolicy> kPolicies[] = {{"always", ops::ConvLoweringPolicy::always},
-                                                                    {"never", ops::ConvLoweringPolicy::never},
-                                                                    {"measured", ops::ConvLoweringPolicy::measured}};
+                                                                     {"never", ops::ConvLoweringPolicy::never},
+                                                                     {"measured", ops::ConvLoweringPolicy::measured}};
 
 const ops::ConvDirection kDirections[] = {ops::ConvDirection::forward, ops::ConvDirection::backward_input,
                                           ops::ConvDirection::backward_weight};
@@ -162,8 +161,8 @@ TEST_CASE("CUDA stem-like conv2d through the im2col-GEMM lowering matches the CP
   Generator generator(41);
   for (const Precision& precision : kPrecisions)
     for (int64_t channels : {1, 3, 5}) {
-      const ConvCase c = conv_case({3, channels, 19, 22}, {16, channels, 7, 7}, geometry_of(2, 2, 3), precision.dtype,
-                                   generator);
+      const ConvCase c =
+          conv_case({3, channels, 19, 22}, {16, channels, 7, 7}, geometry_of(2, 2, 3), precision.dtype, generator);
       check_policies(c, precision, ops::ConvLowering::gemm, "stem C=" + std::to_string(channels));
     }
 }
@@ -225,7 +224,8 @@ TEST_CASE("CUDA strided 1x1 conv2d through the subsampled lowering matches the C
                            {"1x1/2 even", {2, 32, 8, 8}, {16, 32, 1, 1}, 2, 2}};
   for (const Precision& precision : kPrecisions)
     for (const Strided& s : cases) {
-      const ConvCase c = conv_case(s.input, s.weight, geometry_of(s.stride_h, s.stride_w, 0), precision.dtype, generator);
+      const ConvCase c =
+          conv_case(s.input, s.weight, geometry_of(s.stride_h, s.stride_w, 0), precision.dtype, generator);
       check_policies(c, precision, ops::ConvLowering::subsampled, s.name);
     }
 }
@@ -381,8 +381,7 @@ TEST_CASE("CUDA conv2d choices saved as JSON are used where they are loaded; ent
       ops::load_conv_algorithms(one.dump(), "bad.json");
       FAIL("accepted an entry with a bad " << b.key);
     } catch (const DataError& error) {
-      CHECK_THAT(std::string(error.what()), Catch::Matchers::StartsWith("bad.json: ") &&
-                                                Catch::Contains(b.expected));
+      CHECK_THAT(std::string(error.what()), Catch::Matchers::StartsWith("bad.json: ") && Catch::Contains(b.expected));
     }
   }
 }

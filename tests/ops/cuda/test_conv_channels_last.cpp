@@ -7,15 +7,14 @@
 // have a lowering (one GEMM per direction on the NHWC data, which policy `always` runs); every other
 // shape stays with cuDNN in every direction, the lowering never tried. Compiled in CUDA builds only;
 // tagged [cuda]: skipped without a GPU.
-#include "support/catch.h"
-
 #include <string>
 #include <vector>
 
-#include "opsnn/core/rng.h"
-#include "opsnn/ops/ops.h"
 #include "ops/cuda/conv_algorithms.h"
 #include "ops/op_test_helpers.h"
+#include "opsnn/core/rng.h"
+#include "opsnn/ops/ops.h"
+#include "support/catch.h"
 #include "support/cuda_test_support.h"
 
 using namespace opsnn;
@@ -126,8 +125,8 @@ TEST_CASE("CUDA channels-last conv2d matches the CPU, forward and all gradients,
         require_close_to(actual.grad_weight, expected.grad_weight, precision.tolerance, name + " grad weight");
         require_close_to(actual.grad_bias, expected.grad_bias, precision.tolerance, name + " grad bias");
         for (ops::ConvDirection direction : kDirections) {
-          const auto choice = ops::cached_conv_algorithm(direction, kGpu, c.input.shape(), c.weight.shape(),
-                                                         c.geometry, precision.dtype);
+          const auto choice = ops::cached_conv_algorithm(direction, kGpu, c.input.shape(), c.weight.shape(), c.geometry,
+                                                         precision.dtype);
           REQUIRE(choice.has_value());
           INFO(name << ", direction " << static_cast<int>(direction) << ": " << ops::describe(*choice));
           if (!gemm) {

@@ -2,8 +2,6 @@
 // rerun into its folder with auto) computes with the same convolution algorithms and repeats its loss
 // curve bit for bit. Each run starts from an empty algorithm cache, as a new process would. In tests/
 // train/cuda/ because it clears the CUDA backend's cache (src/ops/cuda/conv_algorithms.h); tagged [cuda].
-#include "support/catch.h"
-
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -11,12 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "ops/cuda/conv_algorithms.h"
 #include "opsnn/core/storage.h"
 #include "opsnn/train/config.h"
 #include "opsnn/train/trainer.h"
-#include "ops/cuda/conv_algorithms.h"
-#include "support/trainer_runs.h"
+#include "support/catch.h"
 #include "support/temporary_folder.h"
+#include "support/trainer_runs.h"
 
 using namespace opsnn;
 using namespace opsnn::train;
@@ -82,6 +81,7 @@ TEST_CASE("cuda: a run given another run's conv_algorithms.json repeats it bit f
   // auto: a rerun into the first run's folder takes that folder's file.
   const Run rerun = train_with(folder.path / "first", "auto");
   CHECK(rerun.losses == first.losses);
-  CHECK_THAT(read_text(folder.path / "first" / "train.log"), Catch::Contains(std::to_string(entries) + " used, 0 skipped"));
+  CHECK_THAT(read_text(folder.path / "first" / "train.log"),
+             Catch::Contains(std::to_string(entries) + " used, 0 skipped"));
   ops::clear_conv_algorithm_cache();
 }

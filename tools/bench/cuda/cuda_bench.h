@@ -9,9 +9,9 @@
 
 #include "opsnn/core/error.h"
 
-#define BENCH_CUDA_CHECK(call)                                                                  \
-  do {                                                                                        \
-    cudaError_t bench_status = (call);                                                        \
+#define BENCH_CUDA_CHECK(call)                                                                      \
+  do {                                                                                              \
+    cudaError_t bench_status = (call);                                                              \
     OPSNN_CHECK(bench_status == cudaSuccess, #call, " failed: ", cudaGetErrorString(bench_status)); \
   } while (0)
 

@@ -23,8 +23,9 @@ namespace {
 int run(const std::vector<std::string>& args) {
   for (const std::string& arg : args)
     if (arg == "--help" || arg == "-h") {
-      std::printf("usage: opsnn-bench memory-bound [--batch 256] [--channels 256] [--size 56] [--dtype f32|bf16|f16] "
-                  "[--repeats 20]\n");
+      std::printf(
+          "usage: opsnn-bench memory-bound [--batch 256] [--channels 256] [--size 56] [--dtype f32|bf16|f16] "
+          "[--repeats 20]\n");
       return 0;
     }
   // The options first (exit 2), then the GPU (exit 1), as the other GPU benchmarks do.
@@ -81,8 +82,9 @@ int run(const std::vector<std::string>& args) {
   row("affine", 2 * s, [&] { backend.affine(a, 0.5, 1.0, out); });
   row("clone (contiguous copy)", 2 * s, [&] { (void)a.clone(); });
   row(std::string("to ") + std::string(dtype_name(other)) + " (converting copy)", s + o, [&] { (void)a.to(other); });
-  row("contiguous() of a [N, C, H, W] -> [N, H, W, C] permute", 2 * s,
-      [&] { (void)a.permute({0, 2, 3, 1}).contiguous(); });
+  row("contiguous() of a [N, C, H, W] -> [N, H, W, C] permute", 2 * s, [&] {
+    (void)a.permute({0, 2, 3, 1}).contiguous();
+  });
   row("contiguous() of a transpose of the last two dims", 2 * s, [&] { (void)a.transpose(2, 3).contiguous(); });
   row("add_ (gradient accumulation, alpha 1)", 3 * s, [&] { accumulator.add_(b); });
   row("add_ with alpha 0.5", 3 * s, [&] { accumulator.add_(b, 0.5); });

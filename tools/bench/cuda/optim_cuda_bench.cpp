@@ -10,10 +10,9 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "bench/bench.h"
 #include "bench/cuda/cuda_bench.h"
@@ -21,7 +20,6 @@
 #include "opsnn/core/error.h"
 #include "opsnn/optim/device_step.h"
 #include "opsnn/optim/optimizer.h"
-
 
 namespace opsnn::bench {
 namespace {
@@ -39,8 +37,9 @@ double copy_ms(int64_t n, int warmup, int repeats) {
   float* a = device_floats(keep, n);
   float* b = device_floats(keep, n);
   fill_uniform(a, n, 1, -1, 1, nullptr);
-  return median_ms([&] { BENCH_CUDA_CHECK(cudaMemcpyAsync(b, a, static_cast<size_t>(n) * 4, cudaMemcpyDeviceToDevice, nullptr)); },
-                   warmup, repeats);
+  return median_ms(
+      [&] { BENCH_CUDA_CHECK(cudaMemcpyAsync(b, a, static_cast<size_t>(n) * 4, cudaMemcpyDeviceToDevice, nullptr)); },
+      warmup, repeats);
 }
 
 double unfused_ms(int64_t n, UnfusedRule rule, int warmup, int repeats) {
@@ -112,7 +111,7 @@ Row measure(const Problem& problem, const Variant& v, double copy_gbps, int warm
       buffers.param_copy_dtype = DType::bf16;
     }
     custom = optim::device_stepper_factory(DeviceType::cuda)(kGpu, optimizer->device_step_constants(), buffers,
-                                                              optimizer->device_segments());
+                                                             optimizer->device_segments());
     custom->write_state(optimizer->step_state());
   }
   const bool single_pass = optim::single_pass_step(optimizer->device_step_constants());
@@ -176,10 +175,11 @@ int run(const std::vector<std::string>& args) {
   }
   cudaDeviceProp properties{};
   BENCH_CUDA_CHECK(cudaGetDeviceProperties(&properties, 0));
-  std::printf("opsnn-bench optim --device cuda: %s, median of %d steps after warm-up (CUDA events)\n",
-              properties.name, repeats);
-  std::printf("adamw mixed = fp32 master + bf16 parameter copy + bf16 states + bf16 gradients; "
-              "'skip' = monitor.on_nonfinite skip (a separate gradient pass); others: warn (single pass)\n\n");
+  std::printf("opsnn-bench optim --device cuda: %s, median of %d steps after warm-up (CUDA events)\n", properties.name,
+              repeats);
+  std::printf(
+      "adamw mixed = fp32 master + bf16 parameter copy + bf16 states + bf16 gradients; "
+      "'skip' = monitor.on_nonfinite skip (a separate gradient pass); others: warn (single pass)\n\n");
   std::printf("%-10s %-14s %10s %8s %9s %8s %10s\n", "params", "variant", "ms", "B/param", "GB/s", "% copy",
               "vs unfused");
   nlohmann::json rows = nlohmann::json::array();

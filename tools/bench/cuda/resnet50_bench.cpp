@@ -10,10 +10,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "bench/bench.h"
 #include "bench/cuda/cuda_bench.h"
@@ -23,24 +22,24 @@
 #include "opsnn/ops/ops.h"
 #include "opsnn/optim/optimizer.h"
 
-
 namespace opsnn::bench {
 namespace {
 
 int run(const std::vector<std::string>& args) {
   for (const std::string& arg : args)
     if (arg == "--help" || arg == "-h") {
-      std::printf("usage: opsnn-bench resnet50 [--batch 256] [--steps 20] [--warmup 5] [--precision fp32|tf32|bf16|fp16] "
-                  "[--channels-last auto|on|off] [--depth 50] [--image-size 224] [--conv-deterministic on|off] "
-                  "[--json FILE] [--profile]\n"
-                  "  --conv-deterministic off: cuDNN may pick algorithms that accumulate with atomics\n"
-                  "  --profile: one more step after the timed ones between cudaProfilerStart/Stop, for\n"
-                  "             ncu --profile-from-start off / nsys --capture-range=cudaProfilerApi\n");
+      std::printf(
+          "usage: opsnn-bench resnet50 [--batch 256] [--steps 20] [--warmup 5] [--precision fp32|tf32|bf16|fp16] "
+          "[--channels-last auto|on|off] [--depth 50] [--image-size 224] [--conv-deterministic on|off] "
+          "[--json FILE] [--profile]\n"
+          "  --conv-deterministic off: cuDNN may pick algorithms that accumulate with atomics\n"
+          "  --profile: one more step after the timed ones between cudaProfilerStart/Stop, for\n"
+          "             ncu --profile-from-start off / nsys --capture-range=cudaProfilerApi\n");
       return 0;
     }
   check_options(args,
-                {"--batch", "--steps", "--warmup", "--depth", "--image-size", "--precision", "--json", "--channels-last",
-                 "--conv-deterministic"},
+                {"--batch", "--steps", "--warmup", "--depth", "--image-size", "--precision", "--json",
+                 "--channels-last", "--conv-deterministic"},
                 {"--profile"});
   const int batch = parse_positive(args, "--batch", 256);
   const int steps = parse_positive(args, "--steps", 20);
@@ -66,8 +65,9 @@ int run(const std::vector<std::string>& args) {
   }
   const Device gpu(DeviceType::cuda, 0);
   const DType compute_dtype = precision == "bf16" ? DType::bf16 : precision == "fp16" ? DType::f16 : DType::f32;
-  const bool channels_last = channels_last_choice == "auto" ? models::channels_last_by_default(gpu, compute_dtype, precision == "tf32")
-                                                            : channels_last_choice == "on";
+  const bool channels_last = channels_last_choice == "auto"
+                                 ? models::channels_last_by_default(gpu, compute_dtype, precision == "tf32")
+                                 : channels_last_choice == "on";
 
   Generator generator(0);
   models::ModelOptions options;
@@ -86,10 +86,13 @@ int run(const std::vector<std::string>& args) {
   ops::set_conv_deterministic(deterministic == "on");
   if (compute_dtype != DType::f32) model->set_compute_dtype(compute_dtype);
   const bool scaling = precision == "fp16";
-  auto optimizer = optim::make_optimizer(
-      "sgd", model->named_parameters(),
-      optim::OptimizerOptions(0.1).momentum(0.9).loss_scaling(optim::LossScalingOptions().enabled(scaling)).monitor(
-          optim::MonitorOptions().on_nonfinite(scaling ? optim::NonFiniteAction::skip : optim::NonFiniteAction::warn)));
+  auto optimizer =
+      optim::make_optimizer("sgd", model->named_parameters(),
+                            optim::OptimizerOptions(0.1)
+                                .momentum(0.9)
+                                .loss_scaling(optim::LossScalingOptions().enabled(scaling))
+                                .monitor(optim::MonitorOptions().on_nonfinite(scaling ? optim::NonFiniteAction::skip
+                                                                                      : optim::NonFiniteAction::warn)));
   if (precision == "bf16" || precision == "fp16") {  // as the trainer: the optimizer keeps the low-precision weights
     optimizer->enable_param_copy(model->compute_dtype());
     model->set_parameter_copies(std::make_shared<const nn::Module::ParameterCopies>(optimizer->param_copies()));
@@ -104,8 +107,10 @@ int run(const std::vector<std::string>& args) {
     optimizer->zero_grad();
     Tensor loss = ops::cross_entropy(model->forward(images), labels);
     optimizer->scale_loss(loss).backward();
-    if (scaling) optimizer->step();  // scale_loss reads the scale the step leaves on the host
-    else optimizer->step_async();
+    if (scaling)
+      optimizer->step();  // scale_loss reads the scale the step leaves on the host
+    else
+      optimizer->step_async();
     return loss;
   };
   for (int i = 0; i < warmup; ++i) last_loss = train_step().item();
@@ -137,11 +142,12 @@ int run(const std::vector<std::string>& args) {
   cudaDeviceProp properties{};
   BENCH_CUDA_CHECK(cudaGetDeviceProperties(&properties, 0));
   const double images_per_second = static_cast<double>(batch) * steps / (ms * 1e-3);
-  std::printf("opsnn-bench resnet%d: %s, batch %d, %dx%d, %s, channels_last %s (%s), %s conv algorithms, %d steps "
-              "after %d warm-up\n",
-              depth, properties.name, batch, image_size, image_size, precision.c_str(), channels_last ? "on" : "off",
-              channels_last_choice == "auto" ? "auto" : "as given", deterministic == "on" ? "deterministic" : "any",
-              steps, warmup);
+  std::printf(
+      "opsnn-bench resnet%d: %s, batch %d, %dx%d, %s, channels_last %s (%s), %s conv algorithms, %d steps "
+      "after %d warm-up\n",
+      depth, properties.name, batch, image_size, image_size, precision.c_str(), channels_last ? "on" : "off",
+      channels_last_choice == "auto" ? "auto" : "as given", deterministic == "on" ? "deterministic" : "any", steps,
+      warmup);
   std::printf("  %.1f images/s, %.1f ms/step, peak GPU memory %.2f GiB (pool high-water mark), last loss %.3f\n",
               images_per_second, ms / steps, static_cast<double>(peak) / (1u << 30), last_loss);
   if (!json_path.empty()) {
@@ -161,7 +167,8 @@ int run(const std::vector<std::string>& args) {
   return 0;
 }
 
-Registration registration{{"resnet50", "ResNet-50 training throughput on the GPU, synthetic 224x224 (--device cuda)", run}};
+Registration registration{
+    {"resnet50", "ResNet-50 training throughput on the GPU, synthetic 224x224 (--device cuda)", run}};
 
 }  // namespace
 }  // namespace opsnn::bench

@@ -15,7 +15,8 @@ int blocks_for(int64_t n) { return static_cast<int>(std::min<int64_t>((n + kThre
 __global__ void norm_partials_kernel(const float* g, int64_t n, double* partials) {
   __shared__ double shared[kThreads];
   double sum = 0.0;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; i < n; i += static_cast<int64_t>(gridDim.x) * kThreads)
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * kThreads)
     sum += static_cast<double>(g[i]) * g[i];
   shared[threadIdx.x] = sum;
   __syncthreads();
@@ -26,8 +27,9 @@ __global__ void norm_partials_kernel(const float* g, int64_t n, double* partials
   if (threadIdx.x == 0) partials[blockIdx.x] = shared[0];
 }
 
-#define GRID_STRIDE(i, n) \
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+#define GRID_STRIDE(i, n)                                                                \
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
 __global__ void prepare_kernel(const float* g, const float* p, float* out, float inverse_scale, float wd, int64_t n) {
   GRID_STRIDE(i, n) out[i] = g[i] * inverse_scale + wd * p[i];
@@ -45,9 +47,7 @@ __global__ void bias_correction_kernel(const float* m, const float* v, float* m_
     v_hat[i] = v[i] * c2;
   }
 }
-__global__ void decay_kernel(float* p, float factor, int64_t n) {
-  GRID_STRIDE(i, n) p[i] *= factor;
-}
+__global__ void decay_kernel(float* p, float factor, int64_t n) { GRID_STRIDE(i, n) p[i] *= factor; }
 __global__ void update_kernel(float* p, const float* m_hat, const float* v_hat, float lr, float eps, int64_t n) {
   GRID_STRIDE(i, n) p[i] -= lr * m_hat[i] / (sqrtf(v_hat[i]) + eps);
 }

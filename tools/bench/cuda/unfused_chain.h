@@ -30,6 +30,8 @@ void unfused_step(const UnfusedAdamBuffers& b, UnfusedRule rule, int64_t step, c
 // Deterministic values in [low, high) (a hash of the index and seed).
 void fill_uniform(float* data, int64_t n, uint64_t seed, float low, float high, cudaStream_t stream);
 // Bytes the chain moves per parameter (reads + writes of every kernel; the decay reads and writes p).
-inline constexpr double unfused_bytes_per_parameter(UnfusedRule rule) { return rule == UnfusedRule::adamw ? 80.0 : 72.0; }
+inline constexpr double unfused_bytes_per_parameter(UnfusedRule rule) {
+  return rule == UnfusedRule::adamw ? 80.0 : 72.0;
+}
 
 }  // namespace opsnn::bench
