@@ -1,9 +1,9 @@
 // Tests of ResNet with channels-last residual stages (src/models/resnet.cpp, ModelOptions::channels_last)
 // on the CPU: the same parameters, logits, parameter gradients and running statistics as the NCHW network,
 // for basic (resnet18, cifar stem) and bottleneck (resnet50, imagenet stem) blocks at small width. On a
-// GPU ([cuda], skipped without one): each layout is as close to the CPU in strict f32 as the network's
-// own rounding noise allows (measured on the CPU by perturbing the weights), and the two layouts agree
-// in bf16 mixed precision (loosely).
+// GPU ([cuda], skipped without one): each layout is within the network's own rounding noise (measured on
+// the CPU by perturbing the weights) of the CPU in strict f32, plus room for cuDNN's least accurate
+// algorithms, and the two layouts agree in bf16 mixed precision (loosely).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -187,20 +187,23 @@ TEST_CASE("CUDA channels-last resnet equals the NCHW one: f32 closely, bf16 loos
     const Tensor images = Tensor::normal({4, 3, 32, 32}, 0.0, 1.0, generator);
     const Tensor target = Tensor::from_vector<int64_t>({1, 9, 4, 0}, {4});
     // Both layouts on the GPU against the CPU's NCHW network. Strict f32: the algorithms differ from the
-    // CPU's in summation order (and, for Winograd- or FFT-style ones, in the transforms' rounding), and the
-    // deep network's batch norms over 4 images (ResNet-50's last stage: 1x1 planes, 4 values per channel)
-    // amplify that to about 1% of the largest value of some gradients: on the CPU, perturbing every
-    // weight by one unit in the last place moves ResNet-50's layer1.0.bn1.bias gradient by 0.0017 of its
-    // largest value, where one GPU run's channels-last network was off by 0.00186 and its NCHW one by
-    // 0.00067. Each layout is held to 16 times that rounding noise (rounding_noise) plus 1e-4: room for
-    // algorithms with larger rounding constants, and still far below a layout mistake, which is off by
-    // O(1) (hence also the plain 5e-2 bound). Holding one layout to twice the other's error, as before,
-    // failed whenever the NCHW process happened to pick more accurate algorithms than the channels-last one.
+    // CPU's in summation order, and the deep network's batch norms over 4 images (ResNet-50's last
+    // stage: 1x1 planes, 4 values per channel) amplify that to about 1% of the largest value of some
+    // gradients: on the CPU, perturbing every weight by one unit in the last place moves ResNet-50's
+    // layer1.0.bn1.bias gradient by 0.0017 of its largest value, where one GPU run's channels-last network
+    // was off by 0.00186 and its NCHW one by 0.00067. Each layout is held to 16 times that rounding noise
+    // (rounding_noise) plus 3e-2. The constant is for the algorithms whose error is not rounding-sized:
+    // under compute-sanitizer, whose slowdown changes the timings, the search chose for one of ResNet-18's
+    // NCHW convolutions (layer2.1) a deterministic cuDNN algorithm whose weight gradient was 1.46e-2 of
+    // its largest value off the CPU's (7000 times the rounding noise; 2026-12-01), so a bound of rounding
+    // noise alone does not hold for every choice the search can make. A layout mistake is off by O(1)
+    // (hence also the plain 5e-2 bound). Holding one layout to twice the other's error, as before, failed
+    // whenever the NCHW process happened to pick more accurate algorithms than the channels-last one.
     const StepResult reference = train_step(options, false, images, target);
     const std::vector<double> noise = rounding_noise(options, images, target, reference);
     const StepResult nhwc = train_step(options, true, images, target, testing::kGpu);
-    require_within_noise(nhwc, reference, noise, 16.0, 1e-4, "channels-last");
-    require_within_noise(train_step(options, false, images, target, testing::kGpu), reference, noise, 16.0, 1e-4,
+    require_within_noise(nhwc, reference, noise, 16.0, 3e-2, "channels-last");
+    require_within_noise(train_step(options, false, images, target, testing::kGpu), reference, noise, 16.0, 3e-2,
                          "NCHW");
     require_same_step(nhwc, reference, 5e-2);
     // bf16 activations: both layouts round to bf16 at every layer, in different orders (and the NCHW
