@@ -23,9 +23,13 @@ def catch_spec(name):
 
 
 def list_cases(tests, selection):
-    # Catch2 exits with the number of listed cases, so the exit code says nothing here.
-    listing = subprocess.run([tests, selection, "--list-test-names-only"], capture_output=True, text=True)
-    return [line.strip() for line in listing.stdout.splitlines() if line.strip()]
+    # Catch2 2 exits with the number of listed cases, so the exit code says nothing here; Catch2 3 has no
+    # --list-test-names-only and lists names alone with --list-tests --verbosity quiet.
+    for flags in (["--list-test-names-only"], ["--list-tests", "--verbosity", "quiet"]):
+        listing = subprocess.run([tests, selection, *flags], capture_output=True, text=True)
+        if "Unrecognised token" not in listing.stdout + listing.stderr:
+            return [line.strip() for line in listing.stdout.splitlines() if line.strip()]
+    return []
 
 
 def run_case(index, name, args):
