@@ -99,7 +99,7 @@ TEST_CASE("unit conversions stay inside their documented intervals", "[core]") {
   CHECK(generator.offset() == 20000);
 }
 
-TEST_CASE("a seed fixes the stream; draws advance the counter by their size", "[core]") {
+TEST_CASE("a seed fixes the stream, draws advance the counter by their size", "[core]") {
   Generator first(42), second(42), other(43);
   Tensor a = Tensor::normal({100}, 0.0, 1.0, first, DType::f64);
   Tensor b = Tensor::normal({100}, 0.0, 1.0, second, DType::f64);

@@ -195,7 +195,7 @@ TEST_CASE("to(dtype) converts between every pair of dtypes", "[core]") {
         std::numeric_limits<float>::infinity());
 }
 
-TEST_CASE("floating -> integer copies saturate and take NaN to 0; fills refuse what no integer holds", "[core]") {
+TEST_CASE("floating -> integer copies saturate and take NaN to 0, fills refuse what no integer holds", "[core]") {
   // static_cast gave NaN -> INT_MIN, 1e20 -> INT_MIN and -5 -> 251 (undefined behaviour); the copies now
   // truncate toward zero and clamp to the type's range, NaN giving 0, as the CUDA copies do.
   const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();

@@ -98,7 +98,7 @@ TEST_CASE("BatchPool: buffers given back are reused, never reallocated in a stea
   CHECK(address_of(pool.acquire(4)) == oldest);
 }
 
-TEST_CASE("BatchPool: batches held at the same time never share memory; the pool grows instead of blocking", "[data]") {
+TEST_CASE("BatchPool: batches held at the same time never share memory, the pool grows instead of blocking", "[data]") {
   ShapeOnlyDataset dataset;
   BatchPool pool(dataset, 4, HostMemory::pageable, 2);
   std::vector<Batch> held;

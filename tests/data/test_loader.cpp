@@ -101,7 +101,7 @@ TEST_CASE("DataLoader: a batch_size far beyond the dataset gives one partial bat
   CHECK_THROWS_AS(DataLoader(dataset, dropping), ConfigError);
 }
 
-TEST_CASE("DataLoader: bad options are ConfigErrors naming the option; prefetch is bounded", "[data]") {
+TEST_CASE("DataLoader: bad options are ConfigErrors naming the option, prefetch is bounded", "[data]") {
   auto dataset = std::make_shared<IndexDataset>(10);
   LoaderOptions options = options_with(2, 1, 2);
   options.prefetch = 1'000'000;  // grew to gigabytes of queued batches
@@ -136,7 +136,7 @@ TEST_CASE("DataLoader: evaluation mode keeps dataset order and the last partial 
   REQUIRE(loader.position() == LoaderPosition{2, 0});
 }
 
-TEST_CASE("DataLoader: position moves through epochs; a restored loader yields exactly what came next", "[data]") {
+TEST_CASE("DataLoader: position moves through epochs, a restored loader yields exactly what came next", "[data]") {
   auto dataset = std::make_shared<IndexDataset>(50);
   const LoaderOptions options = options_with(8, 7, 2);  // 7 batches per epoch
   DataLoader original(dataset, options);

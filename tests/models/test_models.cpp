@@ -57,7 +57,7 @@ TEST_CASE("small models: shapes and gradients reach every parameter", "[models]"
         16 * 9 + 16 + 32 * 16 * 9 + 32 + 32 * 7 * 7 * 10 + 10);
 }
 
-TEST_CASE("cifar-stem resnet18 trains a step on small images; zero-init residual", "[models]") {
+TEST_CASE("cifar-stem resnet18 trains a step on small images, zero-init residual", "[models]") {
   Generator generator(3);
   ModelOptions options = options_for("resnet18");
   options.stem = "cifar";

@@ -153,7 +153,7 @@ TEST_CASE("layers initialise as PyTorch does", "[nn]") {
   check_zero_mean_and_std(stats(embedding.weight()), 1.0);
 }
 
-TEST_CASE("the same seed builds the same model; another seed a different one", "[nn]") {
+TEST_CASE("the same seed builds the same model, another seed a different one", "[nn]") {
   auto build = [](uint64_t seed) {
     Generator generator(seed);
     Sequential model;

@@ -51,7 +51,7 @@ TEST_CASE("Linear computes x W^T + b and its gradients", "[nn]") {
   CHECK(no_bias(input).shape() == Shape{2, 2});
 }
 
-TEST_CASE("Conv2d output shapes follow stride and padding; gradients reach weight and bias", "[nn]") {
+TEST_CASE("Conv2d output shapes follow stride and padding, gradients reach weight and bias", "[nn]") {
   Generator generator(2);
   Conv2d conv(Conv2dOptions(3, 4, 3).stride(2).padding(1), generator);
   Tensor input = Tensor::normal({2, 3, 8, 8}, 0.0, 1.0, generator).set_requires_grad(true);
@@ -158,7 +158,7 @@ TEST_CASE("ReLU, pooling, GlobalAvgPool and Flatten", "[nn]") {
   CHECK(Flatten()(images).to_vector<float>() == images.to_vector<float>());
 }
 
-TEST_CASE("Embedding looks rows up; sparse mode hands back row gradients", "[nn]") {
+TEST_CASE("Embedding looks rows up, sparse mode hands back row gradients", "[nn]") {
   Generator generator(5);
   Embedding dense(EmbeddingOptions(10, 3), generator);
   CHECK_FALSE(dense.weight().sparse_grad());

@@ -161,7 +161,7 @@ TEST_CASE("train and eval switch the whole tree", "[nn]") {
   CHECK_FALSE((*model)[4]->is_training());
 }
 
-TEST_CASE("to(cpu) keeps every handle; an absent GPU fails before anything moves", "[nn]") {
+TEST_CASE("to(cpu) keeps every handle, an absent GPU fails before anything moves", "[nn]") {
   auto model = small_cnn(6);
   std::vector<Tensor> before = model->parameters();
   std::vector<std::shared_ptr<Storage>> storages;

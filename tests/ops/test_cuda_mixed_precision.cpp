@@ -242,7 +242,7 @@ TEST_CASE("CUDA batch norm on f16/bf16 data keeps f32 parameters and statistics"
   }
 }
 
-TEST_CASE("cast converts with autograd; cross_entropy of f16/bf16 logits computes in f32", "[cuda][ops][mixed]") {
+TEST_CASE("cast converts with autograd, cross_entropy of f16/bf16 logits computes in f32", "[cuda][ops][mixed]") {
   if (gpu_missing()) return;
   Generator generator(26);
   for (DType dtype : kLowDtypes) {
@@ -264,7 +264,7 @@ TEST_CASE("cast converts with autograd; cross_entropy of f16/bf16 logits compute
   }
 }
 
-TEST_CASE("tf32 lets f32 GEMMs and convolutions use TF32 tensor cores; strict restores exact f32",
+TEST_CASE("tf32 lets f32 GEMMs and convolutions use TF32 tensor cores, strict restores exact f32",
           "[cuda][ops][mixed]") {
   if (gpu_missing()) return;
   Generator generator(27);

@@ -390,7 +390,7 @@ TEST_CASE("CUDA log_softmax, nll_loss and cross_entropy match the CPU", "[cuda][
   }
 }
 
-TEST_CASE("CUDA embedding matches the CPU; duplicate indices accumulate", "[cuda][ops]") {
+TEST_CASE("CUDA embedding matches the CPU, duplicate indices accumulate", "[cuda][ops]") {
   if (gpu_missing()) return;
   Generator generator(18);
   const Twin indices = index_twin({6, 9}, 7, generator);  // 54 lookups into 7 rows: many duplicates

@@ -58,7 +58,7 @@ TEST_CASE("arena: parameters are re-homed as views with their values and aligned
   REQUIRE(parameters[1].second.to_vector<float>()[0] == 42.0f);
 }
 
-TEST_CASE("arena: gradients accumulate in the arena through autograd; zero_grad keeps the views", "[optim]") {
+TEST_CASE("arena: gradients accumulate in the arena through autograd, zero_grad keeps the views", "[optim]") {
   Tensor weight = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3}).set_requires_grad(true);
   Tensor bias = Tensor::from_vector<float>({0.5f, -0.5f}, {2}).set_requires_grad(true);
   Tensor existing_grad = Tensor::from_vector<float>({1, 1}, {2});

@@ -37,7 +37,7 @@ OptimizerOptions with_action(NonFiniteAction action) {
 
 }  // namespace
 
-TEST_CASE("monitor: global and per-segment gradient norms; warning above the threshold", "[optim]") {
+TEST_CASE("monitor: global and per-segment gradient norms, warning above the threshold", "[optim]") {
   NamedParameters parameters = random_parameters({{3, 4}, {4}, {20000}}, 1);
   SGD sgd(parameters, OptimizerOptions(0.0).monitor(MonitorOptions().grad_norm_warn_threshold(100.0)));
   auto grads = make_grads(parameters, 0, 2, GradPattern::normal);

@@ -181,7 +181,7 @@ TEST_CASE("the step is bit-identical for any thread count (deterministic reducti
   REQUIRE(one == three);
 }
 
-TEST_CASE("the low-precision parameter copy needs a device step; CPU optimizers refuse it", "[optim]") {
+TEST_CASE("the low-precision parameter copy needs a device step, CPU optimizers refuse it", "[optim]") {
   NamedParameters parameters = random_parameters({{4, 3}, {5}}, 3);
   auto optimizer = make_optimizer("adamw", parameters);
   CHECK_FALSE(optimizer->uses_device_step());

@@ -274,7 +274,7 @@ TEST_CASE("plain sparse SGD equals the dense step on a gradient that is zero off
   }
 }
 
-TEMPLATE_TEST_CASE("lazy Adam/AdamW equal rules.h on touched rows; other rows and states untouched", "[sparse]", float,
+TEMPLATE_TEST_CASE("lazy Adam/AdamW equal rules.h on touched rows, other rows and states untouched", "[sparse]", float,
                    Half, BFloat16) {
   using State = TestType;
   struct Case {

@@ -101,7 +101,7 @@ TEST_CASE("top-k achieves the target density within 20% on several distributions
   }
 }
 
-TEST_CASE("top-k selects the largest scores; exact selection breaks ties by lowest index", "[sparse]") {
+TEST_CASE("top-k selects the largest scores, exact selection breaks ties by lowest index", "[sparse]") {
   // variance_beta = 0: score = |g| * |g| on the first step, so the order is that of |g|.
   TopKOptions options;
   options.density = 0.3;
@@ -186,7 +186,7 @@ TEST_CASE("error feedback conserves the gradient sum exactly", "[sparse]") {
   REQUIRE(ever_sent > n / 4);  // many elements waited and were sent later
 }
 
-TEST_CASE("momentum correction accumulates velocity; masking zeroes sent positions; nothing is lost", "[sparse]") {
+TEST_CASE("momentum correction accumulates velocity, masking zeroes sent positions, nothing is lost", "[sparse]") {
   const int64_t n = 4000;
   TopKOptions options;
   options.density = 0.02;
@@ -322,7 +322,7 @@ TEST_CASE("density warm-up schedules", "[sparse]") {
   }
 }
 
-TEST_CASE("density 1 sends everything; the multiplier scales the gradient", "[sparse]") {
+TEST_CASE("density 1 sends everything, the multiplier scales the gradient", "[sparse]") {
   TopKOptions options;
   options.density = 1.0;
   TopKSparsifier sparsifier(5, options);
@@ -372,7 +372,7 @@ TEST_CASE("top-k options are validated, naming the setting", "[sparse]") {
   REQUIRE(gradient.to_vector<float>() == std::vector<float>{0, 0, 9, 0, 0, 0});
 }
 
-TEST_CASE("a saved top-k state resumes bit-identically; a mismatched one is refused", "[sparse]") {
+TEST_CASE("a saved top-k state resumes bit-identically, a mismatched one is refused", "[sparse]") {
   const int64_t n = 20'000;
   TopKOptions options;
   options.density = 0.01;

@@ -195,7 +195,7 @@ TEST_CASE("cli: each class of bad input exits 2 with the key and the line", "[cl
   }
 }
 
-TEST_CASE("cli: an unavailable train.device exits 2 naming the key; auto falls back to the CPU", "[cli]") {
+TEST_CASE("cli: an unavailable train.device exits 2 naming the key, auto falls back to the CPU", "[cli]") {
   TemporaryFolder folder;
   write_text(folder.path / "tiny.yaml", kTinyRunYaml);
   std::vector<std::string> unavailable = {"cuda:99"};
@@ -230,7 +230,7 @@ TEST_CASE("cli: a missing data root exits 1 naming the path", "[cli]") {
   CHECK_THAT(outcome.output, Catch::Contains("/nonexistent/fashion-data"));
 }
 
-TEST_CASE("cli: a missing or corrupt train.conv_algorithms file exits 1 naming it; auto without one trains", "[cli]") {
+TEST_CASE("cli: a missing or corrupt train.conv_algorithms file exits 1 naming it, auto without one trains", "[cli]") {
   TemporaryFolder folder;
   write_text(folder.path / "tiny.yaml", kTinyRunYaml);
   write_text(folder.path / "corrupt.json", "{\"format\": \"opsnn-conv-algorithms\", \"format_version\": 1, \"entr");
@@ -277,7 +277,7 @@ TEST_CASE("cli: a missing or corrupt train.conv_algorithms file exits 1 naming i
   CHECK_THAT(outcome.output, Catch::Contains("convolution algorithms from empty.json: 0 used, 0 skipped"));
 }
 
-TEST_CASE("cli: a run writes config.yaml, train.log, metrics.jsonl and checkpoints; bad checkpoints exit 1", "[cli]") {
+TEST_CASE("cli: a run writes config.yaml, train.log, metrics.jsonl and checkpoints, bad checkpoints exit 1", "[cli]") {
   TemporaryFolder folder;
   write_text(folder.path / "tiny.yaml", kTinyRunYaml);
   Outcome outcome = run_train({"--config", "tiny.yaml", "--out", "run"}, folder.path);
@@ -461,7 +461,7 @@ TEST_CASE("cli: a checkpoint whose content is valid but wrong for the run exits 
   CHECK_THAT(deep.output, Catch::Contains(state_json + ": nested deeper than 64 levels"));
 }
 
-TEST_CASE("cli: SIGINT saves a checkpoint and exits 130; --resume auto continues", "[cli]") {
+TEST_CASE("cli: SIGINT saves a checkpoint and exits 130, --resume auto continues", "[cli]") {
   TemporaryFolder folder;
   write_text(folder.path / "tiny.yaml", kTinyRunYaml);
   const fs::path run = folder.path / "run";

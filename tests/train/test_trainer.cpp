@@ -199,7 +199,7 @@ TEST_CASE("top-k: the achieved density is logged and follows the warm-up to the 
   for (size_t i = 1; i < 4; ++i) CHECK(densities[i] < densities[i - 1]);
 }
 
-TEST_CASE("top-k: momentum correction needs sgd with momentum; loss scaling is refused", "[trainer]") {
+TEST_CASE("top-k: momentum correction needs sgd with momentum, loss scaling is refused", "[trainer]") {
   TemporaryFolder folder;
   CHECK_THROWS_AS(Trainer(make_config(kSmallCnnYaml, {"optimizer.settings.sparsification.method=topk"}),
                           quiet_options(folder.path)),
@@ -227,7 +227,7 @@ TEST_CASE("trainer: tf32, bf16 and fp16 on the CPU are config errors naming trai
   }
 }
 
-TEST_CASE("trainer: data.pin_memory true on the CPU is a config error naming the key; auto and false train",
+TEST_CASE("trainer: data.pin_memory true on the CPU is a config error naming the key, auto and false train",
           "[trainer]") {
   TemporaryFolder folder;
   const TrainConfig pinned = make_config(kSmallCnnYaml, {"data.pin_memory=true"});

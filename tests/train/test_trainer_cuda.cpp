@@ -295,7 +295,7 @@ TEST_CASE("cuda: pinned batches uploaded on a copy stream train bit for bit like
   }
 }
 
-TEST_CASE("cuda: a checkpoint taken with an upload in flight records the next batch; resuming from it is exact",
+TEST_CASE("cuda: a checkpoint taken with an upload in flight records the next batch, resuming from it is exact",
           "[cuda][trainer]") {
   if (cuda_device_count() == 0) {
     WARN("no CUDA device: checkpoints with pinned asynchronous uploads are not tested");

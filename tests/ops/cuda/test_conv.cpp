@@ -301,7 +301,7 @@ TEST_CASE("CUDA conv2d chooses deterministic cuDNN algorithms by default and rep
               .has_value());
 }
 
-TEST_CASE("CUDA conv2d choices saved as JSON are used where they are loaded; entries that cannot run are refused",
+TEST_CASE("CUDA conv2d choices saved as JSON are used where they are loaded, entries that cannot run are refused",
           "[conv][cuda][ops]") {
   if (gpu_missing()) return;
   SettingsReset reset;
