@@ -152,6 +152,12 @@ class StateReader : public JsonReader {
   }
 };
 
+// The error for a file given as a checkpoint that is not a state.json; `why` says what it is instead.
+DataError not_a_state_file(const std::string& source, const char* why) {
+  return DataError(
+      detail::concat(source, ": expected a checkpoint folder or its ", kStateFileName, " (this file ", why, ")"));
+}
+
 // Reads one tensor file of a checkpoint, checking it against the size and CRC that state.json recorded.
 NamedTensors load_tensor_file(const std::filesystem::path& folder, std::string_view file_name,
                               const FileDigest& recorded) {
@@ -298,8 +304,7 @@ CheckpointState parse_checkpoint_state(std::string_view state_text, const std::s
   // as a JSON syntax error.
   size_t first = state_text.find_first_not_of(" \t\r\n");
   if (first == std::string::npos || state_text[first] != '{')
-    throw DataError(detail::concat(source, ": expected a checkpoint folder or its ", kStateFileName, " (this file ",
-                                   first == std::string::npos ? "is empty" : "does not hold a JSON object", ")"));
+    throw not_a_state_file(source, first == std::string::npos ? "is empty" : "does not hold a JSON object");
   Json state = parse_json_object(state_text, source);
   StateReader reader(source);
   uint32_t recorded_crc = reader.integer<uint32_t>(state, "", kStateCrcKey);
@@ -362,13 +367,10 @@ CheckpointData load_checkpoint(const std::filesystem::path& path) {
     throw DataError(detail::concat("checkpoint ", path.string(), " does not exist"));
   }
 
-  std::string state_text = read_file_bytes(state_path);
-  // Another file of the folder (model.safetensors, say) given by mistake: say what was expected rather
-  // than report its binary bytes as a JSON syntax error.
-  if (path.extension() == ".safetensors")
-    throw DataError(detail::concat(state_path.string(), ": expected a checkpoint folder or its ", kStateFileName,
-                                   " (this file is a tensor file)"));
-  CheckpointState state = parse_checkpoint_state(state_text, state_path.string(), folder);
+  // Another file of the folder (model.safetensors, say) given by mistake: say what was expected, before
+  // reading what may be gigabytes of tensors only to report them as a JSON syntax error.
+  if (path.extension() == ".safetensors") throw not_a_state_file(state_path.string(), "is a tensor file");
+  CheckpointState state = parse_checkpoint_state(read_file_bytes(state_path), state_path.string(), folder);
   CheckpointData& data = state.data;
   data.model_tensors = load_tensor_file(folder, kModelFileName, state.model_file);
   data.optimizer_tensors = load_tensor_file(folder, kOptimizerFileName, state.optimizer_file);
