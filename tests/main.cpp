@@ -1,4 +1,7 @@
-// Catch2 entry point for the opsnn test program (the one translation unit that defines main).
+// Catch2 entry point for the opsnn test program (the one translation unit that defines main). Including
+// <opsnn/opsnn.h> registers the built-in backends, optimizers, models and datasets before any test runs.
+#include "opsnn/opsnn.h"
+
 #if defined(OPSNN_CATCH2_MAJOR) && OPSNN_CATCH2_MAJOR >= 3
 #include "support/catch.h"
 

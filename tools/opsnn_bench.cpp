@@ -11,6 +11,7 @@
 
 #include "bench/bench.h"
 #include "opsnn/core/error.h"
+#include "opsnn/opsnn.h"
 
 namespace opsnn::bench {
 
@@ -98,6 +99,7 @@ static void print_usage() {
 }
 
 int main(int argc, char** argv) {
+  opsnn::register_builtins();
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
     print_usage();
     return argc < 2 ? 2 : 0;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "opsnn/core/error.h"
+#include "opsnn/opsnn.h"
 #include "opsnn/train/config.h"
 #include "opsnn/train/trainer.h"
 
@@ -118,6 +119,7 @@ Arguments parse_arguments(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  opsnn::register_builtins();
   try {
     Arguments args;
     try {

@@ -1,5 +1,6 @@
 // The backward engine: orders the graph reachable from the root topologically (dependency counts),
 // runs each node once with the sum of the gradients flowing into it, and accumulates leaf gradients.
+// Tensor::backward is defined here, with the engine it runs, so that core never calls up into autograd.
 #include <unordered_map>
 #include <vector>
 
@@ -134,3 +135,17 @@ void run_backward(const Tensor& root, const Tensor& seed) {
 }
 
 }  // namespace opsnn::autograd
+
+namespace opsnn {
+
+void Tensor::backward(const Tensor& gradient) const {
+  Tensor seed = gradient;
+  if (!seed.defined()) {
+    OPSNN_CHECK_AS(ShapeError, numel() == 1, "backward() without a gradient needs a one-element tensor, got ",
+                   shape_str(shape()), "; pass a gradient of that shape");
+    seed = Tensor::ones(shape(), dtype(), device());
+  }
+  autograd::run_backward(*this, seed);
+}
+
+}  // namespace opsnn

@@ -4,7 +4,6 @@
 #include <array>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 
 #include "core/cpu_services.h"
 #include "opsnn/core/error.h"
@@ -12,9 +11,12 @@
 namespace opsnn {
 namespace {
 
+// The CPU's services are core's own and always there; other device types are registered from above
+// (opsnn::register_builtins, src/register_builtins.cpp, registers the CUDA ones).
 struct ServicesRegistry {
   std::array<std::unique_ptr<DeviceServices>, 2> by_type;
-  std::once_flag backends_loaded;
+  bool builtins_registered = false;
+  ServicesRegistry() { by_type[static_cast<size_t>(DeviceType::cpu)] = make_cpu_services(); }
 };
 
 ServicesRegistry& registry() {
@@ -24,22 +26,19 @@ ServicesRegistry& registry() {
 
 }  // namespace
 
-void load_builtin_backends();  // backends.cpp: registers every backend compiled into the library
-
 void register_device_services(DeviceType type, std::unique_ptr<DeviceServices> services) {
   registry().by_type[static_cast<size_t>(type)] = std::move(services);
 }
 
-static void ensure_loaded() { std::call_once(registry().backends_loaded, load_builtin_backends); }
+void mark_builtins_registered() { registry().builtins_registered = true; }
+bool builtins_registered() { return registry().builtins_registered; }
 
 bool device_available(Device device) {
-  ensure_loaded();
   DeviceServices* services = registry().by_type[static_cast<size_t>(device.type)].get();
   return services != nullptr && device.index >= 0 && device.index < services->device_count();
 }
 
 int cuda_device_count() {
-  ensure_loaded();
   DeviceServices* services = registry().by_type[static_cast<size_t>(DeviceType::cuda)].get();
   return services ? services->device_count() : 0;
 }
@@ -51,7 +50,6 @@ void DeviceServices::deallocate_pinned_host(void*) {}  // allocate_pinned_host n
 
 // The services that page-lock host memory: those of the GPU backend, when it has a device.
 static DeviceServices* pinned_memory_services() {
-  ensure_loaded();
   DeviceServices* services = registry().by_type[static_cast<size_t>(DeviceType::cuda)].get();
   return services != nullptr && services->device_count() > 0 ? services : nullptr;
 }
@@ -64,11 +62,13 @@ bool is_page_locked(const void* host_pointer) {
 }
 
 DeviceServices& device_services(Device device) {
-  ensure_loaded();
   DeviceServices* services = registry().by_type[static_cast<size_t>(device.type)].get();
   if (services == nullptr)
-    throw DeviceError(
-        detail::concat("device ", device.str(), " is not available: this build of opsnn has no CUDA backend"));
+    throw DeviceError(detail::concat("device ", device.str(), " is not available: ",
+                                     builtins_registered()
+                                         ? "this build of opsnn has no CUDA backend"
+                                         : "no CUDA backend is registered (a program calls "
+                                           "opsnn::register_builtins() once, or includes <opsnn/opsnn.h>)"));
   if (device.index < 0 || device.index >= services->device_count())
     throw DeviceError(detail::concat("device ", device.str(), " is not available (", services->device_count(),
                                      " device(s) of that type found)"));

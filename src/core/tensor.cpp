@@ -6,7 +6,6 @@
 #include <numeric>
 #include <sstream>
 
-#include "opsnn/autograd/node.h"
 #include "opsnn/core/rng.h"
 
 namespace opsnn {
@@ -395,16 +394,6 @@ Tensor& Tensor::set_sparse_grad(bool value) {
 Tensor& Tensor::set_name(std::string name) {
   checked().name = std::move(name);
   return *this;
-}
-
-void Tensor::backward(const Tensor& gradient) const {
-  Tensor seed = gradient;
-  if (!seed.defined()) {
-    OPSNN_CHECK_AS(ShapeError, numel() == 1, "backward() without a gradient needs a one-element tensor, got ",
-                   shape_str(shape()), "; pass a gradient of that shape");
-    seed = Tensor::ones(shape(), dtype(), device());
-  }
-  autograd::run_backward(*this, seed);
 }
 
 void Tensor::rehome(std::shared_ptr<Storage> new_storage, int64_t new_offset) const {

@@ -1,6 +1,8 @@
-// The model registry: name -> builder, with the built-in models registered on first use.
+// The model registry: name -> builder. The built-ins are listed here once; the composition root
+// (src/register_builtins.cpp) registers them through register_builtin_models.
 #include <map>
-#include <mutex>
+#include <utility>
+#include <vector>
 
 #include "opsnn/core/error.h"
 #include "opsnn/models/models.h"
@@ -10,19 +12,36 @@ namespace {
 
 std::map<std::string, ModelBuilder>& registry() {
   static std::map<std::string, ModelBuilder> builders;
-  static std::once_flag builtins;
-  std::call_once(builtins, [] {
-    builders["mlp"] = make_mlp;
-    builders["small_cnn"] = make_small_cnn;
-    builders["resnet18"] = [](const ModelOptions& o, Generator& g) { return make_resnet(18, o, g); };
-    builders["resnet34"] = [](const ModelOptions& o, Generator& g) { return make_resnet(34, o, g); };
-    builders["resnet50"] = [](const ModelOptions& o, Generator& g) { return make_resnet(50, o, g); };
-    builders["ctr"] = make_ctr;
-  });
   return builders;
 }
 
+// The built-in models in the order configs list them.
+const std::vector<std::pair<std::string, ModelBuilder>>& builtin_models() {
+  static const std::vector<std::pair<std::string, ModelBuilder>> models{
+      {"mlp", make_mlp},
+      {"small_cnn", make_small_cnn},
+      {"resnet18", [](const ModelOptions& o, Generator& g) { return make_resnet(18, o, g); }},
+      {"resnet34", [](const ModelOptions& o, Generator& g) { return make_resnet(34, o, g); }},
+      {"resnet50", [](const ModelOptions& o, Generator& g) { return make_resnet(50, o, g); }},
+      {"ctr", make_ctr},
+  };
+  return models;
+}
+
 }  // namespace
+
+void register_builtin_models() {
+  for (const auto& [name, builder] : builtin_models()) register_model(name, builder);
+}
+
+const std::vector<std::string>& builtin_model_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const auto& entry : builtin_models()) out.push_back(entry.first);
+    return out;
+  }();
+  return names;
+}
 
 void register_model(const std::string& name, ModelBuilder builder) {
   OPSNN_CHECK_AS(ConfigError, !name.empty() && builder, "register_model needs a name and a builder");
@@ -40,6 +59,10 @@ std::shared_ptr<nn::Module> build_model(const ModelOptions& options, Generator& 
   if (found == registry().end()) {
     std::string list;
     for (const std::string& name : known_models()) list += (list.empty() ? "" : ", ") + name;
+    if (list.empty())  // nothing registered: the program never ran the composition root
+      throw ConfigError(detail::concat("unknown model '", options.arch,
+                                       "': no model is registered (a program calls opsnn::register_builtins() once, "
+                                       "or includes <opsnn/opsnn.h>)"));
     throw ConfigError(detail::concat("unknown model '", options.arch, "' (known: ", list, ")"));
   }
   OPSNN_CHECK_AS(ConfigError, options.num_classes >= 1, "model.num_classes must be at least 1, got ",

@@ -1,36 +1,17 @@
-// The compute-backend registry that the functional ops dispatch through, the process-wide f32 math
-// setting, and the one place that registers every backend compiled into the library (the only
-// OPSNN_WITH_CUDA switch in the tree).
+// The compute-backend registry that the functional ops dispatch through (the CPU kernels are built in;
+// the composition root, src/register_builtins.cpp, registers the CUDA ones) and the process-wide f32 math
+// and convolution settings.
 #include "opsnn/ops/backend.h"
 
 #include <array>
 #include <atomic>
 
-#include "core/cpu_services.h"
 #include "ops/cpu/cpu_backend.h"
-#if OPSNN_WITH_CUDA
-#include "ops/cuda/cuda_backend.h"
-#include "optim/cuda/register.h"
-#endif
-
-namespace opsnn {
-
-// Called once, lazily, by the device-services registry on first use.
-void load_builtin_backends() {
-  register_device_services(DeviceType::cpu, make_cpu_services());
-  ops::register_backend(DeviceType::cpu, ops::make_cpu_backend());
-#if OPSNN_WITH_CUDA
-  ops::register_cuda_backend();
-  optim::register_cuda_optimizer_kernels();
-#endif
-}
-
-}  // namespace opsnn
 
 namespace opsnn::ops {
 namespace {
 std::array<std::unique_ptr<Backend>, 2>& backends() {
-  static std::array<std::unique_ptr<Backend>, 2> instance;
+  static std::array<std::unique_ptr<Backend>, 2> instance{make_cpu_backend(), nullptr};
   return instance;
 }
 
@@ -48,7 +29,7 @@ void register_backend(DeviceType type, std::unique_ptr<Backend> backend) {
 }
 
 Backend& backend_for(Device device) {
-  device_services(device);  // loads the backends, and throws a clear error for an absent device
+  device_services(device);  // throws a clear error for an absent device
   Backend* backend = backends()[static_cast<size_t>(device.type)].get();
   OPSNN_CHECK_AS(DeviceError, backend != nullptr, "no compute kernels are registered for ", device.str());
   return *backend;

@@ -9,10 +9,6 @@ std::vector<std::string> adam_states(const OptimizerOptions& options) {
   return {"exp_avg", "exp_avg_sq"};
 }
 
-std::vector<ParamGroup> single_group(NamedParameters parameters) {
-  return {ParamGroup{"default", std::move(parameters), 1.0, std::nullopt}};
-}
-
 // Adam and AdamW share the rule and the kernels; AdamW differs only in these traits.
 OptimizerDescriptor adam_family(std::string name, bool decoupled) {
   OptimizerDescriptor d;
@@ -51,24 +47,28 @@ const OptimizerDescriptor& adamw_descriptor() {
   return descriptor;
 }
 
+Adam::Adam(NamedParameters parameters, const AdamOptions& options)
+    : Adam(default_group(std::move(parameters)), options) {}
+Adam::Adam(std::vector<ParamGroup> groups, const AdamOptions& options) : Adam(std::move(groups), options.options()) {}
 Adam::Adam(NamedParameters parameters, const OptimizerOptions& options)
-    : Adam(adam_descriptor().name, single_group(std::move(parameters)), options) {}
-
+    : Adam(default_group(std::move(parameters)), options) {}
 Adam::Adam(std::vector<ParamGroup> groups, const OptimizerOptions& options)
-    : Adam(adam_descriptor().name, std::move(groups), options) {}
-
-Adam::Adam(std::string name, std::vector<ParamGroup> groups, const OptimizerOptions& options)
-    : Optimizer(std::move(name), std::move(groups), options, adam_states(options)) {}
+    : Adam(adam_descriptor(), std::move(groups), options) {}
+Adam::Adam(const OptimizerDescriptor& descriptor, std::vector<ParamGroup> groups, const OptimizerOptions& options)
+    : Optimizer(descriptor, descriptor.name, std::move(groups), options, adam_states(options)) {}
 
 void Adam::apply_update(UpdateContext& context) {
   context.kernels.adam_update(context.arena, context.adam, context.segments.data(), context.grad_multiplier,
                               context.chunk_param_check.data());
 }
 
+AdamW::AdamW(NamedParameters parameters, const AdamWOptions& options)
+    : AdamW(default_group(std::move(parameters)), options) {}
+AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& options)
+    : AdamW(std::move(groups), options.options()) {}
 AdamW::AdamW(NamedParameters parameters, const OptimizerOptions& options)
-    : Adam(adamw_descriptor().name, single_group(std::move(parameters)), options) {}
-
+    : AdamW(default_group(std::move(parameters)), options) {}
 AdamW::AdamW(std::vector<ParamGroup> groups, const OptimizerOptions& options)
-    : Adam(adamw_descriptor().name, std::move(groups), options) {}
+    : Adam(adamw_descriptor(), std::move(groups), options) {}
 
 }  // namespace opsnn::optim

@@ -27,11 +27,13 @@ const OptimizerDescriptor& lamb_descriptor() {
   return descriptor;
 }
 
+LAMB::LAMB(NamedParameters parameters, const LambOptions& options)
+    : LAMB(default_group(std::move(parameters)), options) {}
+LAMB::LAMB(std::vector<ParamGroup> groups, const LambOptions& options) : LAMB(std::move(groups), options.options()) {}
 LAMB::LAMB(NamedParameters parameters, const OptimizerOptions& options)
-    : LAMB(std::vector<ParamGroup>{ParamGroup{"default", std::move(parameters), 1.0, std::nullopt}}, options) {}
-
+    : LAMB(default_group(std::move(parameters)), options) {}
 LAMB::LAMB(std::vector<ParamGroup> groups, const OptimizerOptions& options)
-    : Optimizer(lamb_descriptor().name, std::move(groups), options, lamb_states(options)) {}
+    : Optimizer(lamb_descriptor(), lamb_descriptor().name, std::move(groups), options, lamb_states(options)) {}
 
 void LAMB::apply_update(UpdateContext& context) {
   double* update_sums = scratch(0);

@@ -1,23 +1,11 @@
 // Lion (Chen et al. 2023; rules.h's LionRule): one state, exp_avg, and one fused pass per step, the generic
 // element-wise pass on the CPU and the GPU alike. Weight decay is decoupled (p -= lr*wd*p inside the step).
-#include "opsnn/optim/optimizer.h"
+#include "opsnn/optim/lion.h"
 
 namespace opsnn::optim {
 namespace {
 
 std::vector<std::string> lion_states(const OptimizerOptions&) { return {"exp_avg"}; }
-
-class Lion final : public Optimizer {
- public:
-  Lion(std::vector<ParamGroup> groups, const OptimizerOptions& options)
-      : Optimizer("lion", std::move(groups), options, lion_states(options)) {}
-
- protected:
-  void apply_update(UpdateContext& context) override {
-    context.kernels.elementwise_update(context.arena, UpdateRule::lion, context.adam, context.segments.data(),
-                                       context.grad_multiplier, context.chunk_param_check.data());
-  }
-};
 
 }  // namespace
 
@@ -38,6 +26,19 @@ const OptimizerDescriptor& lion_descriptor() {
     return d;
   }();
   return descriptor;
+}
+
+Lion::Lion(NamedParameters parameters, const LionOptions& options)
+    : Lion(default_group(std::move(parameters)), options) {}
+Lion::Lion(std::vector<ParamGroup> groups, const LionOptions& options) : Lion(std::move(groups), options.options()) {}
+Lion::Lion(NamedParameters parameters, const OptimizerOptions& options)
+    : Lion(default_group(std::move(parameters)), options) {}
+Lion::Lion(std::vector<ParamGroup> groups, const OptimizerOptions& options)
+    : Optimizer(lion_descriptor(), lion_descriptor().name, std::move(groups), options, lion_states(options)) {}
+
+void Lion::apply_update(UpdateContext& context) {
+  context.kernels.elementwise_update(context.arena, UpdateRule::lion, context.adam, context.segments.data(),
+                                     context.grad_multiplier, context.chunk_param_check.data());
 }
 
 }  // namespace opsnn::optim

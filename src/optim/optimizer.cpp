@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "opsnn/core/error.h"
+#include "opsnn/optim/step_extensions.h"
 #include "opsnn/optim/step_logic.h"
 
 namespace opsnn::optim {
@@ -30,16 +31,20 @@ std::vector<ArenaEntry> arena_entries(const std::vector<ParamGroup>& groups, con
 
 Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, OptimizerOptions options,
                      std::vector<std::string> state_names)
+    : Optimizer(optimizer_descriptor(name), name, std::move(groups), std::move(options), std::move(state_names)) {}
+
+Optimizer::Optimizer(const OptimizerDescriptor& descriptor, std::string name, std::vector<ParamGroup> groups,
+                     OptimizerOptions options, std::vector<std::string> state_names)
     : name_(std::move(name)),
-      descriptor_(&optimizer_descriptor(name_)),
+      descriptor_(&descriptor),
       options_(std::move(options)),
       groups_(std::move(groups)),
       scaler_(options_.loss_scaling()),
       monitor_(options_.monitor()) {
-  options_.validate(name_);
+  options_.validate(*descriptor_, name_);
   validate_groups();
   schedule_ = options_.schedule();
-  schedule_.base_lr = options_.effective_lr(name_);
+  schedule_.base_lr = options_.effective_lr(*descriptor_);
   arena_ =
       std::make_unique<ParamArena>(arena_entries(groups_, options_), std::move(state_names), options_.state_dtype());
   scaler_.initialize(state_);
@@ -54,7 +59,12 @@ Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, Optimizer
   // The built-in rules run on a device-resident stepper where the arena's device has one; an optimizer
   // registered under another name keeps the host pipeline (and its own apply_update).
   if (device_stepper_factory(arena_->device().type) != nullptr && descriptor_->builtin) build_stepper();
+  // The step extensions (step_extensions.h), which read the arena and options set up above.
+  if (descriptor_->builtin && has_sparse_segments()) sparse_updater_ = std::make_shared<RowSparseUpdater>(*this);
+  if (options_.sparsification()) sparsifier_ = std::make_unique<GradientSparsifier>(*this, *options_.sparsification());
 }
+
+Optimizer::~Optimizer() = default;
 
 StepConstants Optimizer::device_step_constants() const {
   StepConstants k;
@@ -62,7 +72,7 @@ StepConstants Optimizer::device_step_constants() const {
   k.decoupled = descriptor_->decoupled_weight_decay ? 1 : 0;
   k.amsgrad = options_.amsgrad() ? 1 : 0;
   k.nesterov = options_.nesterov() ? 1 : 0;
-  std::tie(k.beta1, k.beta2) = options_.effective_betas(name_);
+  std::tie(k.beta1, k.beta2) = options_.effective_betas(*descriptor_);
   k.eps = static_cast<float>(options_.eps());
   k.eps_relative = static_cast<float>(options_.eps_relative());
   k.momentum = static_cast<float>(options_.momentum());
@@ -93,7 +103,7 @@ StepConstants Optimizer::device_step_constants() const {
 
 std::vector<DeviceSegment> Optimizer::device_segments() const {
   const std::vector<ArenaSegment>& segments = arena_->segments();
-  double weight_decay = options_.effective_weight_decay(name_);
+  double weight_decay = options_.effective_weight_decay(*descriptor_);
   std::vector<DeviceSegment> table(segments.size());
   for (size_t i = 0; i < segments.size(); ++i) {
     table[i].lr_multiplier = groups_[static_cast<size_t>(segments[i].group)].lr_multiplier;
@@ -247,8 +257,8 @@ int32_t Optimizer::first_nonfinite_param_segment() const {
 }
 
 void Optimizer::step_scalars(const StepState& state, double lr, AdamScalars& adam, SgdScalars& sgd) const {
-  auto [beta1, beta2] = options_.effective_betas(name_);
-  double weight_decay = options_.effective_weight_decay(name_);
+  auto [beta1, beta2] = options_.effective_betas(*descriptor_);
+  double weight_decay = options_.effective_weight_decay(*descriptor_);
   adam = AdamScalars{};
   adam.lr = static_cast<float>(lr);
   adam.beta1 = static_cast<float>(beta1);
@@ -273,7 +283,7 @@ void Optimizer::step_scalars(const StepState& state, double lr, AdamScalars& ada
 
 void Optimizer::set_segment_scalars(double lr) {
   const std::vector<ArenaSegment>& segments = arena_->segments();
-  double weight_decay = options_.effective_weight_decay(name_);
+  double weight_decay = options_.effective_weight_decay(*descriptor_);
   for (size_t i = 0; i < segments.size(); ++i) {
     const ArenaSegment& segment = segments[i];
     segment_scalars_[i].lr = static_cast<float>(lr * groups_[static_cast<size_t>(segment.group)].lr_multiplier);
@@ -313,7 +323,7 @@ const StepState& Optimizer::sync_state() {
 }
 
 void Optimizer::step_async() {
-  if (!stepper_ || has_sparse_segments()) {
+  if (!stepper_ || has_sparse_segments() || sparsifier_) {
     step();
     return;
   }
@@ -348,6 +358,9 @@ std::unique_ptr<CapturedStep> Optimizer::capture_step() {
   OPSNN_CHECK_AS(UsageError, !has_sparse_segments(), "capture_step: the ", name_,
                  " optimizer has row-sparse segments, whose updater runs on the host; a step with them cannot be "
                  "captured");
+  OPSNN_CHECK_AS(UsageError, sparsifier_ == nullptr, "capture_step: the ", name_,
+                 " optimizer sparsifies its gradients (top-k), which decides on the host each step; a step with "
+                 "it cannot be captured");
   sync_state();
   arena_->reclaim_grads();
   segment_norms_stale_ = true;
@@ -401,6 +414,7 @@ const StepState& Optimizer::device_step() {
 }
 
 const StepState& Optimizer::step() {
+  if (sparsifier_) last_sparsification_ = sparsifier_->apply(*this);
   if (stepper_) return device_step();
   arena_->reclaim_grads();
   StepState& state = state_;
@@ -424,7 +438,7 @@ const StepState& Optimizer::step() {
   if (skip) {
     mark_skipped(state);
   } else {
-    auto [beta1, beta2] = options_.effective_betas(name_);
+    auto [beta1, beta2] = options_.effective_betas(*descriptor_);
     double lr = scheduled_lr(state.step);
     set_segment_scalars(lr);
     AdamScalars adam;

@@ -22,8 +22,8 @@ template <typename... Parts>
 template <typename Trait>
 std::string builtins_with(Trait trait) {
   std::vector<std::string> names;
-  for (const std::string& name : builtin_optimizer_names())
-    if (trait(*find_optimizer(name))) names.push_back(name);
+  for (const OptimizerDescriptor* descriptor : builtin_optimizer_descriptors())
+    if (trait(*descriptor)) names.push_back(descriptor->name);
   std::string text;
   for (size_t i = 0; i < names.size(); ++i) text += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
   return text;
@@ -93,24 +93,36 @@ void MonitorOptions::validate() const {
 }
 
 double OptimizerOptions::effective_lr(std::string_view optimizer) const {
-  return lr_.value_or(optimizer_descriptor(optimizer).default_lr);
+  return effective_lr(optimizer_descriptor(optimizer));
+}
+double OptimizerOptions::effective_lr(const OptimizerDescriptor& descriptor) const {
+  return lr_.value_or(descriptor.default_lr);
 }
 
 Betas OptimizerOptions::effective_betas(std::string_view optimizer) const {
-  return betas_.value_or(optimizer_descriptor(optimizer).default_betas);
+  return effective_betas(optimizer_descriptor(optimizer));
+}
+Betas OptimizerOptions::effective_betas(const OptimizerDescriptor& descriptor) const {
+  return betas_.value_or(descriptor.default_betas);
 }
 
 double OptimizerOptions::effective_weight_decay(std::string_view optimizer) const {
+  return effective_weight_decay(optimizer_descriptor(optimizer));
+}
+double OptimizerOptions::effective_weight_decay(const OptimizerDescriptor& descriptor) const {
   if (fp32_weight_decay_ != 0.0) return fp32_weight_decay_;
   if (weight_decay_) return *weight_decay_;
-  return optimizer_descriptor(optimizer).default_weight_decay;
+  return descriptor.default_weight_decay;
 }
 
 void OptimizerOptions::validate(std::string_view optimizer) const {
-  const OptimizerDescriptor& descriptor = optimizer_descriptor(optimizer);
-  const double lr = effective_lr(optimizer);
+  validate(optimizer_descriptor(optimizer), optimizer);
+}
+
+void OptimizerOptions::validate(const OptimizerDescriptor& descriptor, std::string_view optimizer) const {
+  const double lr = effective_lr(descriptor);
   if (!(lr >= 0.0) || !std::isfinite(lr)) fail("lr = ", lr, " must be a finite number >= 0");
-  auto [beta1, beta2] = effective_betas(optimizer);
+  auto [beta1, beta2] = effective_betas(descriptor);
   if (!(beta1 >= 0.0 && beta1 < 1.0)) fail("betas[0] = ", beta1, " must be in [0, 1)");
   if (!(beta2 >= 0.0 && beta2 < 1.0)) fail("betas[1] = ", beta2, " must be in [0, 1)");
   if (!(eps_ > 0.0) || !std::isfinite(eps_)) fail("eps = ", eps_, " must be a finite number > 0");

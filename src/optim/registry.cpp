@@ -1,5 +1,6 @@
-// The registries of the optimizer subsystem: optimizers by name (built-ins added on first use, so a static
-// library needs no registration objects to be linked in) and fused-step kernels by device type.
+// The registries of the optimizer subsystem: optimizers by name (the composition root,
+// src/register_builtins.cpp, adds the built-ins through register_builtin_optimizers) and fused-step kernels
+// by device type (the CPU's are built in).
 #include <deque>
 #include <mutex>
 
@@ -24,13 +25,6 @@ struct OptimizerRegistry {
   // replaced descriptor is kept, only unlisted).
   std::deque<OptimizerDescriptor> storage;
   std::map<std::string, const OptimizerDescriptor*, std::less<>> by_name;
-  std::vector<std::string> builtin_names;
-  OptimizerRegistry() {
-#define OPSNN_ADD_DESCRIPTOR(name) add(name##_descriptor());
-    OPSNN_BUILTIN_OPTIMIZERS(OPSNN_ADD_DESCRIPTOR)
-#undef OPSNN_ADD_DESCRIPTOR
-    for (const OptimizerDescriptor& descriptor : storage) builtin_names.push_back(descriptor.name);
-  }
   void add(OptimizerDescriptor descriptor) {
     storage.push_back(std::move(descriptor));
     by_name[storage.back().name] = &storage.back();
@@ -56,6 +50,19 @@ DeviceTable<FusedStepKernels>& kernel_table() {
 }
 
 }  // namespace
+
+const std::vector<const OptimizerDescriptor*>& builtin_optimizer_descriptors() {
+  static const std::vector<const OptimizerDescriptor*> descriptors{
+#define OPSNN_LIST_DESCRIPTOR(name) &name##_descriptor(),
+      OPSNN_BUILTIN_OPTIMIZERS(OPSNN_LIST_DESCRIPTOR)
+#undef OPSNN_LIST_DESCRIPTOR
+  };
+  return descriptors;
+}
+
+void register_builtin_optimizers() {
+  for (const OptimizerDescriptor* descriptor : builtin_optimizer_descriptors()) register_optimizer(*descriptor);
+}
 
 void register_optimizer(OptimizerDescriptor descriptor) {
   OPSNN_CHECK_AS(ConfigError, !descriptor.name.empty() && descriptor.factory,
@@ -85,7 +92,14 @@ const OptimizerDescriptor& optimizer_descriptor(std::string_view name) {
   return found != nullptr ? *found : generic;
 }
 
-const std::vector<std::string>& builtin_optimizer_names() { return optimizer_registry().builtin_names; }
+const std::vector<std::string>& builtin_optimizer_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const OptimizerDescriptor* descriptor : builtin_optimizer_descriptors()) out.push_back(descriptor->name);
+    return out;
+  }();
+  return names;
+}
 
 std::vector<std::string> optimizer_names() {
   OptimizerRegistry& registry = optimizer_registry();
@@ -107,6 +121,10 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& name, std::vector<P
   if (!factory) {
     std::string known;
     for (const std::string& known_name : optimizer_names()) known += (known.empty() ? "" : ", ") + known_name;
+    if (known.empty())  // nothing registered: the program never ran the composition root
+      throw ConfigError(detail::concat("unknown optimizer '", name,
+                                       "': no optimizer is registered (a program calls opsnn::register_builtins() "
+                                       "once, or includes <opsnn/opsnn.h>)"));
     throw ConfigError(detail::concat("unknown optimizer '", name, "' (known: ", known, ")"));
   }
   std::unique_ptr<Optimizer> optimizer = factory(std::move(groups), options);
@@ -117,8 +135,7 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& name, std::vector<P
 
 std::unique_ptr<Optimizer> make_optimizer(const std::string& name, NamedParameters parameters,
                                           const OptimizerOptions& options) {
-  return make_optimizer(name, std::vector<ParamGroup>{ParamGroup{"default", std::move(parameters), 1.0, std::nullopt}},
-                        options);
+  return make_optimizer(name, default_group(std::move(parameters)), options);
 }
 
 void register_fused_step_kernels(DeviceType type, const FusedStepKernels& kernels) {

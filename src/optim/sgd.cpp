@@ -28,11 +28,12 @@ const OptimizerDescriptor& sgd_descriptor() {
   return descriptor;
 }
 
+SGD::SGD(NamedParameters parameters, const SgdOptions& options) : SGD(default_group(std::move(parameters)), options) {}
+SGD::SGD(std::vector<ParamGroup> groups, const SgdOptions& options) : SGD(std::move(groups), options.options()) {}
 SGD::SGD(NamedParameters parameters, const OptimizerOptions& options)
-    : SGD(std::vector<ParamGroup>{ParamGroup{"default", std::move(parameters), 1.0, std::nullopt}}, options) {}
-
+    : SGD(default_group(std::move(parameters)), options) {}
 SGD::SGD(std::vector<ParamGroup> groups, const OptimizerOptions& options)
-    : Optimizer(sgd_descriptor().name, std::move(groups), options, sgd_states(options)) {}
+    : Optimizer(sgd_descriptor(), sgd_descriptor().name, std::move(groups), options, sgd_states(options)) {}
 
 void SGD::apply_update(UpdateContext& context) {
   context.kernels.sgd_update(context.arena, context.sgd, context.segments.data(), context.grad_multiplier,

@@ -7,6 +7,7 @@
 #include "opsnn/core/error.h"
 #include "opsnn/ops/ops.h"
 #include "opsnn/optim/optimizer.h"
+#include "opsnn/optim/step_extensions.h"
 
 namespace opsnn::optim {
 namespace {
@@ -75,10 +76,21 @@ StateDict Optimizer::state_dict() const {
     stepper_->read(current, report);
   }
   for (const ScalarField& field : kScalarFields) result[field.key] = Tensor::scalar(field.get(current), field.dtype);
+  if (sparse_updater_)
+    for (auto& [key, tensor] : sparse_updater_->state_tensors()) result[key] = std::move(tensor);
+  if (sparsifier_)
+    for (auto& [key, tensor] : sparsifier_->state_tensors()) result[key] = std::move(tensor);
   return result;
 }
 
-void Optimizer::load_state_dict(const StateDict& state) {
+void Optimizer::load_state_dict(const StateDict& full_state) {
+  // The step extensions take their entries first; any other "@" entry belongs to one this optimizer lacks.
+  StateDict state = full_state;
+  if (sparse_updater_) sparse_updater_->load_state_tensors(state);
+  if (sparsifier_) sparsifier_->load_state_tensors(state);
+  for (const auto& [key, tensor] : state)
+    OPSNN_CHECK_AS(DataError, key.rfind(kExtensionStatePrefix, 0) != 0, "optimizer state '", key,
+                   "' belongs to a setting this optimizer does not use (sparse rows or top-k)");
   const ParamArena& arena = *arena_;
   std::set<std::string> expected;
   // Check everything before changing anything, so a bad dict leaves the optimizer as it was.

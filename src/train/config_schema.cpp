@@ -12,21 +12,16 @@
 #include <type_traits>
 
 #include "opsnn/core/error.h"
+#include "opsnn/data/registry.h"
+#include "opsnn/models/models.h"
 #include "opsnn/optim/descriptor.h"
 
 namespace opsnn::train {
 
-// ---- the names the config accepts: the one place to switch to the model/optimizer/dataset registries ----
-const std::vector<std::string>& known_model_names() {
-  static const std::vector<std::string> names{"mlp", "small_cnn", "resnet18", "resnet34", "resnet50", "ctr"};
-  return names;
-}
-// The optimizer registry's built-ins, in their fixed order (include/opsnn/optim/builtin_list.h).
+// ---- the names the config accepts: the registries' built-ins, in their fixed order ----
+const std::vector<std::string>& known_model_names() { return models::builtin_model_names(); }
 const std::vector<std::string>& known_optimizer_names() { return optim::builtin_optimizer_names(); }
-const std::vector<std::string>& known_dataset_names() {
-  static const std::vector<std::string> names{"fashion_mnist", "synthetic", "ctr_synthetic"};
-  return names;
-}
+const std::vector<std::string>& known_dataset_names() { return data::builtin_dataset_names(); }
 
 namespace detail {
 

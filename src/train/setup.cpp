@@ -1,51 +1,40 @@
 // Mapping a TrainConfig onto datasets, model options and optimizer options (see setup.h).
 #include "train/setup.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "opsnn/core/error.h"
-#include "opsnn/data/fashion_mnist.h"
-#include "opsnn/data/synthetic.h"
+#include "opsnn/optim/descriptor.h"
 
 namespace opsnn::train {
 
 Datasets make_datasets(const TrainConfig& config) {
   const DataConfig& data = config.data;
-  Datasets sets;
-  if (data.dataset == "fashion_mnist") {
-    data::Normalization normalization =
-        data.normalize ? data::Normalization::fashion_mnist() : data::Normalization::none();
-    sets.train = std::make_shared<data::FashionMnist>(data.root, data::Split::train, normalization);
-    sets.test = std::make_shared<data::FashionMnist>(data.root, data::Split::test, normalization);
-  } else if (data.dataset == "synthetic") {
-    data::SyntheticImageOptions options;
-    options.channels = data.synthetic.channels;
-    options.height = data.synthetic.height;
-    options.width = data.synthetic.width;
-    options.num_classes = data.synthetic.num_classes;
-    options.noise = data.synthetic.noise;
-    options.seed = data.synthetic.seed;
-    options.size = data.synthetic.train_size;
-    sets.train = std::make_shared<data::SyntheticImages>(options);
-    options.sample_offset = data.synthetic.train_size;  // disjoint test samples
-    options.size = data.synthetic.test_size;
-    sets.test = std::make_shared<data::SyntheticImages>(options);
-  } else if (data.dataset == "ctr_synthetic") {
-    data::SyntheticCtrOptions options;
-    options.vocab_sizes = data.ctr.vocab_sizes;
-    options.weight_scale = data.ctr.weight_scale;
-    options.bias = data.ctr.bias;
-    options.value_skew = data.ctr.value_skew;
-    options.seed = data.ctr.seed;
-    options.size = data.ctr.train_size;
-    sets.train = std::make_shared<data::SyntheticCtr>(options);
-    options.sample_offset = data.ctr.train_size;
-    options.size = data.ctr.test_size;
-    sets.test = std::make_shared<data::SyntheticCtr>(options);
-  } else {
-    throw ConfigError(detail::concat(config.source, ": key 'data.dataset': unknown dataset '", data.dataset, "'"));
+  data::DatasetOptions options;
+  options.name = data.dataset;
+  options.root = data.root;
+  options.normalize = data.normalize;
+  options.synthetic.channels = data.synthetic.channels;
+  options.synthetic.height = data.synthetic.height;
+  options.synthetic.width = data.synthetic.width;
+  options.synthetic.num_classes = data.synthetic.num_classes;
+  options.synthetic.noise = data.synthetic.noise;
+  options.synthetic.seed = data.synthetic.seed;
+  options.synthetic.size = data.synthetic.train_size;
+  options.synthetic_test_size = data.synthetic.test_size;
+  options.ctr.vocab_sizes = data.ctr.vocab_sizes;
+  options.ctr.weight_scale = data.ctr.weight_scale;
+  options.ctr.bias = data.ctr.bias;
+  options.ctr.value_skew = data.ctr.value_skew;
+  options.ctr.seed = data.ctr.seed;
+  options.ctr.size = data.ctr.train_size;
+  options.ctr_test_size = data.ctr.test_size;
+  try {
+    return data::build_datasets(options);
+  } catch (const ConfigError& error) {  // the registry knows no file: say which config asked
+    throw ConfigError(detail::concat(config.source, ": key 'data.dataset': ", error.what()));
   }
-  return sets;
 }
 
 models::ModelOptions make_model_options(const TrainConfig& config, const data::Dataset& dataset) {
@@ -99,7 +88,7 @@ optim::OptimizerOptions make_optimizer_options(const TrainConfig& config, int64_
                                                int64_t total_steps) {
   const OptimizerConfig& o = config.optimizer;
   const OptimizerSettings& s = o.settings;
-  // DGC momentum correction accumulates the velocity inside the top-k sparsifier (optimizer_hooks.h); the
+  // DGC momentum correction accumulates the velocity inside the top-k sparsifier (step_extensions.h); the
   // optimizer then applies the sparse velocity as plain SGD, or momentum would be applied twice.
   bool momentum_in_sparsifier = s.sparsification.method == "topk" && s.sparsification.momentum_correction;
   optim::OptimizerOptions options(o.lr);
@@ -159,6 +148,38 @@ optim::OptimizerOptions make_optimizer_options(const TrainConfig& config, int64_
   monitor.grad_norm_warn_threshold(config.monitor.grad_norm_threshold)
       .on_nonfinite(optim::parse_nonfinite_action(config.monitor.on_nonfinite));
   options.monitor(monitor);
+  if (s.sparsification.method == "topk") options.sparsification(make_topk_options(config));
+  return options;
+}
+
+optim::TopKOptions make_topk_options(const TrainConfig& config) {
+  const SparsificationConfig& settings = config.optimizer.settings.sparsification;
+  OPSNN_CHECK_AS(ConfigError, !config.loss_scaling_enabled(), config.source,
+                 ": key 'optimizer.settings.sparsification.method': topk works on unscaled gradients and cannot be "
+                 "combined with loss scaling (optimizer.settings.loss_scaling.enabled / train.precision fp16)");
+  if (settings.momentum_correction) {
+    const optim::OptimizerDescriptor* descriptor = optim::find_optimizer(config.optimizer.name);
+    OPSNN_CHECK_AS(ConfigError,
+                   descriptor != nullptr && descriptor->has_momentum_option && config.optimizer.momentum > 0.0 &&
+                       !config.optimizer.nesterov,
+                   config.source,
+                   ": key 'optimizer.settings.sparsification.momentum_correction': DGC momentum correction moves SGD's "
+                   "momentum into the sparsifier, so it needs optimizer.name sgd with momentum > 0 and nesterov "
+                   "false (got ",
+                   config.optimizer.name, ", momentum ", config.optimizer.momentum,
+                   "); set momentum_correction: false for other optimizers");
+  }
+  optim::TopKOptions options;
+  options.density = settings.density;
+  options.sample_fraction = settings.sample_fraction;
+  options.momentum_correction = settings.momentum_correction;
+  options.momentum = settings.momentum_correction ? config.optimizer.momentum : 0.0;
+  options.lr_compensation = settings.lr_compensation;
+  options.seed = config.train.seed;
+  // The sparsifier's warm-up counts "epochs"; the optimizer feeds it applied steps, so its exponential
+  // warm-up runs over sparsification.warmup_steps steps.
+  options.warmup_epochs = settings.warmup_steps;
+  options.warmup_start_density = std::max(settings.initial_density, settings.density);
   return options;
 }
 

@@ -5,16 +5,14 @@
 #include <memory>
 
 #include "opsnn/data/dataset.h"
+#include "opsnn/data/registry.h"
 #include "opsnn/models/models.h"
 #include "opsnn/optim/options.h"
 #include "opsnn/train/config.h"
 
 namespace opsnn::train {
 
-struct Datasets {
-  std::shared_ptr<const data::Dataset> train;
-  std::shared_ptr<const data::Dataset> test;
-};
+using Datasets = data::DatasetSplits;
 
 // data.dataset -> the train and test splits (DataError for missing or corrupt files).
 Datasets make_datasets(const TrainConfig& config);
@@ -22,6 +20,10 @@ Datasets make_datasets(const TrainConfig& config);
 // not fit the data (ctr on images, an image model on CTR rows).
 models::ModelOptions make_model_options(const TrainConfig& config, const data::Dataset& dataset);
 // optimizer.*, scheduler.* and monitor.* -> OptimizerOptions; total_steps feeds the schedule.
+// With optimizer.settings.sparsification.method topk the options include make_topk_options(config).
 optim::OptimizerOptions make_optimizer_options(const TrainConfig& config, int64_t steps_per_epoch, int64_t total_steps);
+// optimizer.settings.sparsification -> TopKOptions; ConfigError naming the key for loss scaling (top-k
+// needs unscaled gradients) and for momentum correction without SGD momentum to move into the sparsifier.
+optim::TopKOptions make_topk_options(const TrainConfig& config);
 
 }  // namespace opsnn::train

@@ -26,7 +26,6 @@
 #include "opsnn/ops/ops.h"
 #include "opsnn/optim/optimizer.h"
 #include "opsnn/train/checkpoint.h"
-#include "train/optimizer_hooks.h"
 #include "train/progress.h"
 #include "train/setup.h"
 
@@ -44,10 +43,8 @@ struct Trainer::State {
   std::unique_ptr<data::DeviceLoader> loader;  // training batches, on `device`
   std::shared_ptr<nn::Module> model;
   std::unique_ptr<optim::Optimizer> optimizer;
-  std::shared_ptr<RowSparseUpdater> sparse_updater;  // set when the model has row-sparse tables
-  std::unique_ptr<GradientSparsifier> sparsifier;    // set with sparsification.method: topk
-  std::shared_ptr<spdlog::logger> logger;            // train.log (+ stderr)
-  std::shared_ptr<spdlog::logger> file_logger;       // train.log only: periodic lines under a progress bar
+  std::shared_ptr<spdlog::logger> logger;       // train.log (+ stderr)
+  std::shared_ptr<spdlog::logger> file_logger;  // train.log only: periodic lines under a progress bar
   std::shared_ptr<spdlog::logger> previous_default_logger;
   std::optional<ops::Fp32Math> previous_fp32_math;  // set while train.precision tf32 has changed it
   std::optional<bool> previous_conv_deterministic;  // set while train.deterministic has changed it
@@ -299,7 +296,6 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
   } catch (const ConfigError& error) {  // the optimizer's own checks know no file: say which config it was
     throw ConfigError(detail::concat(c.source, ": ", error.what()));
   }
-  s.sparse_updater = install_row_sparse_updater(*s.optimizer);
   // Mixed precision on the GPU: the optimizer keeps the bf16/fp16 copy of the weights (written in its
   // update pass) and Conv2d/Linear compute with it instead of casting the fp32 masters every forward.
   const bool keeps_param_copy =
@@ -308,12 +304,11 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
     s.optimizer->enable_param_copy(s.model->compute_dtype());
     s.model->set_parameter_copies(std::make_shared<const nn::Module::ParameterCopies>(s.optimizer->param_copies()));
   }
-  if (topk_enabled(c)) s.sparsifier = std::make_unique<GradientSparsifier>(c, *s.optimizer);
 
   s.logger->info("opsnn run '{}' in {}: {} on {} ({} train / {} test samples), {} parameters, {} on {}", run_name_of(c),
                  s.run_dir.string(), c.model.arch, s.datasets.train->name(), s.datasets.train->size(),
                  s.datasets.test->size(), models::count_parameters(*s.model), c.optimizer.name, s.device.str());
-  if (s.sparse_updater)
+  if (s.optimizer->sparse_updater() != nullptr)
     s.logger->info(
         "row-sparse embedding gradients: {} updates only the rows each batch touches",
         s.optimizer->descriptor().rule == optim::UpdateRule::sgd ? "sparse SGD" : "lazy " + c.optimizer.name);
@@ -327,7 +322,7 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
         "mixed precision: the optimizer keeps the {} weights Conv2d/Linear compute with, written in its "
         "update pass beside the fp32 masters",
         dtype_name(s.model->compute_dtype()));
-  if (s.sparsifier)
+  if (s.optimizer->sparsifies())
     s.logger->info("top-k sparsification: density {} (from {} over {} steps), momentum correction {}",
                    c.optimizer.settings.sparsification.density, c.optimizer.settings.sparsification.initial_density,
                    c.optimizer.settings.sparsification.warmup_steps,
@@ -364,11 +359,6 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
         throw DataError(detail::concat((checkpoint.folder / kModelFileName).string(), ": ", failure.what()));
       }
       optim::StateDict optimizer_state(checkpoint.optimizer_tensors.begin(), checkpoint.optimizer_tensors.end());
-      if (s.sparse_updater) s.sparse_updater->load_state_tensors(optimizer_state);
-      if (s.sparsifier) s.sparsifier->load_state_tensors(optimizer_state);
-      for (const auto& [key, tensor] : optimizer_state)
-        OPSNN_CHECK_AS(DataError, key.rfind(kHookStatePrefix, 0) != 0, "optimizer state '", key,
-                       "' belongs to a setting this config does not use (sparse rows or top-k)");
       s.optimizer->load_state_dict(optimizer_state);
       s.loader->seek({checkpoint.data_loader.epoch, checkpoint.data_loader.batch_in_epoch});
     } catch (const Error& failure) {
@@ -468,10 +458,6 @@ fs::path Trainer::save_checkpoint() {
   data.extra_json = nlohmann::json{{"best_test_accuracy", s.best_test_accuracy}}.dump();
   for (const auto& [name, tensor] : s.model->state_dict()) data.model_tensors.emplace_back(name, tensor);
   for (const auto& [name, tensor] : s.optimizer->state_dict()) data.optimizer_tensors.emplace_back(name, tensor);
-  if (s.sparse_updater)
-    for (auto& entry : s.sparse_updater->state_tensors()) data.optimizer_tensors.push_back(std::move(entry));
-  if (s.sparsifier)
-    for (auto& entry : s.sparsifier->state_tensors()) data.optimizer_tensors.push_back(std::move(entry));
   const int keep_last = static_cast<int>(s.config.checkpoint.keep_last);  // in int range: checked in the constructor
   fs::path folder = train::save_checkpoint(s.run_dir, data, keep_last);
   if (s.device.is_cuda()) save_conv_algorithm_choices(s.run_dir);
@@ -509,8 +495,6 @@ double Trainer::train_steps(int64_t count) {
     }
 
     if (micro_batches > 0) {
-      std::optional<optim::TopKStepReport> sparsified;
-      if (s.sparsifier) sparsified = s.sparsifier->apply(*s.optimizer);
       optim::StepState step_state;
       try {
         step_state = s.optimizer->step();
@@ -529,7 +513,7 @@ double Trainer::train_steps(int64_t count) {
       s.interval_loss += step_loss;
       s.interval_steps += 1;
       s.interval_samples += step_samples;
-      if (sparsified) {
+      if (const std::optional<optim::TopKStepReport>& sparsified = s.optimizer->last_sparsification()) {
         s.interval_density += sparsified->achieved_density;
         s.interval_sparsified_steps += 1;
       }

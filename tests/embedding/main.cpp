@@ -1,7 +1,6 @@
 // An embedding program: loads a training config, trains a few steps through opsnn::train::Trainer, saves a
 // checkpoint and prints its folder. Built against the installed opsnn package by the [embed] test.
-#include <opsnn/train/config.h>
-#include <opsnn/train/trainer.h>
+#include <opsnn/opsnn.h>  // every public header, and the built-ins registered
 
 #include <cstdio>
 #include <exception>

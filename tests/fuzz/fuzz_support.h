@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "opsnn/core/error.h"
+#include "opsnn/opsnn.h"  // registers the built-ins (the config reader checks names against them)
 
 namespace opsnn::fuzz {
 

@@ -544,3 +544,21 @@ TEST_CASE("Config: model.file reads an architecture file that the model section 
                                                       "architecture file (tried "));
   fs::remove_all(dir);
 }
+
+TEST_CASE("Config: optimizer.lr and optimizer.betas left out take the optimizer's own defaults", "[config]") {
+  TrainConfig lion = load_config_text("optimizer:\n  name: lion\n", "test.yaml");
+  CHECK(lion.optimizer.lr == 1e-4);
+  CHECK(lion.optimizer.betas == std::array<double, 2>{0.9, 0.99});
+  TrainConfig adam = load_config_text("optimizer:\n  name: adam\n", "test.yaml");
+  CHECK(adam.optimizer.lr == 1e-3);
+  CHECK(adam.optimizer.betas == std::array<double, 2>{0.9, 0.999});
+  // Written, from the file or from --set, they are kept; the resolved config records them either way.
+  TrainConfig set =
+      load_config_text("optimizer:\n  name: lion\n  lr: 3.0e-5\n", "test.yaml", {"optimizer.betas=[0.95, 0.98]"});
+  CHECK(set.optimizer.lr == 3e-5);
+  CHECK(set.optimizer.betas == std::array<double, 2>{0.95, 0.98});
+  CHECK(load_config_text(emit_config(lion), "resolved.yaml") == lion);
+  // A min_lr above lion's default lr is still caught, against the default.
+  CHECK_THROWS_WITH(load_config_text("optimizer:\n  name: lion\nscheduler:\n  min_lr: 0.001\n", "test.yaml"),
+                    Catch::Contains("scheduler.min_lr") && Catch::Contains("must not exceed optimizer.lr"));
+}

@@ -73,7 +73,11 @@ class DeviceServices {
 };
 
 // Registry: the CPU services are always present; others register when their backend is compiled in.
+// The CPU's services are built in; other device types are registered by the composition root
+// (opsnn::register_builtins), which then marks the built-ins registered.
 void register_device_services(DeviceType type, std::unique_ptr<DeviceServices> services);
+void mark_builtins_registered();
+bool builtins_registered();
 DeviceServices& device_services(Device device);  // throws DeviceError if the backend is absent
 bool device_available(Device device);
 int cuda_device_count();  // 0 without a CUDA backend or GPU

@@ -33,8 +33,12 @@ struct ModelOptions {
 
 using ModelBuilder = std::function<std::shared_ptr<nn::Module>(const ModelOptions&, Generator&)>;
 
-// Registers a builder under a name (the built-in models register themselves on first use).
+// Registers a builder under a name (adds or replaces).
 void register_model(const std::string& name, ModelBuilder builder);
+// The built-in models (mlp, small_cnn, resnet18/34/50, ctr): their names in the order configs list them,
+// and their registration (what opsnn::register_builtins does for the models).
+const std::vector<std::string>& builtin_model_names();
+void register_builtin_models();
 // Builds options.arch; an unknown name throws ConfigError listing the known ones.
 std::shared_ptr<nn::Module> build_model(const ModelOptions& options, Generator& generator);
 std::vector<std::string> known_models();

@@ -49,7 +49,11 @@ const OptimizerDescriptor* find_optimizer(std::string_view name);
 // its momentum, every Adam-style option accepted, the host pipeline): what a subclass constructed under
 // an unregistered name gets.
 const OptimizerDescriptor& optimizer_descriptor(std::string_view name);
-// The built-in optimizers' names in their fixed order (builtin_list.h): what configs accept.
+// The built-in optimizers' names and descriptors in their fixed order (builtin_list.h): what configs
+// accept. Known whether or not they are registered yet.
 const std::vector<std::string>& builtin_optimizer_names();
+const std::vector<const OptimizerDescriptor*>& builtin_optimizer_descriptors();
+// Registers every built-in (what opsnn::register_builtins does for the optimizers).
+void register_builtin_optimizers();
 
 }  // namespace opsnn::optim

@@ -29,6 +29,7 @@
 #include "opsnn/optim/options.h"
 #include "opsnn/optim/step_kernels.h"
 #include "opsnn/optim/step_state.h"
+#include "opsnn/optim/topk.h"
 
 namespace opsnn::optim {
 
@@ -43,6 +44,11 @@ struct ParamGroup {
   double lr_multiplier = 1.0;        // this group's lr = scheduled lr * lr_multiplier
   std::optional<bool> weight_decay;  // unset: decay unless dim() <= 1 (OptimizerOptions::decay_1d_params)
 };
+
+// The one group "default" over `parameters` (what the constructors taking NamedParameters use).
+inline std::vector<ParamGroup> default_group(NamedParameters parameters) {
+  return {ParamGroup{"default", std::move(parameters), 1.0, std::nullopt}};
+}
 
 // One segment whose gradient arrives row-sparse, as the sparse updater sees it.
 struct SparseSegment {
@@ -69,11 +75,17 @@ class SparseUpdater {
   virtual ~SparseUpdater() = default;
   virtual double prepare(const SparseSegment& segment, float inverse_loss_scale) = 0;
   virtual void update(const SparseSegment& segment, const SparseStepScalars& scalars) = 0;
+  // State the updater keeps beyond the optimizer's per-parameter states, for Optimizer::state_dict (keys
+  // start with "@"); load_state_tensors takes its entries out of `tensors`.
+  virtual std::vector<std::pair<std::string, Tensor>> state_tensors() const { return {}; }
+  virtual void load_state_tensors(std::map<std::string, Tensor>& tensors) { (void)tensors; }
 };
+
+class GradientSparsifier;  // step_extensions.h
 
 class Optimizer {
  public:
-  virtual ~Optimizer() = default;
+  virtual ~Optimizer();
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
@@ -133,11 +145,20 @@ class Optimizer {
   // when there is no copy.
   std::unordered_map<const TensorImpl*, Tensor> param_copies() const;
 
+  // The row-sparse updater: the built-ins install theirs (step_extensions.h) when their parameters include
+  // row-sparse tables; an optimizer registered from outside sets its own.
   void set_sparse_updater(std::shared_ptr<SparseUpdater> updater) { sparse_updater_ = std::move(updater); }
+  const SparseUpdater* sparse_updater() const { return sparse_updater_.get(); }
+  // Top-k sparsification (OptimizerOptions::sparsification): step() sparsifies the gradient arena first.
+  // The report of the last step's sparsification; empty without it, or when that step's gradients held
+  // inf/NaN (left to the monitor).
+  bool sparsifies() const { return sparsifier_ != nullptr; }
+  const std::optional<TopKStepReport>& last_sparsification() const { return last_sparsification_; }
 
-  // Tensors by parameter name ("<param>.exp_avg", ...; copies) and the step-state scalars
-  // ("step_state.step", ...). load_state_dict copies them back; a missing, unexpected or mismatched
-  // entry throws ConfigError naming the key (and both shapes).
+  // Tensors by parameter name ("<param>.exp_avg", ...; copies), the step-state scalars
+  // ("step_state.step", ...) and the step extensions' state ("@..."; step_extensions.h). load_state_dict
+  // copies them back; a missing, unexpected or mismatched entry throws ConfigError (DataError for an
+  // extension's) naming the key (and both shapes).
   StateDict state_dict() const;
   void load_state_dict(const StateDict& state);
 
@@ -148,9 +169,14 @@ class Optimizer {
   DeviceArena device_arena() const;
 
  protected:
-  // name: the registry name; state_names: this optimizer's per-parameter states ("exp_avg", ...).
+  // name: the registry name (its descriptor is looked up there: a subclass registered from outside);
+  // state_names: this optimizer's per-parameter states ("exp_avg", ...).
   Optimizer(std::string name, std::vector<ParamGroup> groups, OptimizerOptions options,
             std::vector<std::string> state_names);
+  // The built-ins hand over their own descriptor, so they behave the same whether or not they are
+  // registered (a program that constructs Adam directly needs no registration).
+  Optimizer(const OptimizerDescriptor& descriptor, std::string name, std::vector<ParamGroup> groups,
+            OptimizerOptions options, std::vector<std::string> state_names);
 
   // Everything an update pass needs; valid during apply_update().
   struct UpdateContext {
@@ -199,6 +225,8 @@ class Optimizer {
   Monitor monitor_;
   ScheduleParams schedule_;
   std::shared_ptr<SparseUpdater> sparse_updater_;
+  std::unique_ptr<GradientSparsifier> sparsifier_;
+  std::optional<TopKStepReport> last_sparsification_;
   std::vector<double> chunk_sums_;
   std::vector<float> chunk_param_check_;
   std::array<std::vector<double>, kScratchArrays> scratch_;

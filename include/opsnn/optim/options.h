@@ -1,7 +1,10 @@
-// Optimizer options in the libtorch style (chained setters, getters of the same name): learning rate,
-// betas, eps, weight decay, momentum, LAMB trust clamp, state dtype, clipping, schedule, loss scaling and
-// the monitor. One options struct serves every optimizer of the registry; validate() rejects values that
-// do not fit the named optimizer with a ConfigError naming the setting. No third-party includes.
+// Optimizer options in the libtorch style (chained setters, getters of the same name). OptimizerOptions
+// holds every setting of every optimizer (learning rate, betas, eps, weight decay, momentum, LAMB trust
+// clamp, state dtype, clipping, schedule, loss scaling, monitor): what configs and make_optimizer(name, ...)
+// hand over, validated against the named optimizer (a ConfigError naming the setting). CommonOptions is
+// the part every optimizer shares; each built-in's header adds its own struct over it with only its own
+// settings and its own defaults (AdamOptions, AdamWOptions, SgdOptions, LambOptions, LionOptions), which its
+// class takes. No third-party includes.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +15,7 @@
 
 #include "opsnn/core/dtype.h"
 #include "opsnn/optim/rules.h"
+#include "opsnn/optim/topk.h"
 
 // Declares `name(value)` (chained setter) and `name()` (getter) over a member `name##_`.
 #define OPSNN_OPTION(Type, name, default_value) \
@@ -61,6 +65,7 @@ ScheduleKind parse_schedule_kind(std::string_view text);  // constant, warmup_co
 std::string_view schedule_kind_name(ScheduleKind kind);
 
 using Betas = std::pair<double, double>;
+struct OptimizerDescriptor;
 
 struct OptimizerOptions {
   // No lr: the optimizer's default (its descriptor's default_lr, 1e-3 but for lion's 1e-4).
@@ -90,6 +95,9 @@ struct OptimizerOptions {
   OPSNN_OPTION(ScheduleParams, schedule, ScheduleParams{});
   OPSNN_OPTION(LossScalingOptions, loss_scaling, LossScalingOptions{});
   OPSNN_OPTION(MonitorOptions, monitor, MonitorOptions{});
+  // Top-k sparsification of the dense gradients before each step (Lin et al. 2018, "Deep Gradient
+  // Compression"; step_extensions.h); unset: off.
+  OPSNN_OPTION(std::optional<TopKOptions>, sparsification, std::nullopt);
 
  public:
   // Base learning rate (the schedule's base; ScheduleParams::base_lr is ignored in favour of it). Unset:
@@ -122,14 +130,67 @@ struct OptimizerOptions {
   double effective_lr(std::string_view optimizer) const;
   Betas effective_betas(std::string_view optimizer) const;
   double effective_weight_decay(std::string_view optimizer) const;
+  double effective_lr(const OptimizerDescriptor& descriptor) const;
+  Betas effective_betas(const OptimizerDescriptor& descriptor) const;
+  double effective_weight_decay(const OptimizerDescriptor& descriptor) const;
   // Throws ConfigError naming the setting, its value and what is accepted; logs (spdlog) a
   // warning for fp16 states with beta1 (or SGD momentum) <= 0.9 (fp16 momentum wants beta1 > 0.9).
   void validate(std::string_view optimizer) const;
+  // The same for an optimizer's own descriptor (named `optimizer` in the messages).
+  void validate(const OptimizerDescriptor& descriptor, std::string_view optimizer) const;
 
  private:
   std::optional<double> lr_;
   std::optional<Betas> betas_;
   std::optional<double> weight_decay_;
+};
+
+// The settings every optimizer shares, for the per-optimizer options structs: Self is the struct (its
+// setters chain). Each struct wraps an OptimizerOptions with its optimizer's defaults filled in, so the
+// getters give the values the optimizer uses; options() hands it to the optimizer.
+template <typename Self>
+class CommonOptions {
+ public:
+#define OPSNN_FORWARD_OPTION(Type, name) \
+  Self& name(Type value) {               \
+    options_.name(std::move(value));     \
+    return static_cast<Self&>(*this);    \
+  }                                      \
+  decltype(auto) name() const { return options_.name(); }
+  OPSNN_FORWARD_OPTION(double, lr)
+  OPSNN_FORWARD_OPTION(DType, state_dtype)
+  OPSNN_FORWARD_OPTION(double, max_grad_norm)
+  OPSNN_FORWARD_OPTION(bool, decay_1d_params)
+  OPSNN_FORWARD_OPTION(ScheduleParams, schedule)
+  OPSNN_FORWARD_OPTION(LossScalingOptions, loss_scaling)
+  OPSNN_FORWARD_OPTION(MonitorOptions, monitor)
+  OPSNN_FORWARD_OPTION(std::optional<TopKOptions>, sparsification)
+  Self& weight_decay(double value) {
+    options_.weight_decay(value);
+    return static_cast<Self&>(*this);
+  }
+  double weight_decay() const { return options_.weight_decay().value_or(0.0); }
+
+  const OptimizerOptions& options() const { return options_; }
+
+ protected:
+  CommonOptions(double lr, double weight_decay) { options_.lr(lr).weight_decay(weight_decay); }
+  OptimizerOptions options_;
+};
+
+// Adam-style moments: betas, eps, eps auto-scaling (AdamOptions, AdamWOptions, LambOptions).
+template <typename Self>
+class MomentOptions : public CommonOptions<Self> {
+ public:
+  OPSNN_FORWARD_OPTION(Betas, betas)
+  OPSNN_FORWARD_OPTION(double, eps)
+  OPSNN_FORWARD_OPTION(double, eps_relative)
+
+ protected:
+  using CommonOptions<Self>::options_;
+  MomentOptions(double lr, double weight_decay) : CommonOptions<Self>(lr, weight_decay) {
+    options_.betas(Betas(0.9, 0.999));
+  }
 };
 
 }  // namespace opsnn::optim

@@ -23,15 +23,9 @@ using cuda::DeviceGuard;
 
 class CudaServices final : public DeviceServices {
  public:
-  CudaServices() {
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess) {
-      cudaGetLastError();  // no driver or no GPU: report zero devices
-      count = 0;
-    }
-    count_ = count;
-    pool_configured_.assign(static_cast<size_t>(count_), false);
-  }
+  // The devices are counted on first use, not at registration (which may run during static initialisation,
+  // before a program has set CUDA_VISIBLE_DEVICES or forked).
+  CudaServices() = default;
 
   void* allocate(size_t bytes, int index) override {
     DeviceGuard guard(index);
@@ -86,7 +80,18 @@ class CudaServices final : public DeviceServices {
     DeviceGuard guard(index);
     OPSNN_CUDA_CHECK(cudaDeviceSynchronize());
   }
-  int device_count() override { return count_; }
+  int device_count() override {
+    std::call_once(counted_, [this] {
+      int count = 0;
+      if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        cudaGetLastError();  // no driver or no GPU: report zero devices
+        count = 0;
+      }
+      pool_configured_.assign(static_cast<size_t>(count), false);
+      count_ = count;
+    });
+    return count_;
+  }
   void* allocate_pinned_host(size_t bytes) override {
     // Portable: pinned for every device, not only the one current on the allocating thread.
     void* pointer = nullptr;
@@ -120,6 +125,7 @@ class CudaServices final : public DeviceServices {
     pool_configured_[static_cast<size_t>(index)] = true;
   }
 
+  std::once_flag counted_;
   int count_ = 0;
   std::mutex mutex_;
   std::vector<bool> pool_configured_;

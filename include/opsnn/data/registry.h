@@ -1,0 +1,49 @@
+// Datasets by name, like models: a builder turns DatasetOptions into the train and test splits. The
+// built-ins (fashion_mnist, synthetic, ctr_synthetic) are listed once in src/data/registry.cpp and
+// registered by the composition root (opsnn::register_builtins); a program may register its own.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "opsnn/data/dataset.h"
+#include "opsnn/data/synthetic.h"
+
+namespace opsnn::data {
+
+// What a builder gets: the name, a root folder for file-backed datasets, and the settings of the
+// built-in generated ones.
+struct DatasetOptions {
+  std::string name = "fashion_mnist";
+  std::string root;        // folder of the dataset's files; empty: the dataset's default
+  bool normalize = true;   // per-channel mean/std normalisation where the dataset defines it
+  // Generated datasets: size is the training split's; the test split's samples follow it
+  // (sample_offset is set per split).
+  SyntheticImageOptions synthetic;  // synthetic
+  int64_t synthetic_test_size = 256;
+  SyntheticCtrOptions ctr;  // ctr_synthetic
+  int64_t ctr_test_size = 10000;
+};
+
+struct DatasetSplits {
+  std::shared_ptr<const Dataset> train;
+  std::shared_ptr<const Dataset> test;
+};
+
+using DatasetBuilder = std::function<DatasetSplits(const DatasetOptions&)>;
+
+// Adds or replaces a builder (ConfigError without a name or builder).
+void register_dataset(const std::string& name, DatasetBuilder builder);
+// Builds options.name: ConfigError listing the known names for an unknown one; DataError from the
+// dataset for missing or corrupt files.
+DatasetSplits build_datasets(const DatasetOptions& options);
+// Registered names, sorted.
+std::vector<std::string> known_datasets();
+// The built-ins in the order configs list them, and their registration.
+const std::vector<std::string>& builtin_dataset_names();
+void register_builtin_datasets();
+
+}  // namespace opsnn::data

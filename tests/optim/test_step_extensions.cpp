@@ -1,0 +1,155 @@
+// The optimizer's own step extensions (step_extensions.h): row-sparse tables get their updater from
+// make_optimizer and from direct construction, top-k runs inside step() when OptimizerOptions asks for it,
+// and both keep their state in state_dict(); the combinations the optimizer cannot honour are refused.
+#include <memory>
+
+#include "opsnn/nn/layers.h"
+#include "opsnn/ops/ops.h"
+#include "opsnn/optim/adam.h"
+#include "opsnn/optim/lamb.h"
+#include "opsnn/optim/sgd.h"
+#include "opsnn/optim/step_extensions.h"
+#include "optim/optim_test_support.h"
+
+using namespace opsnn;
+using namespace opsnn::optim;
+
+namespace {
+
+// One backward through a sparse Embedding over `indices`: its weight gets a row-sparse gradient.
+void embedding_backward(nn::Embedding& table, const std::vector<int64_t>& indices) {
+  Tensor ids = Tensor::from_vector(indices, {static_cast<int64_t>(indices.size())});
+  ops::sum(ops::mul(table.forward(ids), table.forward(ids))).backward();
+}
+
+std::vector<float> weights_of(const nn::Embedding& table) { return table.weight().to_vector<float>(); }
+
+}  // namespace
+
+TEST_CASE("make_optimizer and direct construction both come with the row-sparse updater", "[sparse][optim]") {
+  Generator generator(3);
+  nn::Embedding a(nn::EmbeddingOptions(16, 4).sparse(true), generator);
+  Generator again(3);
+  nn::Embedding b(nn::EmbeddingOptions(16, 4).sparse(true), again);
+  REQUIRE(weights_of(a) == weights_of(b));
+
+  auto by_name = make_optimizer("adam", a.named_parameters(), OptimizerOptions(0.1));
+  Adam direct(b.named_parameters(), AdamOptions(0.1));
+  REQUIRE(by_name->sparse_updater() != nullptr);
+  REQUIRE(direct.sparse_updater() != nullptr);
+  const std::vector<float> before = weights_of(a);
+  for (int step = 0; step < 3; ++step) {
+    embedding_backward(a, {1, 5, 5, 9});
+    embedding_backward(b, {1, 5, 5, 9});
+    by_name->step();
+    direct.step();
+    by_name->zero_grad();
+    direct.zero_grad();
+  }
+  const std::vector<float> after = weights_of(a);
+  CHECK(after == weights_of(b));
+  // Lazy Adam: the touched rows moved, every other row is bit-unchanged.
+  for (int64_t row = 0; row < 16; ++row)
+    for (int64_t col = 0; col < 4; ++col) {
+      size_t i = static_cast<size_t>(row * 4 + col);
+      if (row == 1 || row == 5 || row == 9)
+        CHECK(after[i] != before[i]);
+      else
+        CHECK(after[i] == before[i]);
+    }
+}
+
+TEST_CASE("LAMB refuses a row-sparse table, naming it and the optimizers that can", "[sparse][optim]") {
+  Generator generator(1);
+  nn::Embedding table(nn::EmbeddingOptions(8, 2).sparse(true), generator);
+  CHECK_THROWS_AS(make_optimizer("lamb", table.named_parameters()), ConfigError);
+  CHECK_THROWS_WITH(LAMB(table.named_parameters(), LambOptions()),
+                    Catch::Contains("'weight' has row-sparse gradients, which lamb cannot update") &&
+                        Catch::Contains("trust ratio needs whole-tensor norms") &&
+                        Catch::Contains("adam, adamw or sgd"));
+}
+
+TEST_CASE("top-k inside step() equals sparsifying the arena by hand before a plain step", "[sparse][optim]") {
+  TopKOptions topk;
+  topk.density = 0.1;
+  topk.seed = 11;
+  NamedParameters with = testing::random_parameters({{40, 10}, {40}}, 5);
+  NamedParameters without = testing::random_parameters({{40, 10}, {40}}, 5);
+  SGD inside(with, SgdOptions(0.05).sparsification(topk));
+  SGD outside(without, SgdOptions(0.05));
+  REQUIRE(inside.sparsifies());
+  REQUIRE_FALSE(outside.sparsifies());
+  GradientSparsifier by_hand(outside, topk);
+  for (int step = 0; step < 5; ++step) {
+    auto grads = testing::make_grads(with, step, 2, testing::GradPattern::normal);
+    testing::write_grads(with, grads);
+    testing::write_grads(without, grads);
+    inside.step();
+    std::optional<TopKStepReport> report = by_hand.apply(outside);
+    outside.step();
+    REQUIRE(inside.last_sparsification().has_value());
+    REQUIRE(report.has_value());
+    CHECK(inside.last_sparsification()->selected_count == report->selected_count);
+    CHECK(inside.last_sparsification()->achieved_density < 0.2);
+    inside.zero_grad();
+    outside.zero_grad();
+  }
+  CHECK(testing::values_of(with) == testing::values_of(without));
+}
+
+TEST_CASE("top-k state travels in state_dict and resumes bit-identically", "[sparse][optim]") {
+  TopKOptions topk;
+  topk.density = 0.05;
+  NamedParameters first = testing::random_parameters({{30, 30}}, 8);
+  SGD optimizer(first, SgdOptions(0.1).sparsification(topk));
+  for (int step = 0; step < 3; ++step) {
+    testing::write_grads(first, testing::make_grads(first, step, 4, testing::GradPattern::normal));
+    optimizer.step();
+    optimizer.zero_grad();
+  }
+  StateDict saved = optimizer.state_dict();
+  REQUIRE(saved.count("@topk.accumulator") == 1);
+  REQUIRE(saved.count("@topk.steps") == 1);
+
+  NamedParameters second = testing::random_parameters({{30, 30}}, 8);
+  for (size_t i = 0; i < first.size(); ++i) second[i].second.copy_(first[i].second);
+  SGD resumed(second, SgdOptions(0.1).sparsification(topk));
+  resumed.load_state_dict(saved);
+  for (int step = 3; step < 6; ++step) {
+    auto grads = testing::make_grads(first, step, 4, testing::GradPattern::normal);
+    testing::write_grads(first, grads);
+    testing::write_grads(second, grads);
+    optimizer.step();
+    resumed.step();
+    optimizer.zero_grad();
+    resumed.zero_grad();
+  }
+  CHECK(testing::values_of(first) == testing::values_of(second));
+
+  // The same dict offered to an optimizer without top-k: its "@" entries belong to nothing there.
+  NamedParameters dense_parameters = testing::random_parameters({{30, 30}}, 8);
+  SGD dense(dense_parameters, SgdOptions(0.1));
+  CHECK_THROWS_WITH(dense.load_state_dict(saved),
+                    Catch::Contains("'@topk.") && Catch::Contains("belongs to a setting this optimizer does not use"));
+  // And a dense dict offered to a top-k optimizer: the sparsifier's entries are missing.
+  SGD needs_topk(testing::random_parameters({{30, 30}}, 8), SgdOptions(0.1).sparsification(topk));
+  CHECK_THROWS_WITH(needs_topk.load_state_dict(dense.state_dict()),
+                    Catch::Contains("'@topk.accumulator' is missing"));
+}
+
+TEST_CASE("top-k is refused with loss scaling and with momentum the sparsifier would double", "[sparse][optim]") {
+  TopKOptions topk;
+  auto parameters = [] { return testing::random_parameters({{4, 4}}, 1); };
+  CHECK_THROWS_WITH(SGD(parameters(), SgdOptions().sparsification(topk).loss_scaling(LossScalingOptions().enabled(true))),
+                    Catch::Contains("cannot be combined with loss scaling"));
+  TopKOptions corrected = topk;
+  corrected.momentum_correction = true;
+  CHECK_THROWS_WITH(SGD(parameters(), SgdOptions().momentum(0.9).sparsification(corrected)),
+                    Catch::Contains("DGC momentum correction") && Catch::Contains("momentum 0"));
+  CHECK_THROWS_WITH(Adam(parameters(), AdamOptions().sparsification(corrected)),
+                    Catch::Contains("DGC momentum correction"));
+  CHECK_NOTHROW(SGD(parameters(), SgdOptions().sparsification(corrected)));
+  TopKOptions bad = topk;
+  bad.density = 0.0;
+  CHECK_THROWS_AS(SGD(parameters(), SgdOptions().sparsification(bad)), ConfigError);
+}
