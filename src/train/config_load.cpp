@@ -1,5 +1,6 @@
 // Loading a TrainConfig: parse YAML (yaml-cpp), apply --set overrides to the tree, walk it key by key
-// against the schema (unknown keys get a did-you-mean), then check the rules that span several keys.
+// against the schema (unknown keys get a did-you-mean), then check the rules that span several keys and
+// validate_config's (config_checks.cpp).
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
@@ -466,6 +467,7 @@ TrainConfig load(const std::string& text, const std::string& source, const std::
   }
   check_consistency(config, reader);
   config.source = source;
+  validate_config(config);
   return config;
 }
 

@@ -13,7 +13,6 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
-#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "core/json_reader.h"
@@ -26,6 +25,7 @@
 #include "opsnn/ops/ops.h"
 #include "opsnn/optim/optimizer.h"
 #include "opsnn/train/checkpoint.h"
+#include "train/config_checks.h"
 #include "train/progress.h"
 #include "train/setup.h"
 
@@ -177,23 +177,11 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
   s.options = std::move(options);
   const TrainConfig& c = s.config;
 
-  // Settings this build cannot honour are config errors, found before anything is written.
-  const int gpu_count = cuda_device_count();
-  s.device =
-      c.train.device == "auto" ? (gpu_count > 0 ? Device(DeviceType::cuda, 0) : kCPU) : Device::parse(c.train.device);
-  if (!device_available(s.device))
-    throw ConfigError(detail::concat(
-        c.source, ": key 'train.device': ", s.device.str(), " is not available: ",
-        gpu_count == 0
-            ? std::string("no CUDA device was found (or this build has no CUDA backend); use cpu or auto")
-            : detail::concat("this machine has ", gpu_count, " CUDA device(s), cuda:0 to cuda:", gpu_count - 1)));
-  if (c.train.precision != "fp32" && s.device.is_cpu())
-    throw ConfigError(detail::concat(c.source, ": key 'train.precision': ", c.train.precision,
-                                     " needs a CUDA device (train.device: cuda); the CPU trains in fp32"));
-  const bool pin_memory = c.data.pin_memory.value_or(s.device.is_cuda());
-  if (pin_memory && s.device.is_cpu())
-    throw ConfigError(detail::concat(c.source, ": key 'data.pin_memory': true needs a CUDA device ",
-                                     "(train.device: cuda); pinned batches only speed up uploads to a GPU"));
+  // The config's own rules (checked again: it may have been built in code rather than loaded) and the
+  // settings this machine cannot honour are config errors, found before anything is written.
+  validate_config(c);
+  const TrainingDevice run_device = check_device(c, cuda_device_count());
+  s.device = run_device.device;
 
   s.run_dir = !s.options.out_dir.empty() ? fs::path(s.options.out_dir)
               : !c.run.out_dir.empty()   ? fs::path(c.run.out_dir)
@@ -221,13 +209,9 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
     if (!resolved) throw DataError(detail::concat("cannot write ", (s.run_dir / "config.yaml").string()));
   }
 
+  // Data, then the config rules that need the training set and the batches the loader makes of it.
   s.datasets = make_datasets(c);
-  // The loader would refuse this as a data failure at construction; it is a choice of two config keys.
-  if (c.data.drop_last && c.data.batch_size > s.datasets.train->size())
-    throw ConfigError(detail::concat(c.source, ": key 'data.batch_size': ", c.data.batch_size, " is more than the ",
-                                     s.datasets.train->size(), " training samples of ", s.datasets.train->name(),
-                                     ", and data.drop_last: true drops the one partial batch, leaving none; use a "
-                                     "smaller batch_size or drop_last: false"));
+  check_batch_size(c, s.datasets.train->size(), s.datasets.train->name());
   data::LoaderOptions loader_options;
   loader_options.batch_size = c.data.batch_size;
   loader_options.shuffle = c.data.shuffle;
@@ -237,32 +221,13 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
   loader_options.prefetch = c.data.prefetch;
   loader_options.augment.crop_padding = c.data.augment.crop_padding;
   loader_options.augment.horizontal_flip = c.data.augment.flip;
-  loader_options.pin_memory = pin_memory;
+  loader_options.pin_memory = run_device.pin_memory;
   s.loader = std::make_unique<data::DeviceLoader>(std::make_unique<data::DataLoader>(s.datasets.train, loader_options),
                                                   s.device);
 
-  // Run lengths. The schema bounds these keys, but a Trainer may be handed a config built in code, so the
-  // arithmetic is checked here too rather than wrapping around into negative step counts.
-  int64_t batches = s.loader->batches_per_epoch(), accumulation = c.train.grad_accumulation;
-  if (accumulation < 1 || accumulation > batches)
-    // More micro-batches than an epoch holds would end every step early at the epoch end while the loss
-    // is still divided by grad_accumulation: each step one epoch, with a gradient scaled down.
-    throw ConfigError(detail::concat(c.source, ": key 'train.grad_accumulation': ", accumulation, " must be in [1, ",
-                                     batches, "], the batches in an epoch (", s.datasets.train->size(),
-                                     " training samples at data.batch_size ", c.data.batch_size, ")"));
-  s.steps_per_epoch = batches / accumulation + (batches % accumulation != 0);  // the last step may be short
-  int64_t by_epochs = 0;
-  if (c.train.epochs < 0 || __builtin_mul_overflow(c.train.epochs, s.steps_per_epoch, &by_epochs))
-    throw ConfigError(detail::concat(c.source, ": key 'train.epochs': ", c.train.epochs, " epochs of ",
-                                     s.steps_per_epoch, " steps each is more steps than a 64-bit count holds"));
-  if (c.train.max_steps < 0)
-    throw ConfigError(detail::concat(c.source, ": key 'train.max_steps': ", c.train.max_steps, " must be >= 0"));
-  s.total_steps =
-      c.train.max_steps > 0 && (by_epochs == 0 || c.train.max_steps < by_epochs) ? c.train.max_steps : by_epochs;
-  // save_checkpoint counts in int; checked here, before training, rather than narrowed at the first save.
-  if (c.checkpoint.keep_last < 0 || c.checkpoint.keep_last > std::numeric_limits<int>::max())
-    throw ConfigError(detail::concat(c.source, ": key 'checkpoint.keep_last': ", c.checkpoint.keep_last,
-                                     " must be in [0, ", std::numeric_limits<int>::max(), "]"));
+  const RunLength length = check_run_length(c, s.datasets.train->size(), s.loader->batches_per_epoch());
+  s.steps_per_epoch = length.steps_per_epoch;
+  s.total_steps = length.total_steps;
 
   // Mixed precision: activations in bf16/fp16 (master weights, BatchNorm statistics and the loss in fp32);
   // tf32: fp32 tensors, TF32 tensor cores for the GEMMs and convolutions.
@@ -291,11 +256,7 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
   }
   load_conv_algorithm_choices(c, s.run_dir, *s.logger);
   optim::OptimizerOptions optimizer_options = make_optimizer_options(c, s.steps_per_epoch, s.total_steps);
-  try {
-    s.optimizer = optim::make_optimizer(c.optimizer.name, s.model->named_parameters(), optimizer_options);
-  } catch (const ConfigError& error) {  // the optimizer's own checks know no file: say which config it was
-    throw ConfigError(detail::concat(c.source, ": ", error.what()));
-  }
+  s.optimizer = make_checked_optimizer(c, s.model->named_parameters(), optimizer_options);
   // Mixed precision on the GPU: the optimizer keeps the bf16/fp16 copy of the weights (written in its
   // update pass) and Conv2d/Linear compute with it instead of casting the fp32 masters every forward.
   const bool keeps_param_copy =
@@ -458,7 +419,7 @@ fs::path Trainer::save_checkpoint() {
   data.extra_json = nlohmann::json{{"best_test_accuracy", s.best_test_accuracy}}.dump();
   for (const auto& [name, tensor] : s.model->state_dict()) data.model_tensors.emplace_back(name, tensor);
   for (const auto& [name, tensor] : s.optimizer->state_dict()) data.optimizer_tensors.emplace_back(name, tensor);
-  const int keep_last = static_cast<int>(s.config.checkpoint.keep_last);  // in int range: checked in the constructor
+  const int keep_last = static_cast<int>(s.config.checkpoint.keep_last);  // in int range: validate_config
   fs::path folder = train::save_checkpoint(s.run_dir, data, keep_last);
   if (s.device.is_cuda()) save_conv_algorithm_choices(s.run_dir);
   s.last_checkpoint_step = s.step;

@@ -326,6 +326,25 @@ TEST_CASE("trainer: run lengths that would overflow or degenerate are config err
                     "test.yaml: key 'checkpoint.keep_last': 4294967297 must be in [0, 2147483647]");
 }
 
+TEST_CASE("trainer: rules of the config alone and the device are checked before the run folder is written",
+          "[trainer]") {
+  TemporaryFolder folder;
+  const fs::path run_dir = folder.path / "run";
+  TrainConfig steps = make_config(kSmallCnnYaml);
+  steps.train.max_steps = -1;  // built in code: no schema bound
+  CHECK_THROWS_MATCHES(Trainer(steps, quiet_options(run_dir)), ConfigError,
+                       Catch::Matchers::Message("test.yaml: key 'train.max_steps': -1 must be >= 0"));
+  CHECK_FALSE(fs::exists(run_dir));
+  TrainConfig keep = make_config(kSmallCnnYaml);
+  keep.checkpoint.keep_last = -1;
+  CHECK_THROWS_MATCHES(
+      Trainer(keep, quiet_options(run_dir)), ConfigError,
+      Catch::Matchers::Message("test.yaml: key 'checkpoint.keep_last': -1 must be in [0, 2147483647]"));
+  CHECK_FALSE(fs::exists(run_dir));
+  CHECK_THROWS_AS(Trainer(make_config(kSmallCnnYaml, {"train.precision=bf16"}), quiet_options(run_dir)), ConfigError);
+  CHECK_FALSE(fs::exists(run_dir));
+}
+
 TEST_CASE("trainer: model.num_classes below the dataset's class count is a config error before training", "[trainer]") {
   TemporaryFolder folder;
   // kSmallCnnYaml's synthetic images have 4 classes; 3 outputs failed only at the first loss.

@@ -205,6 +205,12 @@ TrainConfig load_config_text(const std::string& yaml_text, const std::string& so
 TrainConfig load_default_config(const std::vector<std::string>& set_overrides = {});
 const std::string& default_config_yaml();
 
+// The rules a config must keep that need nothing but the config: train.max_steps >= 0 and
+// checkpoint.keep_last in [0, INT_MAX] (save_checkpoint counts in int). The loaders run it (their key
+// bounds are tighter still), and so does the Trainer, which may be handed a config built in code.
+// Throws ConfigError "SOURCE: key 'a.b': ..." naming config.source.
+void validate_config(const TrainConfig& config);
+
 // The resolved config as YAML (every key, schema order); load_config_text(emit_config(c)) == c.
 std::string emit_config(const TrainConfig& config);
 
