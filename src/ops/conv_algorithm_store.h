@@ -1,7 +1,8 @@
 // The records behind ops::save_conv_algorithms / load_conv_algorithms (opsnn/ops/backend.h): one decided
 // convolution each, in terms that mean the same in another process (the GPU's name, not its index).
-// The CUDA backend keeps them in its algorithm cache and registers a store over it (src/ops/cuda/conv.cpp);
-// conv_algorithm_file.cpp converts them to and from JSON. Plain C++ (no CUDA headers).
+// The CUDA backend keeps them in its algorithm cache and registers a store over it
+// (src/ops/cuda/conv_algorithm_records.cpp); conv_algorithm_file.cpp converts them to and from JSON. Plain
+// C++ (no CUDA headers).
 #pragma once
 
 #include <memory>

@@ -1,4 +1,4 @@
-// What the convolution search of src/ops/cuda/conv.cpp chose for a convolution (a cuDNN algorithm on the
+// What the convolution search of src/ops/cuda/conv_search.cpp chose for a convolution (a cuDNN algorithm on the
 // convolution as given, or one of two lowerings), and the process-wide lowering policy, for the conv
 // benchmark and the tests to read and steer. Plain C++: no cuDNN headers needed.
 #pragma once

@@ -1,4 +1,4 @@
-// Kernels of the convolution lowerings in src/ops/cuda/conv.cpp: im2col (which, for a 1x1 kernel
+// Kernels of the convolution lowerings in src/ops/cuda/conv_lowerings.cpp: im2col (which, for a 1x1 kernel
 // without padding, is the strided subsampling of the input), its adjoint col2im as a gather (each input
 // value sums the column entries that read it, in a fixed order, so no atomics and bit-identical reruns;
 // a vectorized scatter for the subsampling layout), and the fixed-order sum of per-image weight-gradient

@@ -15,7 +15,8 @@ std::unique_ptr<DeviceServices> make_cuda_services();
 namespace opsnn::ops {
 
 class ConvAlgorithmStore;
-// The algorithm cache of conv.cpp as ops::save_conv_algorithms / load_conv_algorithms see it.
+// The algorithm cache of conv_search.cpp as ops::save_conv_algorithms / load_conv_algorithms see it
+// (conv_algorithm_records.cpp).
 std::unique_ptr<ConvAlgorithmStore> make_cuda_conv_algorithm_store();
 
 class CudaBackend final : public Backend {

@@ -1,4 +1,4 @@
-// Tests of the convolution lowerings in src/ops/cuda/conv.cpp against the CPU twin on the same values,
+// Tests of the convolution lowerings in src/ops/cuda/conv_lowerings.cpp against the CPU twin on the same values,
 // forward, input gradient and weight gradient, with each lowering forced, off and measured:
 //   - the im2col-GEMM lowering of few-channel inputs (stem-like 7x7 stride 2 pad 3 convolutions with 1, 3
 //     or 5 channels), in strict f32, f32 with tf32 math, bf16 and f16, also with a column budget so small

@@ -1,5 +1,5 @@
-// Tests of channels-last (NHWC) conv2d on the CUDA backend (src/ops/cuda/conv.cpp: NHWC cuDNN descriptors,
-// the KRSC weight copy and the weight gradient transposed back) against the CPU's channels-last conv2d
+// Tests of channels-last (NHWC) conv2d on the CUDA backend (src/ops/cuda/conv.cpp, conv_cudnn.h: NHWC cuDNN
+// descriptors, the KRSC weight copy and the weight gradient transposed back) against the CPU's channels-last conv2d
 // (the NCHW kernels on permuted operands), forward, input gradient, weight gradient and bias gradient,
 // in strict f32, bf16 and f16, with the tolerances of the NCHW tests (test_conv.cpp). Shapes: 3x3 pad 1,
 // 3x3 stride 2, 1x1 (also on 13 channels), strided 1x1 (which NCHW lowers by subsampling), input
