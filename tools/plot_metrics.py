@@ -10,7 +10,7 @@ comparison); --layout columns gives every run its own column of panels, side by 
 
 Needs matplotlib (pip install matplotlib). Reads the metrics.jsonl of a run folder (README.md): one JSON object per
 line with event ("train" | "eval" | "warn" | "skip" | "summary"), step, epoch; train lines carry loss,
-lr, grad_norm, loss_scale, samples_per_s; eval lines test_loss, test_acc.
+lr, grad_norm, loss_scale, samples_per_s, step_ms, data_wait_ms; eval lines test_loss, test_acc.
 """
 import argparse
 import json

@@ -65,6 +65,7 @@ struct Trainer::State {
   std::optional<EvalResult> last_eval;
   // interval statistics for the periodic train metrics
   double interval_loss = 0.0, interval_density = 0.0;
+  double interval_data_wait = 0.0;  // seconds the training thread waited in loader->next() since the last record
   int64_t interval_steps = 0, interval_samples = 0, interval_sparsified_steps = 0;
   Clock::time_point interval_start = Clock::now();
   Clock::time_point run_start = Clock::now();
@@ -440,7 +441,9 @@ double Trainer::train_steps(int64_t count) {
     int64_t micro_batches = 0, step_samples = 0;
     bool epoch_ended = false;
     while (micro_batches < c.train.grad_accumulation) {
+      const Clock::time_point wait_start = Clock::now();
       std::optional<data::Batch> batch = s.loader->next();
+      s.interval_data_wait += std::chrono::duration<double>(Clock::now() - wait_start).count();
       if (!batch) {
         epoch_ended = true;
         break;
@@ -514,7 +517,11 @@ double Trainer::train_steps(int64_t count) {
                               {"lr", step_state.lr},
                               {"grad_norm", step_state.grad_norm},
                               {"loss_scale", step_state.loss_scale},
-                              {"samples_per_s", samples_per_second}};
+                              {"samples_per_s", samples_per_second},
+                              // Time each step waited for its batches: the input pipeline is the bottleneck
+                              // when this approaches the step time (elapsed / steps).
+                              {"data_wait_ms", 1e3 * s.interval_data_wait / static_cast<double>(s.interval_steps)},
+                              {"step_ms", 1e3 * elapsed / static_cast<double>(s.interval_steps)}};
         if (s.interval_sparsified_steps > 0)
           record["density"] = s.interval_density / static_cast<double>(s.interval_sparsified_steps);
         s.write_metrics(record);
@@ -524,7 +531,7 @@ double Trainer::train_steps(int64_t count) {
                      s.epoch + 1, s.step, s.total_steps, mean_loss, step_state.lr, step_state.grad_norm,
                      step_state.loss_scale, samples_per_second, format_duration(eta),
                      record.contains("density") ? fmt::format(" density {:.4f}", record["density"].get<double>()) : "");
-        s.interval_loss = s.interval_density = 0.0;
+        s.interval_loss = s.interval_density = s.interval_data_wait = 0.0;
         s.interval_steps = s.interval_samples = s.interval_sparsified_steps = 0;
         s.interval_start = Clock::now();
       }

@@ -298,8 +298,11 @@ TEST_CASE("cli: a run writes config.yaml, train.log, metrics.jsonl and checkpoin
     REQUIRE(record["epoch"].is_number_integer());
     if (record["event"] == "train") {
       ++train_lines;
-      for (const char* field : {"loss", "lr", "grad_norm", "loss_scale", "samples_per_s"})
+      for (const char* field : {"loss", "lr", "grad_norm", "loss_scale", "samples_per_s", "step_ms", "data_wait_ms"})
         CHECK(record[field].is_number());
+      // The wait for batches is part of the step's time.
+      CHECK(record["data_wait_ms"].get<double>() >= 0.0);
+      CHECK(record["data_wait_ms"].get<double>() <= record["step_ms"].get<double>());
       CHECK(record["loss_scale"].get<double>() == 1.0);
       CHECK(record["lr"].get<double>() == Approx(0.01));
     } else if (record["event"] == "eval") {
