@@ -6,8 +6,11 @@ torchvision's resnet50 (channels_last), synthetic 224x224 images, cross-entropy,
 Images per second over --steps steps after --warmup, CUDA-event timed; peak memory is
 torch.cuda.max_memory_allocated over the timed steps. With --opsnn PATH it then runs
 `PATH resnet50` with the same batch, steps and precision and prints both with their ratio.
+--compile also runs torch.compile of the model in its default mode and in max-autotune-no-cudagraphs
+(a fresh model each; compile time, the first steps that trigger it, reported separately and not timed),
+so opsnn is compared with PyTorch's best; cudnn.benchmark is on for every PyTorch run.
 
-    python3 tools/bench_resnet50_torch.py --precision fp32 --opsnn build-gpu/opsnn-bench
+    python3 tools/bench_resnet50_torch.py --precision bf16 --compile --opsnn build-gpu/opsnn-bench
 """
 import argparse
 import json
@@ -15,14 +18,16 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 import torch
 import torchvision
 
 
-def torch_throughput(batch, steps, warmup, precision, image_size):
+def torch_throughput(batch, steps, warmup, precision, image_size, compile_mode=None):
     torch.manual_seed(0)
     model = torchvision.models.resnet50().cuda().to(memory_format=torch.channels_last)
+    forward = torch.compile(model, mode=compile_mode) if compile_mode else model
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, fused=True)
     images = torch.randn(batch, 3, image_size, image_size, device="cuda").to(memory_format=torch.channels_last)
     labels = torch.randint(0, 1000, (batch,), device="cuda")
@@ -31,11 +36,15 @@ def torch_throughput(batch, steps, warmup, precision, image_size):
     def step():
         optimizer.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16"):
-            loss = loss_fn(model(images), labels)
+            loss = loss_fn(forward(images), labels)
         loss.backward()
         optimizer.step()
         return loss
 
+    compile_start = time.perf_counter()
+    step()  # the first step compiles (torch.compile) or runs the cuDNN search (cudnn.benchmark)
+    torch.cuda.synchronize()
+    first_step_s = time.perf_counter() - compile_start
     for _ in range(warmup):
         step()
     torch.cuda.synchronize()
@@ -48,7 +57,7 @@ def torch_throughput(batch, steps, warmup, precision, image_size):
     stop.synchronize()
     ms = start.elapsed_time(stop)
     return {"images_per_second": batch * steps / (ms * 1e-3), "ms_per_step": ms / steps,
-            "peak_bytes": torch.cuda.max_memory_allocated(), "loss": loss.item()}
+            "peak_bytes": torch.cuda.max_memory_allocated(), "loss": loss.item(), "first_step_s": first_step_s}
 
 
 def main(argv):
@@ -61,6 +70,8 @@ def main(argv):
     parser.add_argument("--opsnn-precision", help="opsnn's --precision (default: tf32 for fp32, bf16 for bf16)")
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--opsnn", help="path of opsnn-bench, to run it in the same call and compare")
+    parser.add_argument("--compile", action="store_true",
+                        help="also torch.compile (default and max-autotune-no-cudagraphs modes)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_resnet50_torch: no CUDA device", file=sys.stderr)
@@ -78,13 +89,24 @@ def main(argv):
             subprocess.run(command, check=True)
             with open(path) as f:
                 ours = json.load(f)
-    theirs = torch_throughput(args.batch, args.steps, args.warmup, args.precision, args.image_size)
+    runs = [("eager", None)]
+    if args.compile:
+        runs += [("compile default", "default"), ("compile max-autotune-no-cudagraphs", "max-autotune-no-cudagraphs")]
     print(f"PyTorch {torch.__version__} torchvision {torchvision.__version__} on {torch.cuda.get_device_name()}: "
-          f"resnet50 batch {args.batch} {args.precision}: {theirs['images_per_second']:.0f} images/s, "
-          f"{theirs['ms_per_step']:.1f} ms/step, peak {theirs['peak_bytes'] / 2**30:.2f} GiB")
+          f"resnet50 batch {args.batch} {args.precision}")
+    best = None
+    for label, mode in runs:
+        theirs = torch_throughput(args.batch, args.steps, args.warmup, args.precision, args.image_size, mode)
+        print(f"  {label:<36} {theirs['images_per_second']:7.0f} images/s, {theirs['ms_per_step']:6.1f} ms/step, "
+              f"peak {theirs['peak_bytes'] / 2**30:.2f} GiB, first step (compile/search) {theirs['first_step_s']:.1f} s",
+              flush=True)
+        if best is None or theirs["images_per_second"] > best[1]["images_per_second"]:
+            best = (label, theirs)
     if ours:
-        print(f"opsnn / PyTorch: throughput {ours['images_per_second'] / theirs['images_per_second']:.2f}x "
-              f"(needs >= 0.8), peak memory {ours['peak_bytes'] / theirs['peak_bytes']:.2f}x (needs <= 1.2)")
+        label, theirs = best
+        print(f"opsnn: {ours['images_per_second']:.0f} images/s, peak {ours['peak_bytes'] / 2**30:.2f} GiB")
+        print(f"opsnn / PyTorch's fastest ({label}): throughput {ours['images_per_second'] / theirs['images_per_second']:.2f}x, "
+              f"peak memory {ours['peak_bytes'] / theirs['peak_bytes']:.2f}x")
     return 0
 
 
