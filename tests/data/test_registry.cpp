@@ -37,8 +37,7 @@ TEST_CASE("dataset registry: synthetic splits are sized and disjoint", "[data]")
   CHECK_FALSE(splits.train->is_image());
 }
 
-TEST_CASE("dataset registry: unknown names, registration from outside, a builder returning nothing",
-          "[data]") {
+TEST_CASE("dataset registry: unknown names, registration from outside, a builder returning nothing", "[data]") {
   DatasetOptions options;
   options.name = "imagenet21k";
   CHECK_THROWS_AS(build_datasets(options), ConfigError);
@@ -57,7 +56,8 @@ TEST_CASE("dataset registry: unknown names, registration from outside, a builder
   std::vector<std::string> names = known_datasets();
   CHECK(std::find(names.begin(), names.end(), "tiny_noise") != names.end());
   // Configs accept the built-ins, in their fixed order.
-  CHECK(builtin_dataset_names() == std::vector<std::string>{"fashion_mnist", "synthetic", "ctr_synthetic"});
+  CHECK(builtin_dataset_names() ==
+        std::vector<std::string>{"fashion_mnist", "synthetic", "ctr_synthetic", "cifar10", "cifar100"});
 
   register_dataset("nothing", [](const DatasetOptions&) { return DatasetSplits{}; });
   options.name = "nothing";

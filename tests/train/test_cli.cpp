@@ -115,7 +115,7 @@ TEST_CASE("cli: each class of bad input exits 2 with the key and the line", "[cl
       {"out of range", "optimizer:\n  lr: -0.5\n", {"bad.yaml:2:", "optimizer.lr", "-0.5"}},
       {"unknown model", "model:\n  arch: resnet7\n", {"bad.yaml:2:", "model.arch", "resnet7"}},
       {"unknown optimizer", "optimizer:\n  name: adamax\n", {"bad.yaml:2:", "optimizer.name", "adamax"}},
-      {"unknown dataset", "data:\n  dataset: cifar100\n", {"bad.yaml:2:", "data.dataset", "cifar100"}},
+      {"unknown dataset", "data:\n  dataset: imagenet\n", {"bad.yaml:2:", "data.dataset", "imagenet"}},
   };
   for (const BadConfig& bad : cases) {
     INFO(bad.what);
