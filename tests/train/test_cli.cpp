@@ -230,6 +230,20 @@ TEST_CASE("cli: a missing data root exits 1 naming the path", "[cli]") {
   CHECK_THAT(outcome.output, Catch::Contains("/nonexistent/fashion-data"));
 }
 
+TEST_CASE("cli: configs/resnet18_cifar10.yaml with data.root at Fashion-MNIST's default exits 1 saying what to set",
+          "[cli]") {
+  TemporaryFolder folder;
+  Outcome outcome = run_train({"--config", std::string(OPSNN_SOURCE_DIR) + "/configs/resnet18_cifar10.yaml", "--set",
+                               "data.root=/usr/share/datasets/fashion-mnist", "--set", "train.device=cpu", "--set",
+                               "train.precision=fp32", "--out", "run"},
+                              folder.path);
+  INFO(outcome.output);
+  CHECK(outcome.exit_code == 1);
+  CHECK_THAT(outcome.output, Catch::Contains("/usr/share/datasets/fashion-mnist") &&
+                                 Catch::Contains("data.root is left at Fashion-MNIST's default; set data.root to the "
+                                                 "CIFAR-10 folder"));
+}
+
 TEST_CASE("cli: a missing or corrupt train.conv_algorithms file exits 1 naming it, auto without one trains", "[cli]") {
   TemporaryFolder folder;
   write_text(folder.path / "tiny.yaml", kTinyRunYaml);
