@@ -44,6 +44,19 @@ def idx_seeds():
     write("idx", "images_gzip_plain_name", b"\x00" + gzip.compress(images, mtime=0))
 
 
+def cifar_seeds():
+    # First byte: bit 0 CIFAR-100 (else CIFAR-10), the other bits the record count the file must hold.
+    def records(count, label_bytes):
+        out = b""
+        for r in range(count):
+            labels = bytes([r % 20, (r * 7) % 100]) if label_bytes == 2 else bytes([(r * 3) % 10])
+            out += labels + bytes((r * 31 + i) % 256 for i in range(3072))
+        return out
+    write("cifar", "cifar10_two_records", bytes([2 << 1]) + records(2, 1))
+    write("cifar", "cifar100_one_record", bytes([(1 << 1) | 1]) + records(1, 2))
+    write("cifar", "cifar10_none", bytes([0]))
+
+
 def safetensors_file(tensors, metadata=None):
     header, data = {}, b""
     for name, dtype, shape, payload in tensors:
@@ -92,6 +105,7 @@ if __name__ == "__main__":
     args = parser.parse_args()
     config_seeds()
     idx_seeds()
+    cifar_seeds()
     safetensors_seeds()
     conv_seeds()
     state_seed(args.state_json)

@@ -2,11 +2,13 @@
 // disjoint train and test splits).
 #include "opsnn/data/registry.h"
 
+#include <array>
 #include <map>
 #include <mutex>
 #include <utility>
 
 #include "opsnn/core/error.h"
+#include "opsnn/data/cifar.h"
 #include "opsnn/data/fashion_mnist.h"
 
 namespace opsnn::data {
@@ -28,6 +30,13 @@ DatasetSplits fashion_mnist(const DatasetOptions& options) {
           std::make_shared<FashionMnist>(options.root, Split::test, normalization)};
 }
 
+DatasetSplits cifar(CifarVariant variant, const DatasetOptions& options) {
+  const std::array<Normalization, 3> normalization =
+      options.normalize ? Cifar::standard_normalization(variant) : Cifar::no_normalization();
+  return {std::make_shared<Cifar>(options.root, variant, Split::train, normalization),
+          std::make_shared<Cifar>(options.root, variant, Split::test, normalization)};
+}
+
 // Generated datasets: the test split continues the sample sequence after the training split's samples.
 template <typename Generated, typename Options>
 DatasetSplits generated(Options settings, int64_t test_size) {
@@ -44,6 +53,8 @@ const std::vector<std::pair<std::string, DatasetBuilder>>& builtin_datasets() {
       {"synthetic",
        [](const DatasetOptions& o) { return generated<SyntheticImages>(o.synthetic, o.synthetic_test_size); }},
       {"ctr_synthetic", [](const DatasetOptions& o) { return generated<SyntheticCtr>(o.ctr, o.ctr_test_size); }},
+      {"cifar10", [](const DatasetOptions& o) { return cifar(CifarVariant::cifar10, o); }},
+      {"cifar100", [](const DatasetOptions& o) { return cifar(CifarVariant::cifar100, o); }},
   };
   return datasets;
 }

@@ -115,7 +115,7 @@ TEST_CASE("cli: each class of bad input exits 2 with the key and the line", "[cl
       {"out of range", "optimizer:\n  lr: -0.5\n", {"bad.yaml:2:", "optimizer.lr", "-0.5"}},
       {"unknown model", "model:\n  arch: resnet7\n", {"bad.yaml:2:", "model.arch", "resnet7"}},
       {"unknown optimizer", "optimizer:\n  name: adamax\n", {"bad.yaml:2:", "optimizer.name", "adamax"}},
-      {"unknown dataset", "data:\n  dataset: cifar100\n", {"bad.yaml:2:", "data.dataset", "cifar100"}},
+      {"unknown dataset", "data:\n  dataset: imagenet\n", {"bad.yaml:2:", "data.dataset", "imagenet"}},
   };
   for (const BadConfig& bad : cases) {
     INFO(bad.what);
@@ -228,6 +228,20 @@ TEST_CASE("cli: a missing data root exits 1 naming the path", "[cli]") {
   INFO(outcome.output);
   CHECK(outcome.exit_code == 1);
   CHECK_THAT(outcome.output, Catch::Contains("/nonexistent/fashion-data"));
+}
+
+TEST_CASE("cli: configs/resnet18_cifar10.yaml with data.root at Fashion-MNIST's default exits 1 saying what to set",
+          "[cli]") {
+  TemporaryFolder folder;
+  Outcome outcome = run_train({"--config", std::string(OPSNN_SOURCE_DIR) + "/configs/resnet18_cifar10.yaml", "--set",
+                               "data.root=/usr/share/datasets/fashion-mnist", "--set", "train.device=cpu", "--set",
+                               "train.precision=fp32", "--out", "run"},
+                              folder.path);
+  INFO(outcome.output);
+  CHECK(outcome.exit_code == 1);
+  CHECK_THAT(outcome.output, Catch::Contains("/usr/share/datasets/fashion-mnist") &&
+                                 Catch::Contains("data.root is left at Fashion-MNIST's default; set data.root to the "
+                                                 "CIFAR-10 folder"));
 }
 
 TEST_CASE("cli: a missing or corrupt train.conv_algorithms file exits 1 naming it, auto without one trains", "[cli]") {

@@ -1,4 +1,4 @@
-// The Dataset interface every data source implements (Fashion-MNIST, synthetic images, synthetic CTR),
+// The Dataset interface every data source implements (Fashion-MNIST, CIFAR, synthetic images, synthetic CTR),
 // and the Batch the loader hands to the trainer.
 #pragma once
 
@@ -13,6 +13,9 @@
 namespace opsnn::data {
 
 class BatchBuffer;  // batch_pool.h
+
+// The two halves of a file-backed dataset's distribution (Fashion-MNIST, CIFAR).
+enum class Split { train, test };
 
 // One batch on the host. Images: inputs f32 [B, C, H, W], labels i64 [B] (class ids).
 // CTR: inputs i64 [B, F] (one value id per field), labels f32 [B] (0 or 1).

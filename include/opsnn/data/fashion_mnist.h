@@ -10,8 +10,6 @@
 
 namespace opsnn::data {
 
-enum class Split { train, test };
-
 class FashionMnist final : public Dataset {
  public:
   // Where the distribution's `dataset-fashion-mnist` package installs the files.

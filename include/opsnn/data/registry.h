@@ -1,6 +1,7 @@
 // Datasets by name, like models: a builder turns DatasetOptions into the train and test splits. The
-// built-ins (fashion_mnist, synthetic, ctr_synthetic) are listed once in src/data/registry.cpp and
-// registered by the composition root (opsnn::register_builtins); a program may register its own.
+// built-ins (fashion_mnist, synthetic, ctr_synthetic, cifar10, cifar100) are listed once in
+// src/data/registry.cpp and registered by the composition root (opsnn::register_builtins); a program may
+// register its own.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +19,7 @@ namespace opsnn::data {
 // built-in generated ones.
 struct DatasetOptions {
   std::string name = "fashion_mnist";
-  std::string root;       // folder of the dataset's files; empty: the dataset's default
+  std::string root;       // folder of the dataset's files; empty: the dataset's default (CIFAR has none)
   bool normalize = true;  // per-channel mean/std normalisation where the dataset defines it
   // Generated datasets: size is the training split's; the test split's samples follow it
   // (sample_offset is set per split).

@@ -64,7 +64,7 @@ struct CtrDataConfig {  // data.dataset = ctr_synthetic
 };
 
 struct DataConfig {
-  std::string dataset = "fashion_mnist";  // fashion_mnist | synthetic | ctr_synthetic
+  std::string dataset = "fashion_mnist";  // fashion_mnist | synthetic | ctr_synthetic | cifar10 | cifar100
   std::string root = "/usr/share/datasets/fashion-mnist";
   int64_t batch_size = 64;
   int64_t eval_batch_size = 256;
