@@ -41,7 +41,8 @@ DatasetSplits generated(Options settings, int64_t test_size) {
 const std::vector<std::pair<std::string, DatasetBuilder>>& builtin_datasets() {
   static const std::vector<std::pair<std::string, DatasetBuilder>> datasets{
       {"fashion_mnist", fashion_mnist},
-      {"synthetic", [](const DatasetOptions& o) { return generated<SyntheticImages>(o.synthetic, o.synthetic_test_size); }},
+      {"synthetic",
+       [](const DatasetOptions& o) { return generated<SyntheticImages>(o.synthetic, o.synthetic_test_size); }},
       {"ctr_synthetic", [](const DatasetOptions& o) { return generated<SyntheticCtr>(o.ctr, o.ctr_test_size); }},
   };
   return datasets;

@@ -21,7 +21,8 @@ GradientSparsifier::GradientSparsifier(const Optimizer& optimizer, const TopKOpt
                    optimizer.name(), " optimizer must be plain SGD without momentum of its own (sgd, momentum 0, ",
                    "nesterov off)");
   }
-  sparsifier_ = std::make_unique<TopKSparsifier>(optimizer.arena().padded_elements(), options, optimizer.arena().device());
+  sparsifier_ =
+      std::make_unique<TopKSparsifier>(optimizer.arena().padded_elements(), options, optimizer.arena().device());
 }
 
 std::optional<TopKStepReport> GradientSparsifier::apply(const Optimizer& optimizer) {

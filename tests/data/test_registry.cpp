@@ -37,8 +37,7 @@ TEST_CASE("dataset registry: synthetic splits are sized and disjoint", "[data]")
   CHECK_FALSE(splits.train->is_image());
 }
 
-TEST_CASE("dataset registry: unknown names, registration from outside, a builder returning nothing",
-          "[data]") {
+TEST_CASE("dataset registry: unknown names, registration from outside, a builder returning nothing", "[data]") {
   DatasetOptions options;
   options.name = "imagenet21k";
   CHECK_THROWS_AS(build_datasets(options), ConfigError);

@@ -11,8 +11,7 @@ using namespace opsnn::optim::testing;
 namespace {
 
 // Steps `typed` and `by_name` (over equal parameters) on the same gradients and requires equal weights.
-void require_same_trajectory(Optimizer& typed, const NamedParameters& a, Optimizer& by_name,
-                             const NamedParameters& b) {
+void require_same_trajectory(Optimizer& typed, const NamedParameters& a, Optimizer& by_name, const NamedParameters& b) {
   for (int step = 0; step < 6; ++step) {
     auto grads = make_grads(a, step, 9, GradPattern::normal);
     write_grads(a, grads);
@@ -54,8 +53,8 @@ TEST_CASE("options structs: a typed optimizer steps as make_optimizer with the s
   SECTION("adam") {
     NamedParameters a = random_parameters(kShapes, 2), b = random_parameters(kShapes, 2);
     Adam typed(a, AdamOptions(1e-2).betas({0.85, 0.99}).amsgrad(true).weight_decay(0.01));
-    auto by_name = make_optimizer(
-        "adam", b, OptimizerOptions(1e-2).betas({0.85, 0.99}).amsgrad(true).weight_decay(0.01));
+    auto by_name =
+        make_optimizer("adam", b, OptimizerOptions(1e-2).betas({0.85, 0.99}).amsgrad(true).weight_decay(0.01));
     require_same_trajectory(typed, a, *by_name, b);
   }
   SECTION("adamw: the struct's weight decay default is the optimizer's") {
@@ -73,8 +72,7 @@ TEST_CASE("options structs: a typed optimizer steps as make_optimizer with the s
   SECTION("lamb") {
     NamedParameters a = random_parameters(kShapes, 5), b = random_parameters(kShapes, 5);
     LAMB typed(a, LambOptions(1e-2).weight_decay(0.01).trust_clamp_upper(5.0));
-    auto by_name =
-        make_optimizer("lamb", b, OptimizerOptions(1e-2).weight_decay(0.01).trust_clamp_upper(5.0));
+    auto by_name = make_optimizer("lamb", b, OptimizerOptions(1e-2).weight_decay(0.01).trust_clamp_upper(5.0));
     require_same_trajectory(typed, a, *by_name, b);
   }
   SECTION("lion: its defaults without any setting") {

@@ -133,15 +133,15 @@ TEST_CASE("top-k state travels in state_dict and resumes bit-identically", "[spa
                     Catch::Contains("'@topk.") && Catch::Contains("belongs to a setting this optimizer does not use"));
   // And a dense dict offered to a top-k optimizer: the sparsifier's entries are missing.
   SGD needs_topk(testing::random_parameters({{30, 30}}, 8), SgdOptions(0.1).sparsification(topk));
-  CHECK_THROWS_WITH(needs_topk.load_state_dict(dense.state_dict()),
-                    Catch::Contains("'@topk.accumulator' is missing"));
+  CHECK_THROWS_WITH(needs_topk.load_state_dict(dense.state_dict()), Catch::Contains("'@topk.accumulator' is missing"));
 }
 
 TEST_CASE("top-k is refused with loss scaling and with momentum the sparsifier would double", "[sparse][optim]") {
   TopKOptions topk;
   auto parameters = [] { return testing::random_parameters({{4, 4}}, 1); };
-  CHECK_THROWS_WITH(SGD(parameters(), SgdOptions().sparsification(topk).loss_scaling(LossScalingOptions().enabled(true))),
-                    Catch::Contains("cannot be combined with loss scaling"));
+  CHECK_THROWS_WITH(
+      SGD(parameters(), SgdOptions().sparsification(topk).loss_scaling(LossScalingOptions().enabled(true))),
+      Catch::Contains("cannot be combined with loss scaling"));
   TopKOptions corrected = topk;
   corrected.momentum_correction = true;
   CHECK_THROWS_WITH(SGD(parameters(), SgdOptions().momentum(0.9).sparsification(corrected)),

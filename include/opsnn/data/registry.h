@@ -18,8 +18,8 @@ namespace opsnn::data {
 // built-in generated ones.
 struct DatasetOptions {
   std::string name = "fashion_mnist";
-  std::string root;        // folder of the dataset's files; empty: the dataset's default
-  bool normalize = true;   // per-channel mean/std normalisation where the dataset defines it
+  std::string root;       // folder of the dataset's files; empty: the dataset's default
+  bool normalize = true;  // per-channel mean/std normalisation where the dataset defines it
   // Generated datasets: size is the training split's; the test split's samples follow it
   // (sample_offset is set per split).
   SyntheticImageOptions synthetic;  // synthetic
