@@ -1,4 +1,5 @@
-// opsnn-train: trains what a YAML config describes. A thin command line over opsnn::train::Trainer.
+// opsnn-train: trains what a YAML config describes, or (--eval-only) evaluates a checkpoint of it. A thin
+// command line over opsnn::train::Trainer.
 // Exit codes: 0 success, 2 usage or config errors, 1 runtime failures (missing data, divergence stopped
 // by the monitor, corrupt checkpoints), 130 interrupted by SIGINT after saving a checkpoint.
 #include <CLI/CLI.hpp>
@@ -25,7 +26,7 @@ extern "C" void on_interrupt(int) {
 }
 
 constexpr const char* kUsage = R"(usage: opsnn-train [--config FILE] [--set key.path=value]... [--out DIR]
-                   [--resume PATH|auto] [--print-config] [--help] [--version]
+                   [--resume PATH|auto] [--eval-only] [--print-config] [--help] [--version]
 
 Trains the model a YAML config describes and writes a run folder: config.yaml (resolved), train.log,
 metrics.jsonl (one JSON object per line) and checkpoints/.
@@ -38,11 +39,15 @@ options:
   --out DIR            the run folder (default: run.out_dir, else runs/<config name>)
   --resume PATH|auto   continue from a checkpoint folder (or its state.json); auto = the newest
                        checkpoint in the run folder, or a fresh start when there is none
+  --eval-only          with --resume: evaluate the checkpoint's model on the test split once (test
+                       loss, top-1 and top-5 accuracy, logged and added to metrics.jsonl as an "eval"
+                       record); nothing is trained and the checkpoint is left as it is
   --print-config       print the resolved config as YAML and exit
   --help               this text
   --version            the opsnn version
 
-exit codes: 0 done, 1 runtime failure (data, checkpoint, divergence), 2 usage or config error,
+exit codes: 0 done, 1 runtime failure (data, checkpoint, divergence; --eval-only --resume auto
+            without a checkpoint), 2 usage or config error (--eval-only without --resume),
             130 interrupted (Ctrl-C saves a checkpoint first; --resume auto continues)
 )";
 
@@ -66,6 +71,7 @@ struct Arguments {
   std::string config_path, out_dir, resume;
   std::vector<std::string> overrides;
   bool print_config = false;
+  bool eval_only = false;
 };
 
 // The command line through CLI11 ("--flag value" and "--flag=value"). CLI11 reports unknown options,
@@ -78,12 +84,13 @@ Arguments parse_arguments(int argc, char** argv) {
   app.set_help_flag("--help,-h");
   app.set_version_flag("--version", std::string("opsnn-train ") + OPSNN_VERSION_STRING);
   std::vector<std::string> config, out, resume, overrides;
-  bool print_config = false;
+  bool print_config = false, eval_only = false;
   app.add_option("--config", config)->allow_extra_args(false);
   app.add_option("--set", overrides)->allow_extra_args(false);
   app.add_option("--out", out)->allow_extra_args(false);
   app.add_option("--resume", resume)->allow_extra_args(false);
   app.add_flag("--print-config", print_config)->disable_flag_override();
+  app.add_flag("--eval-only", eval_only)->disable_flag_override();
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -113,6 +120,9 @@ Arguments parse_arguments(int argc, char** argv) {
     if (value.empty()) throw opsnn::UsageError("--set needs a value, got an empty one");
   args.overrides = std::move(overrides);
   args.print_config = print_config;
+  args.eval_only = eval_only;
+  if (eval_only && args.resume.empty())
+    throw opsnn::UsageError("--eval-only needs --resume PATH|auto: the checkpoint to evaluate");
   return args;
 }
 
@@ -138,10 +148,16 @@ int main(int argc, char** argv) {
       std::fputs(opsnn::train::emit_config(config).c_str(), stdout);
       return 0;
     }
-    std::signal(SIGINT, on_interrupt);
     opsnn::train::TrainerOptions options;
     options.out_dir = args.out_dir;
     options.resume = args.resume;
+    if (args.eval_only) {  // no SIGINT handler: Ctrl-C ends an evaluation at once, there is nothing to save
+      options.eval_only = true;
+      opsnn::train::Trainer trainer(std::move(config), options);
+      trainer.evaluate();
+      return 0;
+    }
+    std::signal(SIGINT, on_interrupt);
     options.stop_requested = &stop_requested;
     opsnn::train::Trainer trainer(std::move(config), options);
     opsnn::train::TrainSummary summary = trainer.fit();

@@ -473,6 +473,8 @@ std::vector<KeySpec> build_schema() {
       integer_list_key("model.hidden_sizes", OPSNN_FIELD(model.hidden_sizes), count, true),
       integer_key("model.embedding_dim", OPSNN_FIELD(model.embedding_dim), count),
       bool_key("model.sparse_embeddings", OPSNN_FIELD(model.sparse_embeddings)),
+      string_key("model.init_from", OPSNN_FIELD(model.init_from)),
+      bool_key("model.init_strict", OPSNN_FIELD(model.init_strict)),
 
       choice_key("data.dataset", OPSNN_FIELD(data.dataset), datasets),
       string_key("data.root", OPSNN_FIELD(data.root), false),

@@ -25,6 +25,7 @@
 #include "opsnn/ops/ops.h"
 #include "opsnn/optim/optimizer.h"
 #include "opsnn/train/checkpoint.h"
+#include "opsnn/train/init_from.h"
 #include "train/config_checks.h"
 #include "train/progress.h"
 #include "train/setup.h"
@@ -170,6 +171,40 @@ double saved_best_accuracy(const CheckpointData& checkpoint) {
   return accuracy;
 }
 
+// model.init_from on a fresh start: the file's tensors by name into the new model (init_from.h). A file
+// that cannot be read, or (init_strict) does not fit, is a DataError naming the key and the file; with
+// init_strict false what did not fit is logged and keeps its fresh initialisation.
+void init_model_from(const TrainConfig& c, nn::Module& model, spdlog::logger& logger) {
+  const fs::path path(c.model.init_from);
+  const std::string key = detail::concat(c.source, ": key 'model.init_from': ");
+  std::error_code error;
+  if (!fs::exists(path, error))
+    throw DataError(detail::concat(key, path.string(), " does not exist (expected a .safetensors file)"));
+  SafetensorsContents contents;
+  try {
+    contents = read_safetensors(path);
+  } catch (const Error& failure) {
+    throw DataError(key + failure.what());
+  }
+  InitFromReport report;
+  try {
+    report = load_init_weights(model, contents.tensors, path.string(), c.model.init_strict);
+  } catch (const Error& failure) {
+    throw DataError(detail::concat(key, failure.what(), " (model.init_strict: false loads the tensors that fit)"));
+  }
+  const size_t total =
+      report.loaded.size() + report.missing.size() + report.shape_mismatches.size() + report.dtype_mismatches.size();
+  logger.info("model.init_from: {} of the model's {} tensors from {}{}", report.loaded.size(), total, path.string(),
+              report.skipped.empty()
+                  ? std::string()
+                  : fmt::format(" ({} num_batches_tracked counters skipped: opsnn keeps none)", report.skipped.size()));
+  if (!report.complete())
+    logger.warn(
+        "model.init_from (init_strict false): {}; the model's tensors not loaded keep their fresh "
+        "initialisation, the file's unknown ones are not used",
+        report.problems());
+}
+
 }  // namespace
 
 Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_unique<State>()) {
@@ -183,6 +218,8 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
   validate_config(c);
   const TrainingDevice run_device = check_device(c, cuda_device_count());
   s.device = run_device.device;
+  OPSNN_CHECK_AS(UsageError, !s.options.eval_only || !s.options.resume.empty(),
+                 "eval_only needs the checkpoint to evaluate: TrainerOptions::resume (a path, or auto)");
 
   s.run_dir = !s.options.out_dir.empty() ? fs::path(s.options.out_dir)
               : !c.run.out_dir.empty()   ? fs::path(c.run.out_dir)
@@ -204,7 +241,8 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
   // The library logs (optimizer warnings, the monitor) through the default logger: route them here too.
   s.previous_default_logger = spdlog::default_logger();
   spdlog::set_default_logger(s.logger);
-  {
+  // An evaluation keeps the run folder's record of the config its checkpoints were trained with.
+  if (!s.options.eval_only || !fs::exists(s.run_dir / "config.yaml", error)) {
     std::ofstream resolved(s.run_dir / "config.yaml");
     resolved << emit_config(c);
     if (!resolved) throw DataError(detail::concat("cannot write ", (s.run_dir / "config.yaml").string()));
@@ -242,10 +280,29 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
     s.logger->info(
         "model.channels_last: {} ({})", model_options.channels_last ? "true" : "false",
         c.model.channels_last.has_value() ? "as configured" : "auto: true for tf32/bf16/fp16 on a GPU, else false");
+  // The checkpoint to continue from (or evaluate), known before the model is initialised: a resumed run
+  // takes its weights from the checkpoint, not from model.init_from.
+  std::optional<fs::path> resume_from;
+  if (s.options.resume == "auto") {
+    resume_from = find_latest_checkpoint(s.run_dir);
+    if (!resume_from && s.options.eval_only)
+      throw DataError(detail::concat("nothing to evaluate: no checkpoint in ", (s.run_dir / "checkpoints").string()));
+    if (!resume_from) s.logger->info("--resume auto: no checkpoint in {}, starting fresh", s.run_dir.string());
+  } else if (!s.options.resume.empty()) {
+    resume_from = fs::path(s.options.resume);
+  }
+
   Generator init_generator(c.train.seed);
   s.model = models::build_model(model_options, init_generator);
   s.model->to(s.device);
   s.model->train();
+  if (!c.model.init_from.empty()) {
+    if (resume_from)
+      s.logger->info("model.init_from {} not used: the weights come from the checkpoint {}", c.model.init_from,
+                     resume_from->string());
+    else
+      init_model_from(c, *s.model, *s.logger);
+  }
   if (compute_dtype != DType::f32) s.model->set_compute_dtype(compute_dtype);
   if (c.train.precision == "tf32") {
     s.previous_fp32_math = ops::fp32_math();
@@ -297,13 +354,6 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
         *s.bayes_test_loss, ctr->base_rate_log_loss());
   }
 
-  std::optional<fs::path> resume_from;
-  if (s.options.resume == "auto") {
-    resume_from = find_latest_checkpoint(s.run_dir);
-    if (!resume_from) s.logger->info("--resume auto: no checkpoint in {}, starting fresh", s.run_dir.string());
-  } else if (!s.options.resume.empty()) {
-    resume_from = fs::path(s.options.resume);
-  }
   s.metrics.open(s.run_dir / "metrics.jsonl", resume_from ? std::ios::app : std::ios::trunc);
   if (!s.metrics) throw DataError(detail::concat("cannot write ", (s.run_dir / "metrics.jsonl").string()));
 
@@ -311,8 +361,8 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
     // A checkpoint that cannot be read or does not fit this config is a runtime failure (exit 1).
     CheckpointData checkpoint;
     try {
-      checkpoint = load_checkpoint(*resume_from);
-      check_resume_position(checkpoint, s.loader->batches_per_epoch());
+      checkpoint = load_checkpoint(*resume_from);  // verifies every file of the checkpoint
+      if (!s.options.eval_only) check_resume_position(checkpoint, s.loader->batches_per_epoch());
       s.best_test_accuracy = saved_best_accuracy(checkpoint);
       nn::StateDict model_state(checkpoint.model_tensors.begin(), checkpoint.model_tensors.end());
       try {
@@ -320,23 +370,33 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
       } catch (const Error& failure) {  // a tensor of the wrong shape, dtype or name: say which file holds it
         throw DataError(detail::concat((checkpoint.folder / kModelFileName).string(), ": ", failure.what()));
       }
-      optim::StateDict optimizer_state(checkpoint.optimizer_tensors.begin(), checkpoint.optimizer_tensors.end());
-      s.optimizer->load_state_dict(optimizer_state);
-      s.loader->seek({checkpoint.data_loader.epoch, checkpoint.data_loader.batch_in_epoch});
+      if (!s.options.eval_only) {  // an evaluation needs the model only
+        optim::StateDict optimizer_state(checkpoint.optimizer_tensors.begin(), checkpoint.optimizer_tensors.end());
+        s.optimizer->load_state_dict(optimizer_state);
+        s.loader->seek({checkpoint.data_loader.epoch, checkpoint.data_loader.batch_in_epoch});
+      }
     } catch (const Error& failure) {
-      throw DataError(detail::concat("cannot resume from ", resume_from->string(), ": ", failure.what()));
+      throw DataError(detail::concat(s.options.eval_only ? "cannot evaluate " : "cannot resume from ",
+                                     resume_from->string(), ": ", failure.what()));
     }
     s.step = checkpoint.step;
     s.epoch = checkpoint.data_loader.epoch;
+    // An evaluation reports the epoch of the checkpoint's last step, as that step's own evaluation did: a
+    // checkpoint at an epoch's end stands at batch 0 of the next one.
+    if (s.options.eval_only && checkpoint.data_loader.batch_in_epoch == 0 && s.epoch > 0) --s.epoch;
     s.epochs_completed = checkpoint.epoch;
     s.samples_seen = checkpoint.data_loader.samples_seen;
     s.last_checkpoint_step = s.step;
     s.last_checkpoint = *resume_from;
     if (checkpoint.config_digest != config_digest(emit_config(c)))
-      s.logger->warn("resuming from {} with a config that differs from the one it was written with",
-                     resume_from->string());
-    s.logger->info("resumed from {} at step {} (epoch {}, batch {})", resume_from->string(), s.step, s.epoch + 1,
-                   checkpoint.data_loader.batch_in_epoch);
+      s.logger->warn("{} {} with a config that differs from the one it was written with",
+                     s.options.eval_only ? "evaluating" : "resuming from", resume_from->string());
+    if (s.options.eval_only)
+      s.logger->info("evaluating the model of {} (step {}, epoch {}); nothing is trained or saved",
+                     resume_from->string(), s.step, s.epoch + 1);
+    else
+      s.logger->info("resumed from {} at step {} (epoch {}, batch {})", resume_from->string(), s.step, s.epoch + 1,
+                     checkpoint.data_loader.batch_in_epoch);
     s.optimizer->refresh_param_copy();  // the masters were just loaded
   }
   s.progress = ProgressBar(c.logging.progress, s.options.show_progress);
@@ -362,7 +422,7 @@ EvalResult Trainer::evaluate() {
                           data::LoaderOptions::evaluation(s.config.data.eval_batch_size, s.config.data.num_workers));
   EvalResult result;
   double loss_sum = 0.0;
-  int64_t correct = 0;
+  int64_t correct = 0, correct_top5 = 0, classes = 0;
   while (std::optional<data::Batch> batch = loader.next()) {
     Tensor logits = s.model->forward(batch->inputs.to(s.device));
     Tensor targets = class_targets(batch->labels);
@@ -370,19 +430,33 @@ EvalResult Trainer::evaluate() {
     loss_sum += ops::cross_entropy(logits, targets.to(s.device)).item() * static_cast<double>(n);
     std::vector<float> values = logits.to_vector<float>();
     std::vector<int64_t> labels = targets.to_vector<int64_t>();
-    int64_t classes = logits.size(1);
+    classes = logits.size(1);
     for (int64_t i = 0; i < n; ++i) {
       const float* row = values.data() + i * classes;
+      const int64_t label = labels[static_cast<size_t>(i)];
       int64_t best = 0;
       for (int64_t k = 1; k < classes; ++k)
         if (row[k] > row[best]) best = k;
-      correct += best == labels[static_cast<size_t>(i)];
+      correct += best == label;
+      // Top-5: fewer than 5 classes rank before the label's logit (a higher one, or an equal one at a lower
+      // index: the argmax's tie rule, so every top-1 hit is a top-5 hit).
+      bool in_top5 = best == label;
+      if (!in_top5 && classes >= 5 && label >= 0 && label < classes && !std::isnan(row[label])) {
+        int64_t ahead = 0;
+        for (int64_t k = 0; k < classes && ahead < 5; ++k)
+          ahead += row[k] > row[label] || (row[k] == row[label] && k < label);
+        in_top5 = ahead < 5;
+      }
+      correct_top5 += in_top5;
     }
     result.samples += n;
   }
   s.model->train();
   result.loss = result.samples > 0 ? loss_sum / static_cast<double>(result.samples) : 0.0;
   result.accuracy = result.samples > 0 ? static_cast<double>(correct) / static_cast<double>(result.samples) : 0.0;
+  if (classes >= 5)
+    result.top5_accuracy =
+        result.samples > 0 ? static_cast<double>(correct_top5) / static_cast<double>(result.samples) : 0.0;
   s.last_eval = result;
   s.last_eval_step = s.step;
   s.best_test_accuracy = std::max(s.best_test_accuracy, result.accuracy);
@@ -393,6 +467,13 @@ EvalResult Trainer::evaluate() {
                         {"test_loss", result.loss},
                         {"test_acc", result.accuracy},
                         {"samples", result.samples}};
+  if (result.top5_accuracy) record["test_acc_top5"] = *result.top5_accuracy;
+  const std::string top5 =
+      result.top5_accuracy ? fmt::format(" test_acc_top5 {:.2f}%", 100.0 * *result.top5_accuracy) : std::string();
+  if (s.options.eval_only) {  // opsnn-train --eval-only: which checkpoint the numbers are of
+    record["eval_only"] = true;
+    record["checkpoint"] = s.last_checkpoint.string();
+  }
   if (s.bayes_test_loss) {
     record["bayes_loss"] = *s.bayes_test_loss;
     s.logger->info(
@@ -400,8 +481,8 @@ EvalResult Trainer::evaluate() {
         s.step, s.epoch + 1, result.loss, 100.0 * (result.loss / *s.bayes_test_loss - 1.0), *s.bayes_test_loss,
         100.0 * result.accuracy);
   } else {
-    s.logger->info("eval at step {} (epoch {}): test_loss {:.4f} test_acc {:.2f}%", s.step, s.epoch + 1, result.loss,
-                   100.0 * result.accuracy);
+    s.logger->info("eval at step {} (epoch {}): test_loss {:.4f} test_acc {:.2f}%{}", s.step, s.epoch + 1, result.loss,
+                   100.0 * result.accuracy, top5);
   }
   s.write_metrics(record);
   return result;
@@ -409,6 +490,7 @@ EvalResult Trainer::evaluate() {
 
 fs::path Trainer::save_checkpoint() {
   State& s = *state_;
+  OPSNN_CHECK_AS(UsageError, !s.options.eval_only, "save_checkpoint: this Trainer only evaluates (eval_only)");
   CheckpointData data;
   data.step = s.step;
   data.epoch = s.epochs_completed;
@@ -432,6 +514,7 @@ fs::path Trainer::save_checkpoint() {
 
 double Trainer::train_steps(int64_t count) {
   State& s = *state_;
+  OPSNN_CHECK_AS(UsageError, !s.options.eval_only, "train_steps: this Trainer only evaluates (eval_only)");
   const TrainConfig& c = s.config;
   double loss_total = 0.0;
   int64_t steps_run = 0;
@@ -555,6 +638,7 @@ double Trainer::train_steps(int64_t count) {
 
 TrainSummary Trainer::fit() {
   State& s = *state_;
+  OPSNN_CHECK_AS(UsageError, !s.options.eval_only, "fit: this Trainer only evaluates (eval_only); call evaluate()");
   const TrainConfig& c = s.config;
   s.run_start = Clock::now();
   s.interval_start = s.run_start;

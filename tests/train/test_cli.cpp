@@ -1,6 +1,7 @@
 // Tests of tools/opsnn_train.cpp through the built program: --help, --version, --print-config, exit code 2
 // with key and line for each class of bad input, exit 1 for missing data and truncated checkpoints,
-// the run folder and metrics.jsonl contract, and SIGINT (save a checkpoint, exit 130).
+// the run folder and metrics.jsonl contract, SIGINT (save a checkpoint, exit 130) and --eval-only (one eval
+// record, the checkpoint untouched; exit 2 without --resume, 1 without a checkpoint).
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -77,7 +79,8 @@ TEST_CASE("cli: --help documents every option, --version prints the version", "[
   TemporaryFolder folder;
   Outcome help = run_train({"--help"}, folder.path);
   REQUIRE(help.exit_code == 0);
-  for (const char* option : {"--config", "--set", "--out", "--resume", "--print-config", "--help", "--version"})
+  for (const char* option :
+       {"--config", "--set", "--out", "--resume", "--eval-only", "--print-config", "--help", "--version"})
     CHECK_THAT(help.output, Catch::Contains(option));
   CHECK_THAT(help.output, Catch::Contains("exit codes"));
   Outcome version = run_train({"--version"}, folder.path);
@@ -518,6 +521,98 @@ TEST_CASE("cli: SIGINT saves a checkpoint and exits 130, --resume auto continues
   INFO(resumed.output);
   CHECK(resumed.exit_code == 0);
   CHECK(load_checkpoint(*find_latest_checkpoint(run)).step == saved.step + 2);
+}
+
+TEST_CASE("cli: --eval-only evaluates a checkpoint once and changes nothing; no checkpoint exits 2 or 1", "[cli]") {
+  TemporaryFolder folder;
+  write_text(folder.path / "tiny.yaml", kTinyRunYaml);
+  const fs::path run = folder.path / "run";
+  Outcome trained = run_train({"--config", "tiny.yaml", "--out", "run", "--set", "train.epochs=1"}, folder.path);
+  INFO(trained.output);
+  REQUIRE(trained.exit_code == 0);
+  std::vector<CheckpointEntry> checkpoints = list_checkpoints(run);
+  REQUIRE(checkpoints.size() == 1);
+  auto read_all = [&]() {
+    std::map<std::string, std::string> files;
+    for (const char* file : {"model.safetensors", "optimizer.safetensors", "state.json"})
+      files[file] = read_file_bytes(checkpoints.back().path / file);
+    files["config.yaml"] = read_file_bytes(run / "config.yaml");
+    return files;
+  };
+  auto eval_records = [&]() {
+    std::vector<nlohmann::json> records;
+    std::ifstream metrics(run / "metrics.jsonl");
+    for (std::string line; std::getline(metrics, line);) {
+      nlohmann::json record = nlohmann::json::parse(line);
+      if (record["event"] == "eval") records.push_back(record);
+    }
+    return records;
+  };
+  const auto before = read_all();
+  const nlohmann::json trained_eval = eval_records().back();
+
+  for (const std::string& resume : {std::string("auto"), checkpoints.back().path.string()}) {
+    INFO("--resume " << resume);
+    // The checkpoint as found: in the run folder given (auto), or as named.
+    const std::string found = resume == "auto" ? (fs::path("run") / "checkpoints" / "step_00000006").string() : resume;
+    Outcome evaluated = run_train(
+        {"--config", "tiny.yaml", "--out", "run", "--resume", resume, "--eval-only", "--set", "optimizer.name=sgd"},
+        folder.path);
+    INFO(evaluated.output);
+    CHECK(evaluated.exit_code == 0);
+    CHECK_THAT(evaluated.output, Catch::Contains("evaluating the model of " + found));
+    CHECK_THAT(evaluated.output, Catch::Contains("eval at step 6 (epoch 1): test_loss") && Catch::Contains("test_acc"));
+    CHECK_THAT(evaluated.output, !Catch::Contains("test_acc_top5"));  // 4 classes
+    const nlohmann::json record = eval_records().back();
+    CHECK(record["eval_only"] == true);
+    CHECK(record["checkpoint"] == found);
+    CHECK(record["step"] == 6);
+    CHECK(record["epoch"] == trained_eval["epoch"]);
+    CHECK(record["test_loss"] == trained_eval["test_loss"]);
+    CHECK(record["test_acc"] == trained_eval["test_acc"]);
+    CHECK(record["samples"] == 64);
+    CHECK(read_all() == before);  // the checkpoint and the run's config.yaml
+    CHECK(list_checkpoints(run).size() == 1);
+  }
+  CHECK(eval_records().size() == 3);
+
+  // Top-5 where the model has 5 classes or more: on the console and in the record.
+  Outcome five = run_train({"--config", "tiny.yaml", "--out", "five", "--set", "train.max_steps=2", "--set",
+                            "train.epochs=0", "--set", "data.synthetic.num_classes=6"},
+                           folder.path);
+  REQUIRE(five.exit_code == 0);
+  Outcome five_eval =
+      run_train({"--config", "tiny.yaml", "--out", "five", "--set", "train.max_steps=2", "--set", "train.epochs=0",
+                 "--set", "data.synthetic.num_classes=6", "--resume", "auto", "--eval-only"},
+                folder.path);
+  INFO(five_eval.output);
+  CHECK(five_eval.exit_code == 0);
+  CHECK_THAT(five_eval.output, Catch::Contains("test_acc_top5"));
+
+  // No checkpoint: none named is a usage error (2); auto with none there, a missing or truncated one: 1.
+  Outcome unnamed = run_train({"--config", "tiny.yaml", "--out", "run", "--eval-only"}, folder.path);
+  INFO(unnamed.output);
+  CHECK(unnamed.exit_code == 2);
+  CHECK_THAT(unnamed.output, Catch::Contains("--eval-only needs --resume PATH|auto"));
+  Outcome none = run_train({"--config", "tiny.yaml", "--out", "empty", "--resume", "auto", "--eval-only"}, folder.path);
+  INFO(none.output);
+  CHECK(none.exit_code == 1);
+  CHECK_THAT(none.output, Catch::Contains("nothing to evaluate: no checkpoint in"));
+  Outcome missing =
+      run_train({"--config", "tiny.yaml", "--out", "run", "--resume", "no-such", "--eval-only"}, folder.path);
+  INFO(missing.output);
+  CHECK(missing.exit_code == 1);
+  CHECK_THAT(missing.output, Catch::Contains("cannot evaluate no-such"));
+  const fs::path broken = folder.path / "broken";
+  fs::copy(checkpoints.back().path, broken);
+  fs::resize_file(broken / "model.safetensors", fs::file_size(broken / "model.safetensors") / 2);
+  Outcome truncated =
+      run_train({"--config", "tiny.yaml", "--out", "run", "--resume", broken.string(), "--eval-only"}, folder.path);
+  INFO(truncated.output);
+  CHECK(truncated.exit_code == 1);
+  CHECK_THAT(truncated.output,
+             Catch::Contains("cannot evaluate " + broken.string()) && Catch::Contains("model.safetensors"));
+  CHECK(read_all() == before);
 }
 
 #endif  // OPSNN_TRAIN_EXE

@@ -31,6 +31,11 @@ struct ModelConfig {
   std::vector<int64_t> hidden_sizes;  // mlp / ctr hidden layers; empty = the architecture's default
   int64_t embedding_dim = 16;         // ctr: width of each field's embedding
   bool sparse_embeddings = true;      // ctr: row-sparse embedding gradients (false = dense)
+  // Parameters and BatchNorm buffers taken before training from a safetensors file by PyTorch's names
+  // (a torchvision export: tools/export_torchvision_resnet.py); "" = none. Ignored when the run resumes
+  // from a checkpoint, which holds the weights to continue from. See opsnn/train/init_from.h.
+  std::string init_from;
+  bool init_strict = true;  // refuse missing, unexpected and shape-mismatched names (false: warn, load the rest)
   bool operator==(const ModelConfig&) const = default;
 };
 

@@ -33,11 +33,18 @@ struct TrainerOptions {
   bool log_to_console = true;  // train.log always; also stderr when true (tests and embedders may turn it off)
   // Checked after every step; when it becomes true the trainer saves a checkpoint and stops (SIGINT).
   const std::atomic<bool>* stop_requested = nullptr;
+  // Evaluation of a checkpoint (opsnn-train --eval-only): `resume` must name one (a path, or auto with a
+  // checkpoint in the run folder, else DataError). Only its model is loaded (not the optimizer state or
+  // the loader position, so those settings may differ), model.init_from is ignored, an existing
+  // config.yaml of the run folder is kept; call evaluate() once. Nothing is trained or saved.
+  bool eval_only = false;
 };
 
 struct EvalResult {
   double loss = 0.0;
   double accuracy = 0.0;  // fraction in [0, 1]
+  // Top-5 accuracy (the label among the 5 highest logits); only for models with at least 5 classes.
+  std::optional<double> top5_accuracy;
   int64_t samples = 0;
 };
 
@@ -56,8 +63,10 @@ struct TrainSummary {
 
 class Trainer {
  public:
-  // Builds everything; resumes from a checkpoint when options.resume asks for it. Throws ConfigError for
-  // settings this build cannot honour and DataError for missing or corrupt data and checkpoints.
+  // Builds everything; initialises the model from model.init_from (a fresh start only) and resumes from a
+  // checkpoint when options.resume asks for it. Throws ConfigError for settings this build cannot honour
+  // and DataError for missing or corrupt data, checkpoints and init_from files (or, with
+  // model.init_strict, an init_from file that does not fit the model).
   Trainer(TrainConfig config, TrainerOptions options = {});
   ~Trainer();
   Trainer(const Trainer&) = delete;
@@ -68,6 +77,7 @@ class Trainer {
   TrainSummary fit();
   // Runs at most `count` optimizer steps (crossing epochs as needed); returns the mean training loss.
   double train_steps(int64_t count);
+  // One pass over the test split: loss, top-1 (and top-5) accuracy, logged and written as an "eval" record.
   EvalResult evaluate();
   // Writes a checkpoint of the current state (model, optimizer, sparse-update and top-k state, loader
   // position); returns its folder.
