@@ -79,6 +79,43 @@ def safetensors_seeds():
     write("safetensors", "empty", safetensors_file([]))
 
 
+def png_file(width, height, color_type, bit_depth, pixel_rows, interlaced=False, palette=None, trns=None):
+    """A PNG of unfiltered rows (bytes as PNG stores them); Adam7 passes for 8-bit RGB when interlaced."""
+    def chunk(kind, body):
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    if interlaced:  # 8-bit RGB only: the seven passes' sub-images, one after another
+        passes = [(0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2)]
+        raw = b""
+        for x0, y0, dx, dy in passes:
+            for y in range(y0, height, dy):
+                row = b"".join(pixel_rows[y][3 * x:3 * x + 3] for x in range(x0, width, dx))
+                raw += b"\0" + row if row else b""
+    else:
+        raw = b"".join(b"\0" + row for row in pixel_rows)
+    ihdr = struct.pack(">IIBBBBB", width, height, bit_depth, color_type, 0, 0, 1 if interlaced else 0)
+    body = chunk(b"IHDR", ihdr)
+    if palette:
+        body += chunk(b"PLTE", bytes(palette))
+    if trns:
+        body += chunk(b"tRNS", bytes(trns))
+    return b"\x89PNG\r\n\x1a\n" + body + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b"")
+
+
+def image_seeds():
+    # PNG here; the JPEG seeds (jpeg_*) are committed files written by TurboJPEG (tests/fuzz/README.md).
+    rgb = [bytes((x * 40 + y * 3) % 256 for x in range(5) for _ in range(3)) for y in range(4)]
+    write("image_decode", "png_rgb", png_file(5, 4, 2, 8, rgb))
+    write("image_decode", "png_rgb_interlaced", png_file(5, 4, 2, 8, rgb, interlaced=True))
+    indices = [bytes([0x01, 0x23, 0x00]), bytes([0x32, 0x10, 0x30])]  # 4-bit indices, 5 a row
+    write("image_decode", "png_palette_trns", png_file(5, 2, 3, 4, indices, palette=[255, 0, 0, 0, 255, 0, 0, 0, 255, 9, 9, 9],
+                                                       trns=[0, 128]))
+    gray16 = [struct.pack(">3H", 0, 30000 + y, 65535) for y in range(3)]
+    write("image_decode", "png_gray16", png_file(3, 3, 0, 16, gray16))
+    gray_alpha = [bytes([y * 50, 255 - y * 50] * 4) for y in range(2)]
+    write("image_decode", "png_gray_alpha", png_file(4, 2, 4, 8, gray_alpha))
+
+
 def state_seed(state_json):
     if state_json:
         write("checkpoint_state", "from_run", pathlib.Path(state_json).read_bytes())
@@ -108,4 +145,5 @@ if __name__ == "__main__":
     cifar_seeds()
     safetensors_seeds()
     conv_seeds()
+    image_seeds()
     state_seed(args.state_json)

@@ -80,7 +80,9 @@ Batch DataLoader::make_batch(LoaderPosition position) const {
   const std::vector<int64_t> indices = batch_indices(position);
   const int64_t count = static_cast<int64_t>(indices.size());
   Batch batch = buffers_ ? buffers_->acquire(count) : dataset_->allocate_batch(count);
-  dataset_->get_batch(indices, batch.inputs, batch.labels);
+  std::vector<uint64_t> seeds(indices.size());
+  for (size_t i = 0; i < indices.size(); ++i) seeds[i] = sample_seed(options_.seed, position.epoch, indices[i]);
+  dataset_->get_batch_seeded(indices, seeds, batch.inputs, batch.labels);
   augment_batch(batch, *dataset_, options_.augment, options_.seed, position.epoch, indices);
   batch.epoch = position.epoch;
   batch.index = position.batch;

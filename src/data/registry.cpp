@@ -37,6 +37,20 @@ DatasetSplits cifar(CifarVariant variant, const DatasetOptions& options) {
           std::make_shared<Cifar>(options.root, variant, Split::test, normalization)};
 }
 
+DatasetSplits image_folder(const DatasetOptions& options) {
+  ImageFolderOptions settings = options.image_folder;
+  settings.root = options.root;
+  settings.normalize = options.normalize;
+  settings.split = "train";
+  settings.random_resized_crop = true;
+  settings.classes.clear();
+  auto train = std::make_shared<ImageFolder>(settings);
+  settings.split = "val";
+  settings.random_resized_crop = false;
+  settings.classes = train->class_names();
+  return {std::move(train), std::make_shared<ImageFolder>(settings)};
+}
+
 // Generated datasets: the test split continues the sample sequence after the training split's samples.
 template <typename Generated, typename Options>
 DatasetSplits generated(Options settings, int64_t test_size) {
@@ -55,6 +69,7 @@ const std::vector<std::pair<std::string, DatasetBuilder>>& builtin_datasets() {
       {"ctr_synthetic", [](const DatasetOptions& o) { return generated<SyntheticCtr>(o.ctr, o.ctr_test_size); }},
       {"cifar10", [](const DatasetOptions& o) { return cifar(CifarVariant::cifar10, o); }},
       {"cifar100", [](const DatasetOptions& o) { return cifar(CifarVariant::cifar100, o); }},
+      {"image_folder", image_folder},
   };
   return datasets;
 }

@@ -19,6 +19,11 @@ uint64_t derive_seed(uint64_t seed, RandomStream stream, int64_t epoch) {
   return (static_cast<uint64_t>(block.v[0]) << 32) | block.v[1];
 }
 
+uint64_t sample_seed(uint64_t seed, int64_t epoch, int64_t sample_index) {
+  Philox4 block = philox4x32_10(derive_seed(seed, RandomStream::sample, epoch), static_cast<uint64_t>(sample_index));
+  return (static_cast<uint64_t>(block.v[0]) << 32) | block.v[1];
+}
+
 std::vector<int64_t> shuffled_indices(int64_t count, uint64_t seed, int64_t epoch) {
   // A negative count would become a huge size_t (std::length_error), not a message naming it.
   OPSNN_CHECK_AS(ConfigError, count >= 0, "shuffled_indices: sample count must be >= 0, got ", count);

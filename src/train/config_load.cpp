@@ -362,6 +362,11 @@ void check_consistency(const TrainConfig& config, const ConfigReader& reader) {
   require(!ctr_data || (config.data.augment.crop_padding == 0 && !config.data.augment.flip),
           "data.augment.crop_padding", {"data.augment.flip"},
           "crop/flip augmentation applies to image datasets, not ctr_synthetic");
+  const RandomResizedCropConfig& crop = config.data.random_resized_crop;
+  require(crop.scale[0] <= crop.scale[1], "data.random_resized_crop.scale", {},
+          "the lower bound must not exceed the upper");
+  require(crop.ratio[0] <= crop.ratio[1], "data.random_resized_crop.ratio", {},
+          "the lower bound must not exceed the upper");
   // Each extent and vocabulary is bounded by its key; these products stay below int64 with them.
   const SyntheticDataConfig& synthetic = config.data.synthetic;
   const int64_t image_values = synthetic.channels * synthetic.height * synthetic.width;

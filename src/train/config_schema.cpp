@@ -504,6 +504,11 @@ std::vector<KeySpec> build_schema() {
       number_key("data.ctr.bias", OPSNN_FIELD(data.ctr.bias), Range::any()),
       number_key("data.ctr.value_skew", OPSNN_FIELD(data.ctr.value_skew), Range::positive()),
       integer_key("data.ctr.seed", OPSNN_FIELD(data.ctr.seed), non_negative),
+      integer_key("data.image_size", OPSNN_FIELD(data.image_size), Range::closed(1, 8192)),
+      pair_key("data.random_resized_crop.scale", OPSNN_FIELD(data.random_resized_crop.scale), Range::open_closed(0, 1)),
+      pair_key("data.random_resized_crop.ratio", OPSNN_FIELD(data.random_resized_crop.ratio), Range::open(0, 1e6)),
+      bool_key("data.jpeg_dct_scaling", OPSNN_FIELD(data.jpeg_dct_scaling)),
+      choice_key("data.on_bad_image", OPSNN_FIELD(data.on_bad_image), fixed({"skip", "error"})),
 
       integer_key("train.epochs", OPSNN_FIELD(train.epochs), Range::closed(0, kMaxEpochs)),
       integer_key("train.max_steps", OPSNN_FIELD(train.max_steps), Range::closed(0, kMaxSteps)),

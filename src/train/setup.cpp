@@ -30,6 +30,12 @@ Datasets make_datasets(const TrainConfig& config) {
   options.ctr.seed = data.ctr.seed;
   options.ctr.size = data.ctr.train_size;
   options.ctr_test_size = data.ctr.test_size;
+  options.image_folder.image_size = data.image_size;
+  options.image_folder.crop_scale = data.random_resized_crop.scale;
+  options.image_folder.crop_ratio = data.random_resized_crop.ratio;
+  options.image_folder.jpeg_dct_scaling = data.jpeg_dct_scaling;
+  options.image_folder.on_bad_image =
+      data.on_bad_image == "error" ? data::BadImagePolicy::error : data::BadImagePolicy::skip;
   try {
     return data::build_datasets(options);
   } catch (const ConfigError& error) {  // the registry knows no file: say which config asked

@@ -250,6 +250,12 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
 
   // Data, then the config rules that need the training set and the batches the loader makes of it.
   s.datasets = make_datasets(c);
+  // Beside config.yaml: what each label means, for datasets whose classes have names (image_folder).
+  if (const std::vector<std::string> classes = s.datasets.train->class_names(); !classes.empty()) {
+    std::ofstream file(s.run_dir / "classes.txt", std::ios::trunc);
+    for (const std::string& name : classes) file << name << '\n';
+    if (!file.flush()) throw DataError(detail::concat("cannot write ", (s.run_dir / "classes.txt").string()));
+  }
   check_batch_size(c, s.datasets.train->size(), s.datasets.train->name());
   data::LoaderOptions loader_options;
   loader_options.batch_size = c.data.batch_size;

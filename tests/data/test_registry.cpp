@@ -41,8 +41,9 @@ TEST_CASE("dataset registry: unknown names, registration from outside, a builder
   DatasetOptions options;
   options.name = "imagenet21k";
   CHECK_THROWS_AS(build_datasets(options), ConfigError);
-  CHECK_THROWS_WITH(build_datasets(options), Catch::Contains("unknown dataset 'imagenet21k'") &&
-                                                 Catch::Contains("ctr_synthetic, fashion_mnist, synthetic"));
+  CHECK_THROWS_WITH(build_datasets(options),
+                    Catch::Contains("unknown dataset 'imagenet21k'") &&
+                        Catch::Contains("ctr_synthetic, fashion_mnist, image_folder, synthetic"));
   CHECK_THROWS_AS(register_dataset("", [](const DatasetOptions&) { return DatasetSplits{}; }), ConfigError);
 
   register_dataset("tiny_noise", [](const DatasetOptions&) {
@@ -57,7 +58,7 @@ TEST_CASE("dataset registry: unknown names, registration from outside, a builder
   CHECK(std::find(names.begin(), names.end(), "tiny_noise") != names.end());
   // Configs accept the built-ins, in their fixed order.
   CHECK(builtin_dataset_names() ==
-        std::vector<std::string>{"fashion_mnist", "synthetic", "ctr_synthetic", "cifar10", "cifar100"});
+        std::vector<std::string>{"fashion_mnist", "synthetic", "ctr_synthetic", "cifar10", "cifar100", "image_folder"});
 
   register_dataset("nothing", [](const DatasetOptions&) { return DatasetSplits{}; });
   options.name = "nothing";

@@ -6,6 +6,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "opsnn/core/dtype.h"
 #include "opsnn/core/tensor.h"
@@ -52,6 +53,16 @@ class Dataset {
   // and of `labels` ([n], label_dtype()). Must be safe to call from several threads at once.
   // Throws opsnn::Error naming the dataset when an index is out of range.
   virtual void get_batch(std::span<const int64_t> indices, const Tensor& inputs, const Tensor& labels) const = 0;
+
+  // The same for datasets whose samples are random (image_folder's random crops): sample_seeds[i] is the
+  // seed of row i, a pure function of (train.seed, epoch, indices[i]) that the loader derives
+  // (sample_seed in transforms.h), so a batch repeats bit for bit on resume. The default ignores the seeds.
+  virtual void get_batch_seeded(std::span<const int64_t> indices, std::span<const uint64_t> sample_seeds,
+                                const Tensor& inputs, const Tensor& labels) const {
+    get_batch(indices, inputs, labels);
+  }
+  // The name of each class, in label order (image_folder's folder names); empty when the dataset has none.
+  virtual std::vector<std::string> class_names() const { return {}; }
 
   // Allocates host tensors of the right shape and dtype for `count` samples.
   Batch allocate_batch(int64_t count) const;

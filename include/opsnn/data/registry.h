@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "opsnn/data/dataset.h"
+#include "opsnn/data/image_folder.h"
 #include "opsnn/data/synthetic.h"
 
 namespace opsnn::data {
@@ -27,6 +28,9 @@ struct DatasetOptions {
   int64_t synthetic_test_size = 256;
   SyntheticCtrOptions ctr;  // ctr_synthetic
   int64_t ctr_test_size = 10000;
+  // image_folder: the transform and bad-image settings (root and normalize come from above; the splits
+  // are <root>/train, with random resized crops, and <root>/val with its class list, resized and centred).
+  ImageFolderOptions image_folder;
 };
 
 struct DatasetSplits {

@@ -13,10 +13,14 @@ class Dataset;
 struct Batch;
 
 // Independent random streams drawn from one user seed.
-enum class RandomStream : uint64_t { shuffle = 1, augment = 2 };
+enum class RandomStream : uint64_t { shuffle = 1, augment = 2, sample = 3 };
 
 // A Philox key for (seed, stream, epoch): distinct for distinct triples with overwhelming probability.
 uint64_t derive_seed(uint64_t seed, RandomStream stream, int64_t epoch);
+
+// The seed of one sample's own random decisions in one epoch (Dataset::get_batch_seeded: image_folder's
+// random-resized-crop box), from its own stream, so it is independent of the crop/flip decisions below.
+uint64_t sample_seed(uint64_t seed, int64_t epoch, int64_t sample_index);
 
 // The sample order of one epoch: a Fisher-Yates shuffle of 0..count-1 driven by Philox.
 std::vector<int64_t> shuffled_indices(int64_t count, uint64_t seed, int64_t epoch);

@@ -68,8 +68,15 @@ struct CtrDataConfig {  // data.dataset = ctr_synthetic
   bool operator==(const CtrDataConfig&) const = default;
 };
 
+struct RandomResizedCropConfig {                         // data.dataset = image_folder, training split
+  std::array<double, 2> scale = {0.08, 1.0};             // area fraction of the crop box
+  std::array<double, 2> ratio = {3.0 / 4.0, 4.0 / 3.0};  // aspect ratio (width / height) of the crop box
+  bool operator==(const RandomResizedCropConfig&) const = default;
+};
+
 struct DataConfig {
-  std::string dataset = "fashion_mnist";  // fashion_mnist | synthetic | ctr_synthetic | cifar10 | cifar100
+  std::string dataset = "fashion_mnist";  // fashion_mnist | synthetic | ctr_synthetic | cifar10 | cifar100 |
+                                          // image_folder
   std::string root = "/usr/share/datasets/fashion-mnist";
   int64_t batch_size = 64;
   int64_t eval_batch_size = 256;
@@ -82,6 +89,11 @@ struct DataConfig {
   AugmentConfig augment;
   SyntheticDataConfig synthetic;
   CtrDataConfig ctr;
+  // image_folder: samples are [3, image_size, image_size]
+  int64_t image_size = 224;
+  RandomResizedCropConfig random_resized_crop;
+  bool jpeg_dct_scaling = true;       // decode JPEGs at a reduced DCT scale when the crop allows
+  std::string on_bad_image = "skip";  // skip (warn, count, use the next image) | error
   bool operator==(const DataConfig&) const = default;
 };
 
