@@ -6,6 +6,7 @@
 
 #include "opsnn/core/storage.h"
 #include "support/catch.h"
+#include "support/image_files.h"
 #include "support/run_program.h"
 #include "support/temporary_folder.h"
 
@@ -112,6 +113,40 @@ TEST_CASE("opsnn-bench: the GPU kernel benchmarks check their options before loo
       continue;
     REQUIRE(outcome.output.find(message) != std::string::npos);
   }
+}
+
+TEST_CASE("opsnn-bench data: bad options exit 2, a bad folder exits non-zero naming it, a folder is measured",
+          "[cli][bench][image]") {
+  require_usage_error({"data"}, "--root is required");
+  require_usage_error({"data", "--root", "x", "--workers", "0"}, "--workers must be a positive integer, got '0'");
+  require_usage_error({"data", "--root", "x", "--seed", "-3"}, "--seed must be a non-negative integer, got '-3'");
+  require_usage_error({"data", "--root", "x", "--crop", "1"}, "unknown option '--crop'");
+  Outcome missing = bench({"data", "--root", "/nonexistent/opsnn-images"});
+  INFO(missing.output);
+  CHECK(missing.exit_code != 0);
+  CHECK(missing.output.find("/nonexistent/opsnn-images") != std::string::npos);
+
+  // 2 classes x 12 JPEGs of 40x30: 3 batches of 8 per epoch; 2 are timed after 1 warm-up (and 4 in val/,
+  // which the dataset needs beside train/).
+  opsnn::testing::TemporaryFolder folder("opsnn-bench-data-test");
+  for (int i = 0; i < 28; ++i)
+    opsnn::testing::write_bytes(
+        folder.path / (i < 24 ? "train" : "val") / (i % 2 ? "cat" : "dog") / ("img" + std::to_string(i) + ".jpg"),
+        opsnn::testing::encode_jpeg(opsnn::testing::gradient_pixels(40, 30, i), 40, 30));
+  const std::string json = (folder.path / "data.json").string();
+  Outcome measured = bench({"data", "--root", folder.path.string(), "--workers", "2", "--batch", "8", "--batches", "2",
+                            "--warmup", "1", "--image-size", "16", "--json", json});
+  INFO(measured.output);
+  REQUIRE(measured.exit_code == 0);
+  CHECK(measured.output.find("24 training images in 2 classes") != std::string::npos);
+  const std::vector<uint8_t> bytes = opsnn::testing::read_bytes(json);
+  const std::string record(bytes.begin(), bytes.end());
+  CHECK(record.find("\"images\":16") != std::string::npos);
+  CHECK(record.find("\"images_per_s\":") != std::string::npos);
+  // More batches than an epoch holds is refused before measuring.
+  Outcome too_many = bench({"data", "--root", folder.path.string(), "--batch", "8", "--batches", "3"});
+  CHECK(too_many.exit_code == 2);
+  CHECK(too_many.output.find("the measurement needs 11") != std::string::npos);
 }
 
 #endif  // OPSNN_BENCH_EXE
