@@ -74,9 +74,9 @@ int run(const std::vector<std::string>& args) {
       workers, std::thread::hardware_concurrency(), batch, image_size, image_size, batches, warmup, rate);
   if (!json_path.empty()) {
     std::ofstream out(json_path);
-    out << nlohmann::json{{"images_per_s", rate},  {"workers", workers},      {"batch", batch},
-                          {"batches", batches},    {"warmup", warmup},        {"image_size", image_size},
-                          {"images", images},      {"seconds", seconds},      {"root", root}}
+    out << nlohmann::json{{"images_per_s", rate}, {"workers", workers}, {"batch", batch},
+                          {"batches", batches},   {"warmup", warmup},   {"image_size", image_size},
+                          {"images", images},     {"seconds", seconds}, {"root", root}}
                .dump()
         << "\n";
     OPSNN_CHECK_AS(Error, static_cast<bool>(out), "cannot write ", json_path);
