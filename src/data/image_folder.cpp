@@ -143,6 +143,64 @@ ResizeCenterCrop resize_center_crop(int64_t width, int64_t height, int64_t size)
   return geometry;
 }
 
+JitterFactors draw_jitter(const ColorJitter& jitter, uint64_t seed) {
+  Generator generator;
+  generator.set_state(seed, uint64_t{1} << 40);  // counters far from the crop's, which start at 0
+  auto factor = [&](double amount) {
+    const double low = std::max(0.0, 1.0 - amount), high = 1.0 + amount;
+    const double u = generator.next_double();  // drawn whether or not the amount is 0: stable streams
+    return amount > 0.0 ? low + (high - low) * u : 1.0;
+  };
+  JitterFactors factors;
+  factors.brightness = factor(jitter.brightness);
+  factors.contrast = factor(jitter.contrast);
+  factors.saturation = factor(jitter.saturation);
+  const double u = generator.next_double();
+  factors.hue = jitter.hue > 0.0 ? -jitter.hue + 2.0 * jitter.hue * u : 0.0;
+  return factors;
+}
+
+void apply_jitter(const JitterFactors& factors, float* rgb, int64_t plane) {
+  float* r = rgb;
+  float* g = rgb + plane;
+  float* b = rgb + 2 * plane;
+  auto clamp01 = [](float v) { return std::clamp(v, 0.0f, 1.0f); };
+  auto gray = [&](int64_t i) { return 0.299f * r[i] + 0.587f * g[i] + 0.114f * b[i]; };
+  if (factors.brightness != 1.0) {
+    const float f = static_cast<float>(factors.brightness);
+    for (int64_t i = 0; i < 3 * plane; ++i) rgb[i] = clamp01(rgb[i] * f);
+  }
+  if (factors.contrast != 1.0) {
+    double sum = 0.0;
+    for (int64_t i = 0; i < plane; ++i) sum += gray(i);
+    const float mean = static_cast<float>(sum / static_cast<double>(plane)), f = static_cast<float>(factors.contrast);
+    for (int64_t i = 0; i < 3 * plane; ++i) rgb[i] = clamp01(f * rgb[i] + (1.0f - f) * mean);
+  }
+  if (factors.saturation != 1.0) {
+    const float f = static_cast<float>(factors.saturation);
+    for (int64_t i = 0; i < plane; ++i) {
+      const float y = gray(i);
+      r[i] = clamp01(f * r[i] + (1.0f - f) * y);
+      g[i] = clamp01(f * g[i] + (1.0f - f) * y);
+      b[i] = clamp01(f * b[i] + (1.0f - f) * y);
+    }
+  }
+  if (factors.hue != 0.0) {
+    // RGB -> YIQ, rotate (I, Q) by the angle, back to RGB (NTSC coefficients).
+    const double angle = 2.0 * 3.14159265358979323846 * factors.hue;
+    const float c = static_cast<float>(std::cos(angle)), sn = static_cast<float>(std::sin(angle));
+    for (int64_t i = 0; i < plane; ++i) {
+      const float y = 0.299f * r[i] + 0.587f * g[i] + 0.114f * b[i];
+      const float in = 0.596f * r[i] - 0.274f * g[i] - 0.322f * b[i];
+      const float q = 0.211f * r[i] - 0.523f * g[i] + 0.312f * b[i];
+      const float i2 = c * in - sn * q, q2 = sn * in + c * q;
+      r[i] = clamp01(y + 0.956f * i2 + 0.621f * q2);
+      g[i] = clamp01(y - 0.272f * i2 - 0.647f * q2);
+      b[i] = clamp01(y - 1.106f * i2 + 1.703f * q2);
+    }
+  }
+}
+
 void transform_image(std::span<const uint8_t> bytes, const std::string& source, const ImageTransform& transform,
                      uint64_t seed, float* out) {
   const ImageInfo info = read_image_info(bytes, source);
@@ -182,6 +240,7 @@ void transform_image(std::span<const uint8_t> bytes, const std::string& source, 
       table[c][value] = (static_cast<float>(value) / 255.0f - transform.mean[c]) / transform.std[c];
   const uint8_t* pixels = image.pixels.data();
   const int64_t plane = size * size, stride = image.width * 3;
+  const bool jitter = transform.random_resized_crop && transform.color_jitter.enabled();
   for (int64_t y = 0; y < size; ++y) {
     const AxisTap& row = rows[static_cast<size_t>(y)];
     const uint8_t* upper = pixels + row.index0 * stride;
@@ -194,9 +253,16 @@ void transform_image(std::span<const uint8_t> bytes, const std::string& source, 
         const float bottom = lower[left + c] + (static_cast<float>(lower[right + c]) - lower[left + c]) * column.weight;
         const float value = top + (bottom - top) * row.weight;
         const int rounded = static_cast<int>(value + 0.5f);  // the 8-bit pixel Pillow's resize would store
-        out[c * plane + y * size + x] = table[c][std::clamp(rounded, 0, 255)];
+        out[c * plane + y * size + x] =
+            jitter ? static_cast<float>(std::clamp(rounded, 0, 255)) / 255.0f : table[c][std::clamp(rounded, 0, 255)];
       }
     }
+  }
+  if (jitter) {  // on the [0, 1] pixels, then normalised
+    apply_jitter(draw_jitter(transform.color_jitter, seed), out, plane);
+    for (int c = 0; c < 3; ++c)
+      for (int64_t i = 0; i < plane; ++i)
+        out[c * plane + i] = (out[c * plane + i] - transform.mean[c]) / transform.std[c];
   }
 }
 
@@ -221,10 +287,22 @@ ImageFolder::ImageFolder(ImageFolderOptions options) : options_(std::move(option
   transform_.crop_scale = o.crop_scale;
   transform_.crop_ratio = o.crop_ratio;
   transform_.jpeg_dct_scaling = o.jpeg_dct_scaling;
+  for (int c = 0; c < 3; ++c)
+    OPSNN_CHECK_AS(ConfigError, std::isfinite(o.mean[c]) && std::isfinite(o.std[c]) && o.std[c] > 0.0f,
+                   "image_folder: normalisation std must be > 0 and mean and std finite, got mean ", o.mean[c],
+                   ", std ", o.std[c], " for channel ", c);
+  const ColorJitter& j = o.color_jitter;
+  OPSNN_CHECK_AS(ConfigError,
+                 j.brightness >= 0.0 && j.brightness <= 1.0 && j.contrast >= 0.0 && j.contrast <= 1.0 &&
+                     j.saturation >= 0.0 && j.saturation <= 1.0 && j.hue >= 0.0 && j.hue <= 0.5,
+                 "image_folder: color_jitter brightness, contrast and saturation must be in [0, 1] and hue in [0, "
+                 "0.5], got ",
+                 j.brightness, ", ", j.contrast, ", ", j.saturation, ", ", j.hue);
   if (o.normalize) {
-    transform_.mean = kImageNetMean;
-    transform_.std = kImageNetStd;
+    transform_.mean = o.mean;
+    transform_.std = o.std;
   }
+  transform_.color_jitter = o.color_jitter;
 
   // Said with a missing root or split: what data.root must be.
   const std::string hint = o.root.empty() || o.root == FashionMnist::kDefaultRoot

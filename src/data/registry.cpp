@@ -3,6 +3,7 @@
 #include "opsnn/data/registry.h"
 
 #include <array>
+#include <cmath>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -24,15 +25,43 @@ DatasetRegistry& registry() {
   return instance;
 }
 
+// options.mean / options.std for a dataset of `channels` channels: empty (the dataset's own) or one each.
+bool custom_statistics(const DatasetOptions& options, size_t channels) {
+  OPSNN_CHECK_AS(ConfigError, options.mean.size() == options.std.size(), "data.mean has ", options.mean.size(),
+                 " entries and data.std ", options.std.size(), "; give both, one per channel, or neither");
+  if (options.mean.empty()) return false;
+  OPSNN_CHECK_AS(ConfigError, options.mean.size() == channels, "data.mean and data.std have ", options.mean.size(),
+                 " entries; ", options.name, " has ", channels, " channel(s)");
+  for (size_t c = 0; c < channels; ++c)
+    OPSNN_CHECK_AS(ConfigError, std::isfinite(options.mean[c]) && std::isfinite(options.std[c]) && options.std[c] > 0,
+                   "data.std[", c, "] = ", options.std[c], " must be > 0 (and data.mean[", c, "] = ", options.mean[c],
+                   " finite)");
+  return true;
+}
+
+// Generated data has no normalisation to replace.
+void no_statistics(const DatasetOptions& options) {
+  OPSNN_CHECK_AS(ConfigError, options.mean.empty() && options.std.empty(), "data.mean and data.std apply to ",
+                 "fashion_mnist, cifar10, cifar100 and image_folder, not to the generated ", options.name);
+}
+
+Normalization channel_statistics(const DatasetOptions& options, size_t c) {
+  return {static_cast<float>(options.mean[c]), static_cast<float>(options.std[c])};
+}
+
 DatasetSplits fashion_mnist(const DatasetOptions& options) {
-  Normalization normalization = options.normalize ? Normalization::fashion_mnist() : Normalization::none();
+  Normalization normalization = !options.normalize              ? Normalization::none()
+                                : custom_statistics(options, 1) ? channel_statistics(options, 0)
+                                                                : Normalization::fashion_mnist();
   return {std::make_shared<FashionMnist>(options.root, Split::train, normalization),
           std::make_shared<FashionMnist>(options.root, Split::test, normalization)};
 }
 
 DatasetSplits cifar(CifarVariant variant, const DatasetOptions& options) {
-  const std::array<Normalization, 3> normalization =
+  std::array<Normalization, 3> normalization =
       options.normalize ? Cifar::standard_normalization(variant) : Cifar::no_normalization();
+  if (options.normalize && custom_statistics(options, 3))
+    for (size_t c = 0; c < 3; ++c) normalization[c] = channel_statistics(options, c);
   return {std::make_shared<Cifar>(options.root, variant, Split::train, normalization),
           std::make_shared<Cifar>(options.root, variant, Split::test, normalization)};
 }
@@ -41,6 +70,11 @@ DatasetSplits image_folder(const DatasetOptions& options) {
   ImageFolderOptions settings = options.image_folder;
   settings.root = options.root;
   settings.normalize = options.normalize;
+  if (options.normalize && custom_statistics(options, 3))
+    for (size_t c = 0; c < 3; ++c) {
+      settings.mean[c] = static_cast<float>(options.mean[c]);
+      settings.std[c] = static_cast<float>(options.std[c]);
+    }
   settings.split = "train";
   settings.random_resized_crop = true;
   settings.classes.clear();
@@ -65,8 +99,15 @@ const std::vector<std::pair<std::string, DatasetBuilder>>& builtin_datasets() {
   static const std::vector<std::pair<std::string, DatasetBuilder>> datasets{
       {"fashion_mnist", fashion_mnist},
       {"synthetic",
-       [](const DatasetOptions& o) { return generated<SyntheticImages>(o.synthetic, o.synthetic_test_size); }},
-      {"ctr_synthetic", [](const DatasetOptions& o) { return generated<SyntheticCtr>(o.ctr, o.ctr_test_size); }},
+       [](const DatasetOptions& o) {
+         no_statistics(o);
+         return generated<SyntheticImages>(o.synthetic, o.synthetic_test_size);
+       }},
+      {"ctr_synthetic",
+       [](const DatasetOptions& o) {
+         no_statistics(o);
+         return generated<SyntheticCtr>(o.ctr, o.ctr_test_size);
+       }},
       {"cifar10", [](const DatasetOptions& o) { return cifar(CifarVariant::cifar10, o); }},
       {"cifar100", [](const DatasetOptions& o) { return cifar(CifarVariant::cifar100, o); }},
       {"image_folder", image_folder},

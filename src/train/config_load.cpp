@@ -362,6 +362,19 @@ void check_consistency(const TrainConfig& config, const ConfigReader& reader) {
   require(!ctr_data || (config.data.augment.crop_padding == 0 && !config.data.augment.flip),
           "data.augment.crop_padding", {"data.augment.flip"},
           "crop/flip augmentation applies to image datasets, not ctr_synthetic");
+  const DataConfig& data = config.data;
+  require(data.mean.size() == data.std.size(), "data.std", {"data.mean"},
+          "has " + std::to_string(data.std.size()) + " entries and data.mean " + std::to_string(data.mean.size()) +
+              "; give both, one per channel, or neither (the dataset's own statistics)");
+  const bool generated = data.dataset == "synthetic" || data.dataset == "ctr_synthetic";
+  const size_t channels = data.dataset == "fashion_mnist" ? 1 : 3;
+  require(data.mean.empty() || (!generated && data.mean.size() == channels), "data.mean", {"data.dataset"},
+          generated ? "applies to datasets with normalisation statistics, not to the generated " + data.dataset
+                    : "needs " + std::string(channels == 1 ? "1 entry" : "3 entries") + " for " + data.dataset +
+                          ", one per channel");
+  require(!data.color_jitter.enabled() || data.dataset == "image_folder", "data.color_jitter.brightness",
+          {"data.color_jitter.contrast", "data.color_jitter.saturation", "data.color_jitter.hue"},
+          "colour jitter applies to image_folder's training crops, not to " + data.dataset);
   const RandomResizedCropConfig& crop = config.data.random_resized_crop;
   require(crop.scale[0] <= crop.scale[1], "data.random_resized_crop.scale", {},
           "the lower bound must not exceed the upper");

@@ -372,6 +372,32 @@ KeySpec pair_key(std::string path, Field field, Range range) {
 }
 
 template <typename Field>
+KeySpec number_list_key(std::string path, Field field, Range range, size_t max_size) {
+  std::string expected = "a list of at most " + std::to_string(max_size) + " numbers, each " + range.text("number");
+  return {path, expected,
+          [path, expected, field, range, max_size](const YAML::Node& node, const Origin& origin, TrainConfig& config) {
+            if (!node.IsSequence() || node.size() > max_size)
+              fail(origin, path,
+                   "expected " + expected + ", got " + describe(node) +
+                       (node.IsSequence() ? " of " + std::to_string(node.size()) : ""));
+            std::vector<double> values;
+            for (size_t i = 0; i < node.size(); ++i) {
+              std::optional<double> value = parse_number(node[i]);
+              if (!value || !std::isfinite(*value) || !range.contains(*value))
+                fail(origin_of(node[i], origin), path + "[" + std::to_string(i) + "]",
+                     "expected " + range.text("number") + ", got " + describe(node[i]));
+              values.push_back(*value);
+            }
+            field(config) = values;
+          },
+          [field](const TrainConfig& config) {
+            std::string text = "[";
+            for (size_t i = 0; i < field(config).size(); ++i) text += (i ? ", " : "") + format_number(field(config)[i]);
+            return text + "]";
+          }};
+}
+
+template <typename Field>
 KeySpec integer_list_key(std::string path, Field field, Range range, bool allow_empty) {
   std::string expected = std::string(allow_empty ? "a list" : "a non-empty list") + " of integers, each " +
                          range.text("integer").substr(std::string("an integer ").size());
@@ -509,6 +535,12 @@ std::vector<KeySpec> build_schema() {
       pair_key("data.random_resized_crop.ratio", OPSNN_FIELD(data.random_resized_crop.ratio), Range::open(0, 1e6)),
       bool_key("data.jpeg_dct_scaling", OPSNN_FIELD(data.jpeg_dct_scaling)),
       choice_key("data.on_bad_image", OPSNN_FIELD(data.on_bad_image), fixed({"skip", "error"})),
+      number_list_key("data.mean", OPSNN_FIELD(data.mean), Range::any(), 3),
+      number_list_key("data.std", OPSNN_FIELD(data.std), Range::closed(1e-6, 1e6), 3),
+      number_key("data.color_jitter.brightness", OPSNN_FIELD(data.color_jitter.brightness), Range::closed(0, 1)),
+      number_key("data.color_jitter.contrast", OPSNN_FIELD(data.color_jitter.contrast), Range::closed(0, 1)),
+      number_key("data.color_jitter.saturation", OPSNN_FIELD(data.color_jitter.saturation), Range::closed(0, 1)),
+      number_key("data.color_jitter.hue", OPSNN_FIELD(data.color_jitter.hue), Range::closed(0, 0.5)),
 
       integer_key("train.epochs", OPSNN_FIELD(train.epochs), Range::closed(0, kMaxEpochs)),
       integer_key("train.max_steps", OPSNN_FIELD(train.max_steps), Range::closed(0, kMaxSteps)),

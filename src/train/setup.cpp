@@ -34,6 +34,10 @@ Datasets make_datasets(const TrainConfig& config) {
   options.image_folder.crop_scale = data.random_resized_crop.scale;
   options.image_folder.crop_ratio = data.random_resized_crop.ratio;
   options.image_folder.jpeg_dct_scaling = data.jpeg_dct_scaling;
+  options.mean = data.mean;
+  options.std = data.std;
+  options.image_folder.color_jitter = {data.color_jitter.brightness, data.color_jitter.contrast,
+                                       data.color_jitter.saturation, data.color_jitter.hue};
   options.image_folder.on_bad_image =
       data.on_bad_image == "error" ? data::BadImagePolicy::error : data::BadImagePolicy::skip;
   try {

@@ -684,3 +684,92 @@ TEST_CASE("image_folder: a bad image is skipped (warned once, counted) or fatal,
   REQUIRE_THROWS_WITH(skip.get(std::vector<int64_t>{0}),
                       Contains((folder.path / "train").string()) && Contains("none of its 4 images decodes"));
 }
+
+// ---- colour jitter and normalisation statistics ----
+
+TEST_CASE("colour jitter: factors from the seed within their ranges; each step does what it says", "[data][image]") {
+  ColorJitter jitter{0.4, 0.3, 0.2, 0.1};
+  const JitterFactors a = draw_jitter(jitter, 17), b = draw_jitter(jitter, 17), c = draw_jitter(jitter, 18);
+  CHECK(a.brightness == b.brightness);
+  CHECK(a.hue == b.hue);
+  CHECK(a.brightness != c.brightness);
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    const JitterFactors f = draw_jitter(jitter, seed);
+    REQUIRE(f.brightness >= 0.6);
+    REQUIRE(f.brightness <= 1.4);
+    REQUIRE(f.contrast >= 0.7);
+    REQUIRE(f.contrast <= 1.3);
+    REQUIRE(f.saturation >= 0.8);
+    REQUIRE(f.saturation <= 1.2);
+    REQUIRE(std::abs(f.hue) <= 0.1);
+  }
+  const JitterFactors off = draw_jitter(ColorJitter{}, 17);
+  CHECK((off.brightness == 1.0 && off.contrast == 1.0 && off.saturation == 1.0 && off.hue == 0.0));
+
+  const int64_t plane = 4;
+  const std::vector<float> image = {0.1f, 0.5f, 0.9f, 0.3f, 0.2f, 0.2f, 0.8f, 0.6f, 0.7f, 0.1f, 0.4f, 0.3f};
+  auto jittered = [&](JitterFactors f) {
+    std::vector<float> out = image;
+    apply_jitter(f, out.data(), plane);
+    return out;
+  };
+  // Brightness scales and clamps to 1.
+  std::vector<float> bright = jittered({1.5, 1.0, 1.0, 0.0});
+  for (size_t i = 0; i < image.size(); ++i) CHECK(bright[i] == Approx(std::min(1.0f, image[i] * 1.5f)));
+  // Saturation 0 leaves each pixel's gray in every channel; contrast 0 leaves the crop's mean gray.
+  std::vector<float> gray = jittered({1.0, 1.0, 0.0, 0.0});
+  double mean_gray = 0.0;
+  for (int64_t i = 0; i < plane; ++i) {
+    const float y = 0.299f * image[i] + 0.587f * image[plane + i] + 0.114f * image[2 * plane + i];
+    mean_gray += y / plane;
+    CHECK(gray[i] == Approx(y));
+    CHECK(gray[plane + i] == Approx(y));
+    CHECK(gray[2 * plane + i] == Approx(y));
+  }
+  for (float v : jittered({1.0, 0.0, 1.0, 0.0})) CHECK(v == Approx(mean_gray));
+  // A hue rotation keeps gray pixels gray and, away from the clamp, each pixel's luma.
+  std::vector<float> grays = {0.2f, 0.5f, 0.7f, 0.9f, 0.2f, 0.5f, 0.7f, 0.9f, 0.2f, 0.5f, 0.7f, 0.9f};
+  apply_jitter({1.0, 1.0, 1.0, 0.25}, grays.data(), plane);
+  for (int64_t i = 0; i < plane; ++i) CHECK(grays[i] == Approx(grays[2 * plane + i]).margin(1e-5));
+  std::vector<float> hue = jittered({1.0, 1.0, 1.0, 0.05});
+  CHECK(hue != image);
+  for (int64_t i = 0; i < plane; ++i)
+    CHECK(0.299f * hue[i] + 0.587f * hue[plane + i] + 0.114f * hue[2 * plane + i] ==
+          Approx(0.299f * image[i] + 0.587f * image[plane + i] + 0.114f * image[2 * plane + i]).margin(2e-3));
+}
+
+TEST_CASE("image_folder: colour jitter on training crops only, repeatable; custom mean and std", "[data][image]") {
+  TemporaryFolder folder;
+  make_tree(folder.path);
+  ImageFolderOptions plain = folder_options(folder.path, true, 16);
+  ImageFolderOptions jittered = plain;
+  jittered.color_jitter = {0.4, 0.4, 0.4, 0.1};
+  const ImageFolder without(plain), with(jittered);
+  const uint64_t seed = sample_seed(3, 0, 1);
+  const std::vector<float> a = sample(with, 1, seed);
+  CHECK(a == sample(with, 1, seed));  // the factors come from the sample's seed
+  CHECK(a != sample(without, 1, seed));
+  CHECK(a != sample(with, 1, sample_seed(3, 1, 1)));
+  // The evaluation transform ignores the jitter.
+  ImageFolderOptions evaluation = folder_options(folder.path, false, 16), evaluation_jittered = evaluation;
+  evaluation_jittered.color_jitter = jittered.color_jitter;
+  CHECK(sample(ImageFolder(evaluation), 0, 0) == sample(ImageFolder(evaluation_jittered), 0, 0));
+
+  // Other statistics: (pixel - mean) / std with the given values instead of ImageNet's.
+  ImageFolderOptions custom = evaluation;
+  custom.mean = {0.5f, 0.25f, 0.75f};
+  custom.std = {0.5f, 0.125f, 0.25f};
+  const std::vector<float> imagenet = sample(ImageFolder(evaluation), 0, 0), mine = sample(ImageFolder(custom), 0, 0);
+  const int64_t plane = 16 * 16;
+  for (int c = 0; c < 3; ++c)
+    for (int64_t i = 0; i < plane; i += 17) {
+      const float pixel = imagenet[c * plane + i] * kImageNetStd[c] + kImageNetMean[c];
+      CHECK(mine[c * plane + i] == Approx((pixel - custom.mean[c]) / custom.std[c]).margin(1e-4));
+    }
+  ImageFolderOptions bad = evaluation;
+  bad.std = {0.5f, 0.0f, 0.5f};
+  CHECK_THROWS_WITH(ImageFolder(bad), Catch::Contains("std must be > 0"));
+  ImageFolderOptions too_much = plain;
+  too_much.color_jitter.hue = 0.7;
+  CHECK_THROWS_WITH(ImageFolder(too_much), Catch::Contains("hue in [0, 0.5]"));
+}

@@ -64,3 +64,20 @@ TEST_CASE("dataset registry: unknown names, registration from outside, a builder
   options.name = "nothing";
   CHECK_THROWS_WITH(build_datasets(options), Catch::Contains("'nothing' returned no train or test split"));
 }
+
+TEST_CASE("dataset registry: other normalisation statistics are checked before any file is read", "[data]") {
+  DatasetOptions options;
+  options.name = "fashion_mnist";
+  options.root = "/nonexistent";
+  options.mean = {0.5, 0.5};
+  options.std = {0.2, 0.2};
+  CHECK_THROWS_WITH(build_datasets(options), Catch::Contains("fashion_mnist has 1 channel(s)"));
+  options.mean = {0.5};
+  options.std = {0.0};
+  CHECK_THROWS_WITH(build_datasets(options), Catch::Contains("data.std[0] = 0 must be > 0"));
+  options.std = {};
+  CHECK_THROWS_WITH(build_datasets(options), Catch::Contains("give both, one per channel, or neither"));
+  options.name = "synthetic";
+  options.std = {0.2};
+  CHECK_THROWS_WITH(build_datasets(options), Catch::Contains("not to the generated synthetic"));
+}

@@ -563,3 +563,28 @@ TEST_CASE("Config: optimizer.lr and optimizer.betas left out take the optimizer'
   CHECK_THROWS_WITH(load_config_text("optimizer:\n  name: lion\nscheduler:\n  min_lr: 0.001\n", "test.yaml"),
                     Catch::Contains("scheduler.min_lr") && Catch::Contains("must not exceed optimizer.lr"));
 }
+
+TEST_CASE("Config: data.mean, data.std and data.color_jitter are checked against the dataset", "[config]") {
+  auto fails = [](const std::string& yaml, const std::string& message) {
+    INFO(yaml);
+    CHECK_THROWS_WITH(load_config_text(yaml, "test.yaml"), Catch::Contains(message));
+  };
+  fails("data:\n  dataset: cifar10\n  mean: [0.5, 0.5]\n  std: [0.2, 0.2]\n",
+        "key 'data.mean': needs 3 entries for cifar10, one per channel");
+  fails("data:\n  dataset: fashion_mnist\n  mean: [0.5, 0.5, 0.5]\n  std: [0.2, 0.2, 0.2]\n",
+        "needs 1 entry for fashion_mnist");
+  fails("data:\n  dataset: synthetic\n  mean: [0.5]\n  std: [0.2]\n", "not to the generated synthetic");
+  fails("data:\n  dataset: cifar10\n  std: [0.2, 0.2, 0.2]\n", "key 'data.std': has 3 entries and data.mean 0");
+  fails("data:\n  std: [0]\n", "test.yaml:2:9: key 'data.std[0]'");
+  fails("data:\n  mean: [1, 2, 3, 4]\n", "key 'data.mean': expected a list of at most 3 numbers");
+  fails("data:\n  dataset: cifar10\n  color_jitter:\n    saturation: 0.4\n",
+        "colour jitter applies to image_folder's training crops, not to cifar10");
+  fails("data:\n  color_jitter:\n    hue: 0.7\n", "key 'data.color_jitter.hue'");
+  TrainConfig ok = load_config_text(
+      "data:\n  dataset: image_folder\n  root: /tmp\n  mean: [0.5, 0.4, 0.3]\n  std: [0.2, 0.2, 0.2]\n"
+      "  color_jitter: {brightness: 0.4, contrast: 0.4, saturation: 0.4, hue: 0.1}\n",
+      "test.yaml");
+  CHECK(ok.data.mean == std::vector<double>{0.5, 0.4, 0.3});
+  CHECK(ok.data.color_jitter.hue == 0.1);
+  CHECK(load_config_text(emit_config(ok), "resolved.yaml") == ok);
+}

@@ -21,6 +21,25 @@ enum class BadImagePolicy {
   error,  // DataError naming the file
 };
 
+// torchvision's ColorJitter, applied to training crops after resampling and before normalisation, in this
+// fixed order (torchvision draws a random order): brightness x *= b; contrast x = c*x + (1-c)*mean gray of
+// the crop; saturation x = s*x + (1-s)*gray of the pixel; hue: the chroma rotated by h turns in YIQ space
+// (torchvision shifts H in HSV; the YIQ rotation is the usual cheaper approximation). b, c, s are uniform in
+// [max(0, 1 - x), 1 + x] and h in [-hue, hue], drawn from the sample's seed; values are clamped to [0, 1]
+// after each step, as torchvision's are. All zero: off.
+struct ColorJitter {
+  double brightness = 0.0, contrast = 0.0, saturation = 0.0, hue = 0.0;  // in [0, 1]; hue in [0, 0.5]
+  bool enabled() const { return brightness > 0.0 || contrast > 0.0 || saturation > 0.0 || hue > 0.0; }
+};
+
+// The jitter factors of one sample, from its seed (a Philox stream apart from the crop's).
+struct JitterFactors {
+  double brightness = 1.0, contrast = 1.0, saturation = 1.0, hue = 0.0;
+};
+JitterFactors draw_jitter(const ColorJitter& jitter, uint64_t seed);
+// Applies the factors to a [3, plane] float image with values in [0, 1], in place.
+void apply_jitter(const JitterFactors& factors, float* rgb, int64_t plane);
+
 struct ImageFolderOptions {
   std::string root;             // holds one folder per split
   std::string split = "train";  // the folder under root: <root>/<split>/<class>/...
@@ -33,6 +52,10 @@ struct ImageFolderOptions {
   std::array<double, 2> crop_ratio = {3.0 / 4.0, 4.0 / 3.0};  // width / height of the crop box
   bool normalize = true;                                      // ImageNet's mean and std per channel; false: pixel / 255
   bool jpeg_dct_scaling = true;  // decode JPEGs at the smallest DCT scale still large enough for the crop
+  // Normalisation statistics with normalize (per channel, of pixels in [0, 1]); default ImageNet's.
+  std::array<float, 3> mean = {0.485f, 0.456f, 0.406f};
+  std::array<float, 3> std = {0.229f, 0.224f, 0.225f};
+  ColorJitter color_jitter;  // applied to random_resized_crop (training) samples only
   BadImagePolicy on_bad_image = BadImagePolicy::skip;
 };
 
@@ -73,6 +96,7 @@ struct ImageTransform {
   bool jpeg_dct_scaling = true;
   std::array<float, 3> mean = {0.0f, 0.0f, 0.0f};
   std::array<float, 3> std = {1.0f, 1.0f, 1.0f};
+  ColorJitter color_jitter;
   int64_t max_pixels = 178956970;  // refuse larger images (image_decode.h: kDefaultMaxImagePixels)
 };
 

@@ -22,6 +22,9 @@ struct DatasetOptions {
   std::string name = "fashion_mnist";
   std::string root;       // folder of the dataset's files; empty: the dataset's default (CIFAR has none)
   bool normalize = true;  // per-channel mean/std normalisation where the dataset defines it
+  // With normalize, statistics other than the dataset's own: one mean and std per channel (of pixels in
+  // [0, 1]); empty: the dataset's (Fashion-MNIST's, CIFAR's, ImageNet's for image_folder).
+  std::vector<double> mean, std;
   // Generated datasets: size is the training split's; the test split's samples follow it
   // (sample_offset is set per split).
   SyntheticImageOptions synthetic;  // synthetic

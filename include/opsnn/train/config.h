@@ -74,6 +74,17 @@ struct RandomResizedCropConfig {                         // data.dataset = image
   bool operator==(const RandomResizedCropConfig&) const = default;
 };
 
+// image_folder training: torchvision's ColorJitter factors (0 = off): brightness, contrast and saturation
+// scale by a factor uniform in [1 - x, 1 + x], hue shifts by a fraction uniform in [-hue, hue] of a turn.
+struct ColorJitterConfig {
+  double brightness = 0.0;
+  double contrast = 0.0;
+  double saturation = 0.0;
+  double hue = 0.0;
+  bool enabled() const { return brightness > 0.0 || contrast > 0.0 || saturation > 0.0 || hue > 0.0; }
+  bool operator==(const ColorJitterConfig&) const = default;
+};
+
 struct DataConfig {
   std::string dataset = "fashion_mnist";  // fashion_mnist | synthetic | ctr_synthetic | cifar10 | cifar100 |
                                           // image_folder
@@ -94,6 +105,11 @@ struct DataConfig {
   RandomResizedCropConfig random_resized_crop;
   bool jpeg_dct_scaling = true;       // decode JPEGs at a reduced DCT scale when the crop allows
   std::string on_bad_image = "skip";  // skip (warn, count, use the next image) | error
+  // Per-channel normalisation (x - mean) / std of pixels in [0, 1] when normalize is true; empty: the
+  // dataset's own statistics (Fashion-MNIST's, CIFAR's, ImageNet's for image_folder). One entry per channel.
+  std::vector<double> mean;
+  std::vector<double> std;
+  ColorJitterConfig color_jitter;  // image_folder training only
   bool operator==(const DataConfig&) const = default;
 };
 
