@@ -22,6 +22,7 @@
 #include "opsnn/train/checkpoint.h"
 #include "opsnn/train/config.h"
 #include "support/catch.h"
+#include "support/image_files.h"
 #include "support/run_program.h"
 #include "support/temporary_folder.h"
 
@@ -245,6 +246,35 @@ TEST_CASE("cli: configs/resnet18_cifar10.yaml with data.root at Fashion-MNIST's 
   CHECK_THAT(outcome.output, Catch::Contains("/usr/share/datasets/fashion-mnist") &&
                                  Catch::Contains("data.root is left at Fashion-MNIST's default; set data.root to the "
                                                  "CIFAR-10 folder"));
+}
+
+TEST_CASE("cli: configs/resnet50_imagenet.yaml trains on the CPU from a folder of JPEGs with the documented --set",
+          "[cli][image]") {
+  TemporaryFolder folder;
+  for (int i = 0; i < 8; ++i)
+    opsnn::testing::write_bytes(folder.path / "images" / (i < 6 ? "train" : "val") / (i % 2 ? "cat" : "dog") /
+                                    ("p" + std::to_string(i) + ".JPEG"),
+                                opsnn::testing::encode_jpeg(opsnn::testing::gradient_pixels(48, 36, i), 48, 36));
+  // The recipe as written, on the CPU in fp32 as its header says, shrunk to one small step.
+  Outcome outcome = run_train({"--config", std::string(OPSNN_SOURCE_DIR) + "/configs/resnet50_imagenet.yaml",
+                               "--set",    "train.device=cpu",
+                               "--set",    "train.precision=fp32",
+                               "--set",    "data.root=" + (folder.path / "images").string(),
+                               "--set",    "train.max_steps=1",
+                               "--set",    "train.epochs=0",
+                               "--set",    "data.batch_size=2",
+                               "--set",    "data.eval_batch_size=2",
+                               "--set",    "data.image_size=32",
+                               "--set",    "data.num_workers=1",
+                               "--set",    "data.prefetch=2",
+                               "--set",    "scheduler.warmup_epochs=0",
+                               "--set",    "checkpoint.enabled=false",
+                               "--out",    "run"},
+                              folder.path);
+  INFO(outcome.output);
+  REQUIRE(outcome.exit_code == 0);
+  std::ifstream classes(folder.path / "run" / "classes.txt");
+  CHECK(std::string(std::istreambuf_iterator<char>(classes), std::istreambuf_iterator<char>()) == "cat\ndog\n");
 }
 
 TEST_CASE("cli: a missing or corrupt train.conv_algorithms file exits 1 naming it, auto without one trains", "[cli]") {
