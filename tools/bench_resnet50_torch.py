@@ -6,8 +6,8 @@ torchvision's resnet50 (channels_last), synthetic 224x224 images, cross-entropy,
 Images per second over --steps steps after --warmup, CUDA-event timed; peak memory is
 torch.cuda.max_memory_allocated over the timed steps. With --opsnn PATH it then runs
 `PATH resnet50` with the same batch, steps and precision and prints both with their ratio.
---compile also runs torch.compile of the model in its default mode and in max-autotune-no-cudagraphs
-(a fresh model each; compile time, the first steps that trigger it, reported separately and not timed),
+--compile [MODES] also runs torch.compile of the model in its default mode and in max-autotune-no-cudagraphs
+(or the comma-separated MODES; a fresh model each; compile time, the first step, reported apart, not timed),
 so opsnn is compared with PyTorch's best; cudnn.benchmark is on for every PyTorch run.
 
     python3 tools/bench_resnet50_torch.py --precision bf16 --compile --opsnn build-gpu/opsnn-bench
@@ -70,8 +70,10 @@ def main(argv):
     parser.add_argument("--opsnn-precision", help="opsnn's --precision (default: tf32 for fp32, bf16 for bf16)")
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--opsnn", help="path of opsnn-bench, to run it in the same call and compare")
-    parser.add_argument("--compile", action="store_true",
-                        help="also torch.compile (default and max-autotune-no-cudagraphs modes)")
+    parser.add_argument("--compile", nargs="?", const="default,max-autotune-no-cudagraphs", default="",
+                        metavar="MODES",
+                        help="also torch.compile, in each comma-separated mode (default: default and "
+                             "max-autotune-no-cudagraphs; max-autotune spends minutes benchmarking kernels)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_resnet50_torch: no CUDA device", file=sys.stderr)
@@ -89,9 +91,7 @@ def main(argv):
             subprocess.run(command, check=True)
             with open(path) as f:
                 ours = json.load(f)
-    runs = [("eager", None)]
-    if args.compile:
-        runs += [("compile default", "default"), ("compile max-autotune-no-cudagraphs", "max-autotune-no-cudagraphs")]
+    runs = [("eager", None)] + [("compile " + mode, mode) for mode in args.compile.split(",") if mode]
     print(f"PyTorch {torch.__version__} torchvision {torchvision.__version__} on {torch.cuda.get_device_name()}: "
           f"resnet50 batch {args.batch} {args.precision}")
     best = None
