@@ -241,7 +241,7 @@ TEST_CASE("image decode: PNG of every colour type decodes exactly to the pixels 
   }
 }
 
-TEST_CASE("image decode: JPEG within JPEG's loss of the pixels written; grayscale and CMYK", "[data][image]") {
+TEST_CASE("image decode: JPEG within JPEG's loss of the pixels written, grayscale and CMYK", "[data][image]") {
   const int width = 48, height = 40;
   SECTION("RGB, quality 100 and 95 with 4:2:0 subsampling") {
     const std::vector<uint8_t> pixels = gradient_pixels(width, height);
@@ -687,7 +687,7 @@ TEST_CASE("image_folder: a bad image is skipped (warned once, counted) or fatal,
 
 // ---- colour jitter and normalisation statistics ----
 
-TEST_CASE("colour jitter: factors from the seed within their ranges; each step does what it says", "[data][image]") {
+TEST_CASE("colour jitter: factors from the seed within their ranges, each step does what it says", "[data][image]") {
   ColorJitter jitter{0.4, 0.3, 0.2, 0.1};
   const JitterFactors a = draw_jitter(jitter, 17), b = draw_jitter(jitter, 17), c = draw_jitter(jitter, 18);
   CHECK(a.brightness == b.brightness);
@@ -738,7 +738,7 @@ TEST_CASE("colour jitter: factors from the seed within their ranges; each step d
           Approx(0.299f * image[i] + 0.587f * image[plane + i] + 0.114f * image[2 * plane + i]).margin(2e-3));
 }
 
-TEST_CASE("image_folder: colour jitter on training crops only, repeatable; custom mean and std", "[data][image]") {
+TEST_CASE("image_folder: colour jitter on training crops only, repeatable, custom mean and std", "[data][image]") {
   TemporaryFolder folder;
   make_tree(folder.path);
   ImageFolderOptions plain = folder_options(folder.path, true, 16);

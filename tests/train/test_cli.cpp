@@ -553,7 +553,7 @@ TEST_CASE("cli: SIGINT saves a checkpoint and exits 130, --resume auto continues
   CHECK(load_checkpoint(*find_latest_checkpoint(run)).step == saved.step + 2);
 }
 
-TEST_CASE("cli: --eval-only evaluates a checkpoint once and changes nothing; no checkpoint exits 2 or 1", "[cli]") {
+TEST_CASE("cli: --eval-only evaluates a checkpoint once and changes nothing, no checkpoint exits 2 or 1", "[cli]") {
   TemporaryFolder folder;
   write_text(folder.path / "tiny.yaml", kTinyRunYaml);
   const fs::path run = folder.path / "run";

@@ -163,7 +163,7 @@ TEST_CASE("init_from: f16, bf16 and f64 files are converted to the model's f32",
   }
 }
 
-TEST_CASE("init_from: misfits are all listed; strict refuses and loads nothing, non-strict loads the rest",
+TEST_CASE("init_from: misfits are all listed, strict refuses and loads nothing, non-strict loads the rest",
           "[init_from]") {
   auto source = build(small_resnet_options("resnet18", 1000), 1);  // an ImageNet head
   randomise_batch_norms(*source, 2);
