@@ -282,6 +282,16 @@ RgbImage decode_png(std::span<const uint8_t> bytes, const std::string& source, c
   } cleanup{&png, &info};
   if (info == nullptr) refuse(source, "cannot start libpng");
   png_set_read_fn(png, &input, png_read_bytes);
+  // The pixels need none of the ancillary chunks but tRNS, and a file may claim any length for them:
+  // libpng reads a text chunk or an ICC profile into a buffer of the claimed length (a 56-byte fuzz input
+  // with a zTXt header claiming 1.2 GB made it allocate and clear that much). Ignored chunks are skipped
+  // as they are read, never buffered; the limit bounds what any other chunk may make libpng allocate.
+  static const png_byte kIgnored[] =
+      "bKGD\0cHRM\0eXIf\0gAMA\0hIST\0iCCP\0iTXt\0oFFs\0pCAL\0pHYs\0sBIT\0sCAL\0sPLT\0"
+      "sRGB\0sTER\0tEXt\0tIME\0zTXt";
+  png_set_keep_unknown_chunks(png, PNG_HANDLE_CHUNK_NEVER, kIgnored, static_cast<int>(sizeof kIgnored / 5));
+  png_set_keep_unknown_chunks(png, PNG_HANDLE_CHUNK_NEVER, nullptr, 0);  // chunks libpng does not know
+  png_set_chunk_malloc_max(png, size_t{8} << 20);
   RgbImage image;
   std::vector<png_bytep> rows;
   PngJob job{png, info, &input, &options, &image, &rows};
