@@ -10,6 +10,9 @@ namespace opsnn::autograd {
 namespace {
 
 thread_local bool grad_enabled = true;
+thread_local GradientReadyCallback gradient_ready;
+// Flag in a leaf's remaining-edge count: some edge delivered a gradient to it in this pass.
+constexpr int kDelivered = 1 << 30;
 
 // True when `gradient` is the only handle to its values: no other Tensor shares its TensorImpl and no
 // other view shares its storage (a node's saved tensor, another pending gradient, the caller's seed).
@@ -39,6 +42,11 @@ void accumulate_into_leaf(TensorImpl& leaf, const Tensor& gradient) {
 }  // namespace
 
 bool grad_mode_enabled() { return grad_enabled; }
+
+GradientReadyHook::GradientReadyHook(GradientReadyCallback callback) : previous_(std::move(gradient_ready)) {
+  gradient_ready = std::move(callback);
+}
+GradientReadyHook::~GradientReadyHook() { gradient_ready = std::move(previous_); }
 
 NoGradGuard::NoGradGuard() : previous_(grad_enabled) { grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { grad_enabled = previous_; }
@@ -77,16 +85,21 @@ void run_backward(const Tensor& root, const Tensor& seed) {
   check_same_device(root, seed, "backward seed gradient");
   if (!root.grad_fn()) {  // backward on a leaf: its gradient is the seed
     accumulate_into_leaf(*root.impl(), seed);
+    if (gradient_ready) gradient_ready(*root.impl());
     return;
   }
   // Count, for every node, how many edges from other reachable nodes point at it.
+  // With a gradient-ready callback: also how many edges point at every leaf (a shared weight is final
+  // only after its last use has delivered).
   std::unordered_map<Node*, int> dependencies;
+  std::unordered_map<const TensorImpl*, int> leaf_edges;
   std::vector<Node*> stack{root.grad_fn().get()};
   dependencies[root.grad_fn().get()] = 0;
   while (!stack.empty()) {
     Node* node = stack.back();
     stack.pop_back();
     for (const Edge& edge : node->inputs) {
+      if (gradient_ready && edge.leaf) ++leaf_edges[edge.leaf.get()];
       if (!edge.function) continue;
       auto [it, inserted] = dependencies.try_emplace(edge.function.get(), 0);
       ++it->second;
@@ -125,8 +138,15 @@ void run_backward(const Tensor& root, const Tensor& seed) {
           }
         }
         if (--dependencies[next] == 0) ready.push_back(edge.function);
-      } else if (edge.leaf && gradient.defined()) {
-        accumulate_into_leaf(*edge.leaf, gradient);
+      } else if (edge.leaf) {
+        if (gradient.defined()) accumulate_into_leaf(*edge.leaf, gradient);
+        // Reported when its last edge is done, if any of them delivered (a leaf that got nothing has no
+        // new gradient to report).
+        if (gradient_ready) {
+          int& remaining = leaf_edges[edge.leaf.get()];
+          if (gradient.defined()) remaining |= kDelivered;
+          if (--remaining == kDelivered) gradient_ready(*edge.leaf);
+        }
       }
     }
     node->release();

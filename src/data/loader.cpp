@@ -27,13 +27,22 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt
   OPSNN_CHECK_AS(ConfigError, !options_.augment.any() || dataset_->is_image(), dataset_->name(),
                  ": crop/flip augmentation applies to [C, H, W] images only, samples are ",
                  shape_str(dataset_->sample_shape()));
+  OPSNN_CHECK_AS(ConfigError,
+                 options_.shard_count >= 1 && options_.shard_rank >= 0 && options_.shard_rank < options_.shard_count,
+                 "DataLoader shard ", options_.shard_rank, " of ", options_.shard_count, " is out of range");
+  OPSNN_CHECK_AS(ConfigError, options_.batch_size <= std::numeric_limits<int64_t>::max() / options_.shard_count,
+                 "DataLoader batch_size ", options_.batch_size, " x ", options_.shard_count, " ranks overflows");
   const int64_t samples = dataset_->size();
+  const int64_t global_batch = options_.batch_size * options_.shard_count;
   // Not (samples + batch_size - 1) / batch_size: that wraps for a batch_size near INT64_MAX.
-  const int64_t full_batches = samples / options_.batch_size;
-  batches_per_epoch_ = full_batches + (!options_.drop_last && samples % options_.batch_size != 0 ? 1 : 0);
-  OPSNN_CHECK_AS(ConfigError, batches_per_epoch_ >= 1, dataset_->name(), " has ", samples,
-                 " samples: not one batch of ", options_.batch_size,
-                 options_.drop_last ? " (drop_last drops the partial one)" : "");
+  const int64_t full_batches = samples / global_batch;
+  const int64_t remainder = samples % global_batch;
+  batches_per_epoch_ = full_batches + (!options_.drop_last && remainder >= options_.shard_count ? 1 : 0);
+  OPSNN_CHECK_AS(
+      ConfigError, batches_per_epoch_ >= 1, dataset_->name(), " has ", samples, " samples: not one batch of ",
+      options_.batch_size,
+      options_.shard_count > 1 ? ::opsnn::detail::concat(" on each of ", options_.shard_count, " ranks") : "",
+      options_.drop_last ? " (drop_last drops the partial one)" : "");
   // At most `prefetch` batches are claimed by workers or wait in the queue; the consumer holds one, and
   // an asynchronous upload may still read the one before.
   if (options_.pin_memory)
@@ -46,7 +55,13 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt
 DataLoader::~DataLoader() { stop_workers(); }
 
 int64_t DataLoader::samples_per_epoch() const {
-  return options_.drop_last ? batches_per_epoch_ * options_.batch_size : dataset_->size();
+  // This rank's samples: its batch_size of every full global batch, and its share of a kept partial one.
+  const int64_t global_batch = options_.batch_size * options_.shard_count;
+  const int64_t full = dataset_->size() / global_batch, remainder = dataset_->size() % global_batch;
+  int64_t mine = full * options_.batch_size;
+  if (batches_per_epoch_ > full)
+    mine += remainder / options_.shard_count + (options_.shard_rank < remainder % options_.shard_count ? 1 : 0);
+  return mine;
 }
 
 std::shared_ptr<const std::vector<int64_t>> DataLoader::epoch_order(int64_t epoch) const {
@@ -64,8 +79,12 @@ std::vector<int64_t> DataLoader::batch_indices(LoaderPosition position) const {
   OPSNN_CHECK(position.epoch >= 0 && position.batch >= 0 && position.batch < batches_per_epoch_,
               "DataLoader: no batch ", position.batch, " in epoch ", position.epoch, " (", batches_per_epoch_,
               " batches per epoch)");
-  const int64_t begin = position.batch * options_.batch_size;
-  const int64_t end = std::min(begin + options_.batch_size, dataset_->size());
+  // This rank's part of the global batch (LoaderOptions::shard_rank).
+  const int64_t global_begin = position.batch * options_.batch_size * options_.shard_count;
+  const int64_t global_size = std::min(options_.batch_size * options_.shard_count, dataset_->size() - global_begin);
+  const int64_t share = global_size / options_.shard_count, extra = global_size % options_.shard_count;
+  const int64_t begin = global_begin + options_.shard_rank * share + std::min(options_.shard_rank, extra);
+  const int64_t end = begin + share + (options_.shard_rank < extra ? 1 : 0);
   std::vector<int64_t> indices(static_cast<size_t>(end - begin));
   if (options_.shuffle) {
     const auto order = epoch_order(position.epoch);

@@ -3,6 +3,7 @@
 // and returns one gradient per input, an undefined Tensor where none flows.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,5 +62,23 @@ Tensor record(Tensor result, std::shared_ptr<Node> node, const std::vector<Tenso
 // Runs backward from root with the given seed gradient (root's shape). Gradients accumulate into the
 // .grad of leaves that require grad (in place when .grad exists, so arena views stay arena views).
 void run_backward(const Tensor& root, const Tensor& seed);
+
+// Called during backward once a leaf's gradient is final for this pass (every edge into the leaf has
+// delivered), on the thread running backward: what data parallelism needs to start reducing gradients
+// while the rest of backward computes. Leaves that receive no gradient in a pass are never reported.
+using GradientReadyCallback = std::function<void(const TensorImpl& leaf)>;
+
+// Installs a callback for the backward passes run on this thread while it lives (the previous one is
+// restored afterwards; one at a time per thread).
+class GradientReadyHook {
+ public:
+  explicit GradientReadyHook(GradientReadyCallback callback);
+  ~GradientReadyHook();
+  GradientReadyHook(const GradientReadyHook&) = delete;
+  GradientReadyHook& operator=(const GradientReadyHook&) = delete;
+
+ private:
+  GradientReadyCallback previous_;
+};
 
 }  // namespace opsnn::autograd

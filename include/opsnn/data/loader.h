@@ -35,6 +35,15 @@ struct LoaderOptions {
   // Batches in page-locked host memory (needs a CUDA device) from prefetch + 2 buffers allocated once
   // and reused: the ready queue, the batch the consumer holds, and one still being read by its upload.
   bool pin_memory = false;
+  // Data parallelism: this loader is rank shard_rank of shard_count. Every epoch's order is cut into
+  // global batches of batch_size * shard_count samples, and this rank's batch is its batch_size-long part
+  // of each (rank r: positions [r * batch_size, (r + 1) * batch_size) of the global batch), so the ranks
+  // together see each sample once per epoch, and shard_count ranks of batch_size see exactly the batches
+  // one process of batch_size * shard_count would. A partial last global batch is split as evenly as
+  // possible (the first ranks get one more); it is dropped when drop_last is set or it cannot give every
+  // rank a sample. Positions count global batches.
+  int64_t shard_rank = 0;
+  int64_t shard_count = 1;
 
   // Evaluation: dataset order, no augmentation, the last partial batch kept.
   static LoaderOptions evaluation(int64_t batch_size, int64_t num_workers = 1) {
