@@ -413,8 +413,19 @@ const StepState& Optimizer::device_step() {
   return state_;
 }
 
+std::optional<TopKStepReport> Optimizer::sparsify_gradients() {
+  OPSNN_CHECK_AS(UsageError, sparsifier_ != nullptr, "sparsify_gradients: the ", name_,
+                 " optimizer has no sparsification (OptimizerOptions::sparsification)");
+  OPSNN_CHECK_AS(UsageError, !sparsified_, "sparsify_gradients: already ran for this step");
+  arena_->reclaim_grads();
+  last_sparsification_ = sparsifier_->apply(*this);
+  sparsified_ = true;
+  return last_sparsification_;
+}
+
 const StepState& Optimizer::step() {
-  if (sparsifier_) last_sparsification_ = sparsifier_->apply(*this);
+  if (sparsifier_ && !sparsified_) last_sparsification_ = sparsifier_->apply(*this);
+  sparsified_ = false;
   if (stepper_) return device_step();
   arena_->reclaim_grads();
   StepState& state = state_;

@@ -153,6 +153,12 @@ class Optimizer {
   // The report of the last step's sparsification; empty without it, or when that step's gradients held
   // inf/NaN (left to the monitor).
   bool sparsifies() const { return sparsifier_ != nullptr; }
+  // Runs this step's sparsification now instead of at the start of step() (which then uses it as is):
+  // data parallelism exchanges each rank's selected pairs between the two. Returns the report (nothing
+  // when the gradients hold inf/NaN); UsageError without sparsification.
+  std::optional<TopKStepReport> sparsify_gradients();
+  // The sparsifier (null without sparsification): its options and last selected pairs.
+  const GradientSparsifier* gradient_sparsifier() const { return sparsifier_.get(); }
   const std::optional<TopKStepReport>& last_sparsification() const { return last_sparsification_; }
 
   // Tensors by parameter name ("<param>.exp_avg", ...; copies), the step-state scalars
@@ -227,6 +233,7 @@ class Optimizer {
   std::shared_ptr<SparseUpdater> sparse_updater_;
   std::unique_ptr<GradientSparsifier> sparsifier_;
   std::optional<TopKStepReport> last_sparsification_;
+  bool sparsified_ = false;  // sparsify_gradients() ran for the coming step
   std::vector<double> chunk_sums_;
   std::vector<float> chunk_param_check_;
   std::array<std::vector<double>, kScratchArrays> scratch_;

@@ -60,6 +60,9 @@ class GradientSparsifier {
   // inf/NaN: that step is the monitor's to skip or report, and must not poison the accumulator.
   std::optional<TopKStepReport> apply(const Optimizer& optimizer);
 
+  // The sparsifier itself: its options and the pairs the last step selected (the distributed exchange).
+  const TopKSparsifier& sparsifier() const { return *sparsifier_; }
+
   std::vector<std::pair<std::string, Tensor>> state_tensors() const;  // "@topk.<field>"
   // Takes its entries out of `tensors`; DataError when one is missing or mismatched.
   void load_state_tensors(std::map<std::string, Tensor>& tensors);
