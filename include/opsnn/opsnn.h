@@ -11,6 +11,8 @@
 #include "opsnn/core/tensor.h"
 #include "opsnn/data/loader.h"
 #include "opsnn/data/registry.h"
+#include "opsnn/dist/data_parallel.h"
+#include "opsnn/dist/dist.h"
 #include "opsnn/models/models.h"
 #include "opsnn/nn/nn.h"
 #include "opsnn/ops/ops.h"
