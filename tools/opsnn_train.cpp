@@ -128,6 +128,15 @@ Arguments parse_arguments(int argc, char** argv) {
 
 }  // namespace
 
+// Prints the error (naming the rank in a distributed run) and returns the exit code; under mpirun a rank
+// that fails ends the whole job with that code, instead of leaving the others waiting for it.
+static int fail(int exit_code, const char* kind, const char* message) {
+  std::fprintf(stderr, "opsnn-train%s: %s%s\n", opsnn::dist::rank_label().c_str(), kind, message);
+  std::fflush(stderr);
+  opsnn::dist::end_job_after_error(exit_code);
+  return exit_code;
+}
+
 int main(int argc, char** argv) {
   opsnn::register_builtins();
   try {
@@ -163,16 +172,12 @@ int main(int argc, char** argv) {
     opsnn::train::TrainSummary summary = trainer.fit();
     return summary.interrupted ? 130 : 0;
   } catch (const opsnn::UsageError& error) {
-    std::fprintf(stderr, "opsnn-train: %s\n", error.what());
-    return 2;
+    return fail(2, "", error.what());
   } catch (const opsnn::ConfigError& error) {
-    std::fprintf(stderr, "opsnn-train: config error: %s\n", error.what());
-    return 2;
+    return fail(2, "config error: ", error.what());
   } catch (const opsnn::Error& error) {
-    std::fprintf(stderr, "opsnn-train: error: %s\n", error.what());
-    return 1;
+    return fail(1, "error: ", error.what());
   } catch (const std::exception& error) {
-    std::fprintf(stderr, "opsnn-train: unexpected error: %s\n", error.what());
-    return 1;
+    return fail(1, "unexpected error: ", error.what());
   }
 }

@@ -18,6 +18,20 @@ void validate_config(const TrainConfig& config) {
   if (config.checkpoint.keep_last < 0 || config.checkpoint.keep_last > std::numeric_limits<int>::max())
     throw ConfigError(detail::concat(config.source, ": key 'checkpoint.keep_last': ", config.checkpoint.keep_last,
                                      " must be in [0, ", std::numeric_limits<int>::max(), "]"));
+  const DistributedConfig& distributed = config.distributed;
+  if (!(distributed.bucket_mb > 0.0 && distributed.bucket_mb <= 4096.0))
+    throw ConfigError(detail::concat(config.source, ": key 'distributed.bucket_mb': ", distributed.bucket_mb,
+                                     " must be a size in MiB in (0, 4096]"));
+  if (!(distributed.first_bucket_mb > 0.0 && distributed.first_bucket_mb <= distributed.bucket_mb))
+    throw ConfigError(detail::concat(config.source,
+                                     ": key 'distributed.first_bucket_mb': ", distributed.first_bucket_mb,
+                                     " must be in (0, distributed.bucket_mb = ", distributed.bucket_mb, "]"));
+  if (!(distributed.timeout_s > 0.0 && distributed.timeout_s <= 1e6))
+    throw ConfigError(detail::concat(config.source, ": key 'distributed.timeout_s': ", distributed.timeout_s,
+                                     " must be a number of seconds in (0, 1e6]"));
+  if (distributed.check_every_steps < 0)
+    throw ConfigError(detail::concat(config.source, ": key 'distributed.check_every_steps': ",
+                                     distributed.check_every_steps, " must be >= 0 (0 = off)"));
 }
 
 TrainingDevice check_device(const TrainConfig& config, int cuda_device_count) {

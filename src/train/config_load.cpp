@@ -512,7 +512,7 @@ const std::string& default_config_yaml() {
 bool TrainConfig::operator==(const TrainConfig& other) const {
   return run == other.run && model == other.model && data == other.data && train == other.train &&
          optimizer == other.optimizer && scheduler == other.scheduler && monitor == other.monitor &&
-         logging == other.logging && checkpoint == other.checkpoint;
+         logging == other.logging && checkpoint == other.checkpoint && distributed == other.distributed;
 }
 
 double TrainConfig::effective_weight_decay() const {

@@ -615,6 +615,12 @@ std::vector<KeySpec> build_schema() {
       integer_key("checkpoint.every_epochs", OPSNN_FIELD(checkpoint.every_epochs), non_negative),
       // save_checkpoint takes an int; a million checkpoints is far more than any disk holds anyway.
       integer_key("checkpoint.keep_last", OPSNN_FIELD(checkpoint.keep_last), Range::closed(0, 1000000)),
+
+      choice_key("distributed.backend", OPSNN_FIELD(distributed.backend), fixed({"auto", "nccl", "mpi"})),
+      number_key("distributed.bucket_mb", OPSNN_FIELD(distributed.bucket_mb), Range::open_closed(0, 4096)),
+      number_key("distributed.first_bucket_mb", OPSNN_FIELD(distributed.first_bucket_mb), Range::open_closed(0, 4096)),
+      number_key("distributed.timeout_s", OPSNN_FIELD(distributed.timeout_s), Range::open_closed(0, 1e6)),
+      integer_key("distributed.check_every_steps", OPSNN_FIELD(distributed.check_every_steps), non_negative),
   };
 #undef OPSNN_FIELD
 }

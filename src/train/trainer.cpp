@@ -21,6 +21,8 @@
 #include "opsnn/data/device_loader.h"
 #include "opsnn/data/loader.h"
 #include "opsnn/data/synthetic.h"
+#include "opsnn/dist/data_parallel.h"
+#include "opsnn/dist/dist.h"
 #include "opsnn/nn/module.h"
 #include "opsnn/ops/ops.h"
 #include "opsnn/optim/optimizer.h"
@@ -52,6 +54,13 @@ struct Trainer::State {
   std::ofstream metrics;
   ProgressBar progress{"plain", false};
   std::optional<double> bayes_test_loss;
+  // Distributed runs (mpirun or a torchrun-style launch): the world communicator and the gradient
+  // averaging; only rank 0 (primary) writes the run folder and draws progress.
+  std::shared_ptr<dist::Communicator> comm;
+  std::unique_ptr<dist::DataParallel> data_parallel;
+  bool primary = true;
+  int world_size = 1;
+  bool stop_agreed = false;  // every rank's stop request, reduced after each step
 
   int64_t step = 0;   // optimizer steps done (applied or skipped)
   int64_t epoch = 0;  // the epoch the loader is in (0-based)
@@ -67,6 +76,7 @@ struct Trainer::State {
   // interval statistics for the periodic train metrics
   double interval_loss = 0.0, interval_density = 0.0;
   double interval_data_wait = 0.0;  // seconds the training thread waited in loader->next() since the last record
+  double interval_comm_wait = 0.0;  // seconds steps waited for the gradient reduction after backward
   int64_t interval_steps = 0, interval_samples = 0, interval_sparsified_steps = 0;
   Clock::time_point interval_start = Clock::now();
   Clock::time_point run_start = Clock::now();
@@ -81,11 +91,16 @@ struct Trainer::State {
   }
 
   void write_metrics(nlohmann::json record) {
+    if (!primary) return;
     record["time"] = std::chrono::duration<double>(Clock::now() - run_start).count();
     metrics << record.dump() << '\n';
     metrics.flush();
   }
-  bool stop_requested() const { return options.stop_requested && options.stop_requested->load(); }
+  bool local_stop_requested() const { return options.stop_requested && options.stop_requested->load(); }
+  // Distributed: the ranks stop together, after the step at which any of them was asked to.
+  bool stop_requested() const { return comm ? stop_agreed : local_stop_requested(); }
+  // Where small tensors for the communicator live (the GPU for NCCL).
+  Device comm_device() const { return comm && comm->backend() == dist::Backend::nccl ? comm->device() : kCPU; }
   bool finished() const {
     bool epochs_done = config.train.epochs > 0 && epochs_completed >= config.train.epochs;
     bool steps_done = config.train.max_steps > 0 && step >= config.train.max_steps;
@@ -205,6 +220,21 @@ void init_model_from(const TrainConfig& c, nn::Module& model, spdlog::logger& lo
         report.problems());
 }
 
+// Every rank must run the same config (file and --set options): the digests of the resolved configs are
+// all-gathered and compared, so a mismatch is one clear error on every rank instead of a hang or a
+// silent divergence later.
+void check_same_config(dist::Communicator& comm, Device device, const TrainConfig& c) {
+  const std::string digest = config_digest(emit_config(c));
+  const int64_t mine = static_cast<int64_t>(std::stoull(digest.substr(digest.find(':') + 1), nullptr, 16));
+  Tensor all = Tensor::zeros({comm.size()}, DType::i64, device);
+  comm.all_gather(Tensor::from_vector<int64_t>({mine}, {1}).to(device), all, "all-gather of the config digests");
+  const std::vector<int64_t> digests = all.to_vector<int64_t>();
+  for (int r = 1; r < comm.size(); ++r)
+    if (digests[static_cast<size_t>(r)] != digests[0])
+      throw ConfigError(detail::concat(c.source, ": rank ", r, " runs a different config than rank 0 (resolved-config ",
+                                       "digests differ): every rank must get the same config file and --set options"));
+}
+
 }  // namespace
 
 Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_unique<State>()) {
@@ -220,29 +250,58 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
   s.device = run_device.device;
   OPSNN_CHECK_AS(UsageError, !s.options.eval_only || !s.options.resume.empty(),
                  "eval_only needs the checkpoint to evaluate: TrainerOptions::resume (a path, or auto)");
+  if (dist::launched_distributed()) {
+    OPSNN_CHECK_AS(UsageError, !s.options.eval_only,
+                   "--eval-only runs in one process: start it without mpirun or RANK/WORLD_SIZE");
+    dist::InitOptions init;
+    init.backend = c.distributed.backend;
+    init.device = s.device.is_cuda() ? "cuda" : "cpu";
+    init.timeout_seconds = c.distributed.timeout_s;
+    try {
+      s.comm = dist::init(init);
+    } catch (const ConfigError& failure) {
+      throw ConfigError(detail::concat(c.source, ": distributed: ", failure.what()));
+    }
+    s.world_size = s.comm->size();
+    s.primary = s.comm->rank() == 0;
+    // One GPU per rank, picked by the local rank (MPI ranks may share one).
+    if (s.device.is_cuda())
+      s.device =
+          Device(DeviceType::cuda, dist::device_index_for(s.comm->world(), s.comm->backend(), cuda_device_count()));
+    check_same_config(*s.comm, s.comm_device(), c);
+  }
 
   s.run_dir = !s.options.out_dir.empty() ? fs::path(s.options.out_dir)
               : !c.run.out_dir.empty()   ? fs::path(c.run.out_dir)
                                          : fs::path("runs") / run_name_of(c);
   std::error_code error;
-  fs::create_directories(s.run_dir, error);
-  if (error)
-    throw DataError(detail::concat("cannot create the run folder ", s.run_dir.string(), ": ", error.message()));
-  auto file_sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>((s.run_dir / "train.log").string(), false);
-  std::vector<spdlog::sink_ptr> sinks{file_sink};
+  std::vector<spdlog::sink_ptr> sinks;
+  std::shared_ptr<spdlog::sinks::basic_file_sink_mt> file_sink;
+  if (s.primary) {  // the other ranks of a distributed run write nothing into the run folder
+    fs::create_directories(s.run_dir, error);
+    if (error)
+      throw DataError(detail::concat("cannot create the run folder ", s.run_dir.string(), ": ", error.message()));
+    file_sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>((s.run_dir / "train.log").string(), false);
+    sinks.push_back(file_sink);
+  }
   if (s.options.log_to_console) sinks.push_back(std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
   s.logger = std::make_shared<spdlog::logger>("opsnn", sinks.begin(), sinks.end());
-  s.file_logger = std::make_shared<spdlog::logger>("opsnn.file", file_sink);
+  s.file_logger = file_sink ? std::make_shared<spdlog::logger>("opsnn.file", file_sink)
+                            : std::make_shared<spdlog::logger>("opsnn.file");
   for (const auto& logger : {s.logger, s.file_logger}) {
     logger->set_level(log_level(c.logging.level));
     logger->flush_on(spdlog::level::info);
     logger->set_pattern("[%Y-%m-%d %H:%M:%S] [%^%l%$] %v");
   }
+  if (!s.primary) {  // rank 0 reports; the others only their own errors, marked with their rank
+    s.logger->set_level(spdlog::level::err);
+    s.logger->set_pattern(fmt::format("[%Y-%m-%d %H:%M:%S] [rank {}] [%^%l%$] %v", s.comm->rank()));
+  }
   // The library logs (optimizer warnings, the monitor) through the default logger: route them here too.
   s.previous_default_logger = spdlog::default_logger();
   spdlog::set_default_logger(s.logger);
   // An evaluation keeps the run folder's record of the config its checkpoints were trained with.
-  if (!s.options.eval_only || !fs::exists(s.run_dir / "config.yaml", error)) {
+  if (s.primary && (!s.options.eval_only || !fs::exists(s.run_dir / "config.yaml", error))) {
     std::ofstream resolved(s.run_dir / "config.yaml");
     resolved << emit_config(c);
     if (!resolved) throw DataError(detail::concat("cannot write ", (s.run_dir / "config.yaml").string()));
@@ -251,7 +310,7 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
   // Data, then the config rules that need the training set and the batches the loader makes of it.
   s.datasets = make_datasets(c);
   // Beside config.yaml: what each label means, for datasets whose classes have names (image_folder).
-  if (const std::vector<std::string> classes = s.datasets.train->class_names(); !classes.empty()) {
+  if (const std::vector<std::string> classes = s.datasets.train->class_names(); s.primary && !classes.empty()) {
     std::ofstream file(s.run_dir / "classes.txt", std::ios::trunc);
     for (const std::string& name : classes) file << name << '\n';
     if (!file.flush()) throw DataError(detail::concat("cannot write ", (s.run_dir / "classes.txt").string()));
@@ -267,6 +326,8 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
   loader_options.augment.crop_padding = c.data.augment.crop_padding;
   loader_options.augment.horizontal_flip = c.data.augment.flip;
   loader_options.pin_memory = run_device.pin_memory;
+  loader_options.shard_rank = s.comm ? s.comm->rank() : 0;  // data.batch_size is per rank
+  loader_options.shard_count = s.world_size;
   s.loader = std::make_unique<data::DeviceLoader>(std::make_unique<data::DataLoader>(s.datasets.train, loader_options),
                                                   s.device);
 
@@ -360,8 +421,10 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
         *s.bayes_test_loss, ctr->base_rate_log_loss());
   }
 
-  s.metrics.open(s.run_dir / "metrics.jsonl", resume_from ? std::ios::app : std::ios::trunc);
-  if (!s.metrics) throw DataError(detail::concat("cannot write ", (s.run_dir / "metrics.jsonl").string()));
+  if (s.primary) {
+    s.metrics.open(s.run_dir / "metrics.jsonl", resume_from ? std::ios::app : std::ios::trunc);
+    if (!s.metrics) throw DataError(detail::concat("cannot write ", (s.run_dir / "metrics.jsonl").string()));
+  }
 
   if (resume_from) {
     // A checkpoint that cannot be read or does not fit this config is a runtime failure (exit 1).
@@ -405,7 +468,33 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
                      checkpoint.data_loader.batch_in_epoch);
     s.optimizer->refresh_param_copy();  // the masters were just loaded
   }
-  s.progress = ProgressBar(c.logging.progress, s.options.show_progress);
+  if (s.comm) {
+    // After any resume (every rank loads the same checkpoint): rank 0's weights are broadcast anyway,
+    // so ranks that initialised differently still start equal.
+    dist::DataParallelOptions parallel;
+    parallel.bucket_mb = c.distributed.bucket_mb;
+    parallel.first_bucket_mb = c.distributed.first_bucket_mb;
+    parallel.check_every_steps = c.distributed.check_every_steps;
+    try {
+      s.data_parallel = std::make_unique<dist::DataParallel>(*s.model, *s.optimizer, s.comm, parallel);
+    } catch (const ConfigError& failure) {
+      throw ConfigError(detail::concat(c.source, ": ", failure.what()));
+    }
+    const auto& buckets = s.data_parallel->buckets();
+    s.logger->info(
+        "distributed: {} ranks ({}, backend {}), this rank {} on {}; data.batch_size {} per rank, global batch {}; "
+        "gradients averaged in {} buckets (first {:.0f} KiB) overlapped with backward",
+        s.world_size, s.comm->world().launcher, dist::backend_name(s.comm->backend()), s.comm->rank(), s.device.str(),
+        c.data.batch_size, c.data.batch_size * s.world_size, buckets.size(),
+        buckets.empty() ? 0.0 : static_cast<double>(buckets[0].end - buckets[0].begin) * 4.0 / 1024.0);
+    if (s.optimizer->sparsifies())
+      s.logger->info(
+          s.data_parallel->exchanges_pairs()
+              ? "top-k across ranks: each rank's (index, value) pairs by all-gather, the union summed in rank order"
+              : "top-k across ranks: a dense all-reduce of the sparsified gradients (density >= 1 / world size: "
+                "the pairs would send more than the dense gradient)");
+  }
+  s.progress = ProgressBar(c.logging.progress, s.options.show_progress && s.primary);
   s.run_start_step = s.step;
 }
 
@@ -424,12 +513,14 @@ EvalResult Trainer::evaluate() {
   State& s = *state_;
   autograd::NoGradGuard no_grad;
   s.model->eval();
-  data::DataLoader loader(s.datasets.test,
-                          data::LoaderOptions::evaluation(s.config.data.eval_batch_size, s.config.data.num_workers));
+  data::DataLoader loader(
+      s.datasets.test,
+      // Distributed: batches are made on demand (make_batch), no workers prefetching all.
+      data::LoaderOptions::evaluation(s.config.data.eval_batch_size, s.world_size > 1 ? 0 : s.config.data.num_workers));
   EvalResult result;
   double loss_sum = 0.0;
   int64_t correct = 0, correct_top5 = 0, classes = 0;
-  while (std::optional<data::Batch> batch = loader.next()) {
+  auto consume = [&](const data::Batch* batch) {
     Tensor logits = s.model->forward(batch->inputs.to(s.device));
     Tensor targets = class_targets(batch->labels);
     int64_t n = batch->size();
@@ -456,6 +547,30 @@ EvalResult Trainer::evaluate() {
       correct_top5 += in_top5;
     }
     result.samples += n;
+  };
+  if (s.world_size == 1) {
+    while (std::optional<data::Batch> batch = loader.next()) consume(&*batch);
+  } else {
+    // Distributed: rank r evaluates batches r, r + world, ... and the counts are summed over ranks.
+    for (int64_t b = s.comm->rank(); b < loader.batches_per_epoch(); b += s.world_size) {
+      const data::Batch batch = loader.make_batch({0, b});
+      consume(&batch);
+    }
+    Tensor sums =
+        Tensor::from_vector<double>({loss_sum, static_cast<double>(correct), static_cast<double>(correct_top5),
+                                     static_cast<double>(result.samples), static_cast<double>(classes)},
+                                    {5})
+            .to(s.comm_device());
+    Tensor counts = Tensor::view_of(sums.storage(), 0, {4}, DType::f64);
+    Tensor widest = Tensor::view_of(sums.storage(), 4, {1}, DType::f64);
+    s.comm->all_reduce(counts, dist::ReduceOp::sum, "all-reduce of the evaluation counts");
+    s.comm->all_reduce(widest, dist::ReduceOp::max, "all-reduce of the evaluation's class count");
+    const std::vector<double> reduced = sums.to_vector<double>();
+    loss_sum = reduced[0];
+    correct = static_cast<int64_t>(reduced[1]);
+    correct_top5 = static_cast<int64_t>(reduced[2]);
+    result.samples = static_cast<int64_t>(reduced[3]);
+    classes = static_cast<int64_t>(reduced[4]);
   }
   s.model->train();
   result.loss = result.samples > 0 ? loss_sum / static_cast<double>(result.samples) : 0.0;
@@ -497,6 +612,10 @@ EvalResult Trainer::evaluate() {
 fs::path Trainer::save_checkpoint() {
   State& s = *state_;
   OPSNN_CHECK_AS(UsageError, !s.options.eval_only, "save_checkpoint: this Trainer only evaluates (eval_only)");
+  if (!s.primary) {  // the ranks hold the same state; rank 0 writes it
+    s.last_checkpoint_step = s.step;
+    return {};
+  }
   CheckpointData data;
   data.step = s.step;
   data.epoch = s.epochs_completed;
@@ -541,7 +660,12 @@ double Trainer::train_steps(int64_t count) {
       Tensor loss = ops::cross_entropy(logits, class_targets(batch->labels), c.train.label_smoothing);
       Tensor objective =
           c.train.grad_accumulation > 1 ? ops::scale(loss, 1.0 / static_cast<double>(c.train.grad_accumulation)) : loss;
-      s.optimizer->scale_loss(objective).backward();
+      Tensor scaled = s.optimizer->scale_loss(objective);
+      // Distributed: gradients are averaged over ranks during the backward of the last micro-batch.
+      if (s.data_parallel)
+        s.data_parallel->backward(scaled, micro_batches + 1 == c.train.grad_accumulation);
+      else
+        scaled.backward();
       step_loss += loss.item();
       step_samples += batch->size();
       ++micro_batches;
@@ -550,13 +674,22 @@ double Trainer::train_steps(int64_t count) {
     if (micro_batches > 0) {
       optim::StepState step_state;
       try {
-        step_state = s.optimizer->step();
+        step_state = s.data_parallel ? s.data_parallel->step() : s.optimizer->step();
       } catch (const RuntimeFailure& failure) {  // the monitor stopped the run (on_nonfinite: stop)
         s.progress.clear();
         s.write_metrics({{"event", "warn"}, {"step", s.step + 1}, {"epoch", s.epoch + 1}, {"message", failure.what()}});
         throw;
       }
       s.optimizer->zero_grad();
+      if (s.data_parallel) {
+        s.interval_comm_wait += s.data_parallel->last_exposed_wait_seconds();
+        step_samples *= s.world_size;    // the global batch (ranks' shares differ by at most one sample)
+        if (s.options.stop_requested) {  // stop together: any rank's request, reduced
+          Tensor flag = Tensor::full({1}, s.local_stop_requested() ? 1.0 : 0.0, DType::i32, s.comm_device());
+          s.comm->all_reduce(flag, dist::ReduceOp::max, "agreement on stopping");
+          s.stop_agreed = flag.to_vector<int32_t>()[0] != 0;
+        }
+      }
       ++s.step;
       ++steps_run;
       step_loss /= static_cast<double>(micro_batches);
@@ -613,6 +746,14 @@ double Trainer::train_steps(int64_t count) {
                               {"step_ms", 1e3 * elapsed / static_cast<double>(s.interval_steps)}};
         if (s.interval_sparsified_steps > 0)
           record["density"] = s.interval_density / static_cast<double>(s.interval_sparsified_steps);
+        if (s.data_parallel) {  // time a step waited for the gradient average beyond its backward
+          record["world_size"] = s.world_size;
+          record["comm_wait_ms"] = 1e3 * s.interval_comm_wait / static_cast<double>(s.interval_steps);
+          if (s.optimizer->sparsifies()) {  // the last step's volume beside what a dense all-reduce sends
+            record["exchanged_bytes"] = s.data_parallel->last_exchange().sent_bytes;
+            record["dense_bytes"] = s.data_parallel->last_exchange().dense_bytes;
+          }
+        }
         s.write_metrics(record);
         // Under a progress bar the periodic line goes to train.log only; the bar shows the same numbers.
         auto& logger = s.progress.active() ? s.file_logger : s.logger;
@@ -620,7 +761,7 @@ double Trainer::train_steps(int64_t count) {
                      s.epoch + 1, s.step, s.total_steps, mean_loss, step_state.lr, step_state.grad_norm,
                      step_state.loss_scale, samples_per_second, format_duration(eta),
                      record.contains("density") ? fmt::format(" density {:.4f}", record["density"].get<double>()) : "");
-        s.interval_loss = s.interval_density = s.interval_data_wait = 0.0;
+        s.interval_loss = s.interval_density = s.interval_data_wait = s.interval_comm_wait = 0.0;
         s.interval_steps = s.interval_samples = s.interval_sparsified_steps = 0;
         s.interval_start = Clock::now();
       }
@@ -666,7 +807,7 @@ TrainSummary Trainer::fit() {
   if (!summary.interrupted && s.last_eval_step != s.step) evaluate();
   if ((c.checkpoint.enabled || summary.interrupted) && s.last_checkpoint_step != s.step)
     save_checkpoint();  // which writes the convolution choices too
-  else if (s.device.is_cuda())
+  else if (s.device.is_cuda() && s.primary)
     save_conv_algorithm_choices(s.run_dir);
   summary.last_checkpoint = s.last_checkpoint.string();
   summary.steps = s.step;

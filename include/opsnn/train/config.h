@@ -207,6 +207,17 @@ struct CheckpointConfig {
   bool operator==(const CheckpointConfig&) const = default;
 };
 
+// Data-parallel training (src/dist/README.md): used when the process was started by mpirun or a
+// torchrun-style launcher (RANK/WORLD_SIZE); a single process ignores it.
+struct DistributedConfig {
+  std::string backend = "auto";   // auto (nccl on GPUs, mpi on the CPU) | nccl | mpi
+  double bucket_mb = 25.0;        // gradient bucket size in MiB
+  double first_bucket_mb = 1.0;   // the first bucket (gradients of the last layers, ready first)
+  double timeout_s = 600.0;       // a collective not done by then ends the job (dead or stuck rank)
+  int64_t check_every_steps = 0;  // debug: all-gather a hash of weights and state every this many steps
+  bool operator==(const DistributedConfig&) const = default;
+};
+
 struct TrainConfig {
   RunConfig run;
   ModelConfig model;
@@ -217,6 +228,7 @@ struct TrainConfig {
   MonitorConfig monitor;
   LoggingConfig logging;
   CheckpointConfig checkpoint;
+  DistributedConfig distributed;
   // Where it came from (a path, or "<embedded quickstart.yaml>"); not part of the YAML.
   std::string source;
 

@@ -17,6 +17,8 @@
 #include "bench/bench.h"
 #include "bench/cuda/cuda_bench.h"
 #include "opsnn/core/error.h"
+#include "opsnn/dist/data_parallel.h"
+#include "opsnn/dist/dist.h"
 #include "opsnn/models/models.h"
 #include "opsnn/ops/backend.h"
 #include "opsnn/ops/ops.h"
@@ -31,16 +33,19 @@ int run(const std::vector<std::string>& args) {
       std::printf(
           "usage: opsnn-bench resnet50 [--batch 256] [--steps 20] [--warmup 5] [--precision fp32|tf32|bf16|fp16] "
           "[--channels-last auto|on|off] [--depth 50] [--image-size 224] [--conv-deterministic on|off] "
-          "[--json FILE] [--profile]\n"
+          "[--json FILE] [--profile] [--distributed]\n"
           "  --conv-deterministic off: cuDNN may pick algorithms that accumulate with atomics\n"
           "  --profile: one more step after the timed ones between cudaProfilerStart/Stop, for\n"
-          "             ncu --profile-from-start off / nsys --capture-range=cudaProfilerApi\n");
+          "             ncu --profile-from-start off / nsys --capture-range=cudaProfilerApi\n"
+          "  --distributed: data-parallel over the world mpirun or RANK/WORLD_SIZE describe (NCCL; world 1\n"
+          "             without a launcher), images/s of this rank; also the gradient all-reduce's cost\n"
+          "             alone and how much of it backward hides\n");
       return 0;
     }
   check_options(args,
                 {"--batch", "--steps", "--warmup", "--depth", "--image-size", "--precision", "--json",
                  "--channels-last", "--conv-deterministic"},
-                {"--profile"});
+                {"--profile", "--distributed"});
   const int batch = parse_positive(args, "--batch", 256);
   const int steps = parse_positive(args, "--steps", 20);
   const int warmup = parse_positive(args, "--warmup", 5);
@@ -49,6 +54,7 @@ int run(const std::vector<std::string>& args) {
   const std::string precision = option(args, "--precision", "fp32");
   const std::string json_path = option(args, "--json", "");
   const bool profile = std::find(args.begin(), args.end(), "--profile") != args.end();
+  const bool distributed = std::find(args.begin(), args.end(), "--distributed") != args.end();
   const std::string channels_last_choice = option(args, "--channels-last", "auto");
   const std::string deterministic = option(args, "--conv-deterministic", "on");
   OPSNN_CHECK_AS(ConfigError, precision == "fp32" || precision == "tf32" || precision == "bf16" || precision == "fp16",
@@ -63,7 +69,15 @@ int run(const std::vector<std::string>& args) {
     std::fprintf(stderr, "opsnn-bench resnet50: no CUDA device\n");
     return 1;
   }
-  const Device gpu(DeviceType::cuda, 0);
+  std::shared_ptr<dist::Communicator> comm;
+  if (distributed) {
+    dist::InitOptions init;
+    init.backend = "nccl";
+    init.device = "cuda";
+    init.timeout_seconds = 300.0;
+    comm = dist::init(init);
+  }
+  const Device gpu(DeviceType::cuda, comm ? comm->device().index : 0);
   const DType compute_dtype = precision == "bf16" ? DType::bf16 : precision == "fp16" ? DType::f16 : DType::f32;
   const bool channels_last = channels_last_choice == "auto"
                                  ? models::channels_last_by_default(gpu, compute_dtype, precision == "tf32")
@@ -97,15 +111,23 @@ int run(const std::vector<std::string>& args) {
     optimizer->enable_param_copy(model->compute_dtype());
     model->set_parameter_copies(std::make_shared<const nn::Module::ParameterCopies>(optimizer->param_copies()));
   }
+  std::unique_ptr<dist::DataParallel> parallel;
+  if (comm) parallel = std::make_unique<dist::DataParallel>(*model, *optimizer, comm);
   Tensor images = Tensor::normal({batch, 3, image_size, image_size}, 0.0, 1.0, generator).to(gpu);
   std::vector<int64_t> label_values(static_cast<size_t>(batch));
   for (int64_t& label : label_values) label = static_cast<int64_t>(generator.next_below(1000));
   Tensor labels = Tensor::from_vector(label_values, {batch}, DType::i64).to(gpu);
 
   double last_loss = 0.0;
+  bool use_parallel = parallel != nullptr;
   auto train_step = [&] {
     optimizer->zero_grad();
     Tensor loss = ops::cross_entropy(model->forward(images), labels);
+    if (use_parallel) {  // the reduction overlapped with backward; the step reads its state back
+      parallel->backward(optimizer->scale_loss(loss));
+      parallel->step();
+      return loss;
+    }
     optimizer->scale_loss(loss).backward();
     if (scaling)
       optimizer->step();  // scale_loss reads the scale the step leaves on the host
@@ -122,6 +144,20 @@ int run(const std::vector<std::string>& args) {
   cudaEvent_t start, stop;
   BENCH_CUDA_CHECK(cudaEventCreate(&start));
   BENCH_CUDA_CHECK(cudaEventCreate(&stop));
+  // --distributed: the same steps without the data-parallel wrapper first, in this process, as the
+  // baseline its cost is measured against.
+  float plain_ms = 0.0f;
+  if (parallel) {
+    use_parallel = false;
+    for (int i = 0; i < warmup; ++i) train_step();
+    BENCH_CUDA_CHECK(cudaEventRecord(start, nullptr));
+    for (int i = 0; i < steps; ++i) train_step();
+    BENCH_CUDA_CHECK(cudaEventRecord(stop, nullptr));
+    BENCH_CUDA_CHECK(cudaEventSynchronize(stop));
+    BENCH_CUDA_CHECK(cudaEventElapsedTime(&plain_ms, start, stop));
+    use_parallel = true;
+    for (int i = 0; i < warmup; ++i) train_step();
+  }
   BENCH_CUDA_CHECK(cudaEventRecord(start, nullptr));
   Tensor loss;
   for (int i = 0; i < steps; ++i) loss = train_step();
@@ -150,6 +186,20 @@ int run(const std::vector<std::string>& args) {
       warmup);
   std::printf("  %.1f images/s, %.1f ms/step, peak GPU memory %.2f GiB (pool high-water mark), last loss %.3f\n",
               images_per_second, ms / steps, static_cast<double>(peak) / (1u << 30), last_loss);
+  double exposed_ms = 0.0, alone_ms = 0.0;
+  if (comm) {
+    // What data parallelism added to a step, against the all-reduce of the whole gradient arena on its
+    // own (median of 5): the rest of the all-reduce was hidden behind backward.
+    exposed_ms = std::max(0.0, static_cast<double>(ms - plain_ms) / steps);
+    Tensor grads = optimizer->arena().grads();
+    alone_ms = 1e3 * median_seconds([&] { comm->all_reduce(grads, dist::ReduceOp::avg, "timed all-reduce"); }, 2, 5);
+    std::printf(
+        "  distributed: world %d (%s), %zu buckets; %.2f ms/step without the wrapper in this process (%.2f%% "
+        "added); gradient all-reduce alone %.3f ms, %.0f%% of it hidden behind backward\n",
+        comm->size(), comm->world().launcher.c_str(), parallel->buckets().size(), plain_ms / steps,
+        100.0 * (ms / plain_ms - 1.0), alone_ms,
+        alone_ms > 0 ? 100.0 * std::max(0.0, 1.0 - exposed_ms / alone_ms) : 0.0);
+  }
   if (!json_path.empty()) {
     std::ofstream out(json_path);
     OPSNN_CHECK_AS(DataError, out.good(), "--json: cannot write '", json_path, "'");
@@ -158,7 +208,11 @@ int run(const std::vector<std::string>& args) {
                           {"peak_bytes", peak},
                           {"batch", batch},
                           {"precision", precision},
-                          {"channels_last", channels_last}}
+                          {"channels_last", channels_last},
+                          {"world_size", comm ? comm->size() : 0},
+                          {"allreduce_alone_ms", alone_ms},
+                          {"exposed_comm_ms", exposed_ms},
+                          {"ms_per_step_without_wrapper", comm ? plain_ms / steps : 0.0}}
                .dump()
         << "\n";
   }

@@ -1,0 +1,256 @@
+// Distributed runs through the programs: `mpirun -np 2 opsnn-train` (rank 0 alone writes the run folder,
+// the metrics carry the world size, a resumed 2-rank run repeats the uninterrupted one bit for bit, a
+// 2-rank checkpoint resumes in one process), ranks whose configs differ, bad distributed settings, and a
+// dead or stuck rank ending the job within the timeout (the fault probe).
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "opsnn/core/storage.h"
+#include "opsnn/train/safetensors.h"
+#include "support/catch.h"
+#include "support/cuda_test_support.h"
+#include "support/run_program.h"
+#include "support/temporary_folder.h"
+
+#if defined(OPSNN_TRAIN_EXE) && defined(OPSNN_MPIEXEC) && defined(OPSNN_FAULT_PROBE_EXE)
+
+namespace fs = std::filesystem;
+using opsnn::testing::Outcome;
+
+namespace {
+
+struct TemporaryFolder : opsnn::testing::TemporaryFolder {
+  TemporaryFolder() : opsnn::testing::TemporaryFolder("opsnn-dist-cli-test") {}
+};
+
+// mpirun -np 2 with the flags CI needs (root, more ranks than cores).
+std::vector<std::string> mpirun(std::vector<std::string> arguments) {
+  std::vector<std::string> all{"--allow-run-as-root", "--oversubscribe", "-np", "2"};
+  all.insert(all.end(), arguments.begin(), arguments.end());
+  return all;
+}
+
+const char* kTinyYaml = R"(run:
+  name: tiny
+model:
+  arch: mlp
+  hidden_sizes: [16]
+data:
+  dataset: synthetic
+  batch_size: 8
+  eval_batch_size: 16
+  shuffle: true
+  synthetic: {train_size: 64, test_size: 40, channels: 1, height: 4, width: 4, num_classes: 3, seed: 3}
+train:
+  epochs: 0
+  max_steps: 8
+  seed: 1
+  device: cpu
+optimizer:
+  name: adamw
+  lr: 0.01
+logging:
+  every_steps: 2
+  progress: plain
+checkpoint:
+  every_steps: 4
+  every_epochs: 0
+  keep_last: 0
+distributed:
+  timeout_s: 60
+)";
+
+void write_text(const fs::path& path, const std::string& text) {
+  std::ofstream file(path, std::ios::binary);
+  file << text;
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream file(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
+}
+
+std::vector<nlohmann::json> records(const fs::path& run, const std::string& event) {
+  std::vector<nlohmann::json> found;
+  std::ifstream file(run / "metrics.jsonl");
+  for (std::string line; std::getline(file, line);) {
+    nlohmann::json record = nlohmann::json::parse(line);
+    if (record["event"] == event) found.push_back(record);
+  }
+  return found;
+}
+
+Outcome train2(const fs::path& folder, std::vector<std::string> arguments) {
+  std::vector<std::string> command{OPSNN_TRAIN_EXE};
+  command.insert(command.end(), arguments.begin(), arguments.end());
+  return opsnn::testing::run_program(OPSNN_MPIEXEC, mpirun(command), folder);
+}
+
+}  // namespace
+
+TEST_CASE("cli: mpirun -np 2 opsnn-train trains with rank 0 alone writing the run folder", "[cli][dist]") {
+  TemporaryFolder folder;
+  write_text(folder.path / "tiny.yaml", kTinyYaml);
+  const Outcome run = train2(folder.path, {"--config", "tiny.yaml", "--out", "run"});
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  const fs::path dir = folder.path / "run";
+  CHECK_THAT(read_text(dir / "train.log"),
+             Catch::Contains("distributed: 2 ranks (mpirun, backend mpi)") && Catch::Contains("global batch 16"));
+  const std::vector<nlohmann::json> train = records(dir, "train");
+  REQUIRE(!train.empty());
+  CHECK(train.back()["world_size"] == 2);
+  CHECK(train.back().contains("comm_wait_ms"));
+  CHECK(records(dir, "summary").size() == 1);           // one rank wrote it
+  CHECK(records(dir, "eval").back()["samples"] == 40);  // the ranks' halves of the test set, summed
+  CHECK(fs::exists(dir / "checkpoints" / "step_00000008" / "model.safetensors"));
+  // Each rank saw 8 steps x 8 samples: 128 in all, as one process with batch 16 would.
+  CHECK(records(dir, "summary").back()["step"] == 8);
+}
+
+TEST_CASE("cli: a resumed 2-rank run repeats the uninterrupted one bit for bit and resumes in one process",
+          "[cli][dist]") {
+  TemporaryFolder folder;
+  write_text(folder.path / "tiny.yaml", kTinyYaml);
+  REQUIRE(train2(folder.path, {"--config", "tiny.yaml", "--out", "whole"}).exit_code == 0);
+  REQUIRE(train2(folder.path, {"--config", "tiny.yaml", "--out", "parts", "--set", "train.max_steps=4"}).exit_code ==
+          0);
+  const Outcome resumed = train2(folder.path, {"--config", "tiny.yaml", "--out", "parts", "--resume", "auto"});
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  const fs::path last = fs::path("checkpoints") / "step_00000008";
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"})
+    CHECK(read_text(folder.path / "whole" / last / file) == read_text(folder.path / "parts" / last / file));
+
+  // The step-4 checkpoint of the 2-rank run, resumed by one process with the same global batch (16).
+  fs::copy(folder.path / "parts" / "checkpoints" / "step_00000004", folder.path / "step4", fs::copy_options::recursive);
+  const Outcome single = opsnn::testing::run_program(
+      OPSNN_TRAIN_EXE, {"--config", "tiny.yaml", "--out", "single", "--resume", "step4", "--set", "data.batch_size=16"},
+      folder.path);
+  INFO(single.output);
+  REQUIRE(single.exit_code == 0);
+  CHECK_THAT(single.output, Catch::Contains("resumed from step4 at step 4"));
+  const auto together = opsnn::train::read_safetensors(folder.path / "whole" / last / "model.safetensors");
+  const auto alone = opsnn::train::read_safetensors(folder.path / "single" / last / "model.safetensors");
+  REQUIRE(together.tensors.size() == alone.tensors.size());
+  for (size_t i = 0; i < alone.tensors.size(); ++i) {
+    const std::vector<float> a = alone.tensors[i].second.to_vector<float>();
+    const std::vector<float> b = together.tensors[i].second.to_vector<float>();
+    double scale = 0.0;
+    for (float v : b) scale = std::max(scale, std::fabs(static_cast<double>(v)));
+    for (size_t j = 0; j < a.size(); ++j) CHECK(std::fabs(a[j] - b[j]) <= 1e-5 * scale);
+  }
+}
+
+TEST_CASE("cli: ranks whose configs differ stop at start with one clear error", "[cli][dist]") {
+  TemporaryFolder folder;
+  write_text(folder.path / "tiny.yaml", kTinyYaml);
+  // Each rank gets its own seed: a config that differs between ranks.
+  const std::string command =
+      std::string(OPSNN_TRAIN_EXE) + " --config tiny.yaml --out run --set train.seed=$OMPI_COMM_WORLD_RANK";
+  const Outcome run = opsnn::testing::run_program(OPSNN_MPIEXEC, mpirun({"sh", "-c", command}), folder.path);
+  CHECK(run.exit_code == 2);
+  CHECK_THAT(run.output, Catch::Contains("rank 1 runs a different config than rank 0"));
+}
+
+TEST_CASE("cli: bad distributed settings and launches exit 2 naming the key or variable", "[cli][dist]") {
+  TemporaryFolder folder;
+  write_text(folder.path / "tiny.yaml", kTinyYaml);
+  auto run = [&](std::vector<std::string> arguments) {
+    std::vector<std::string> all{"--config", "tiny.yaml", "--out", "run"};
+    all.insert(all.end(), arguments.begin(), arguments.end());
+    return opsnn::testing::run_program(OPSNN_TRAIN_EXE, all, folder.path);
+  };
+  struct Case {
+    std::string setting, message;
+  };
+  for (const Case& bad : std::vector<Case>{
+           {"distributed.bucket_mb=0", "distributed.bucket_mb"},
+           {"distributed.backend=gloo", "distributed.backend"},
+           {"distributed.timeout_s=-1", "distributed.timeout_s"},
+           {"distributed.check_every_steps=-2", "distributed.check_every_steps"},
+           {"distributed.first_bucket_mb=30", "distributed.first_bucket_mb"},
+           {"distributed.zero=1", "distributed.zero"},
+       }) {
+    const Outcome outcome = run({"--set", bad.setting});
+    INFO(bad.setting << ": " << outcome.output);
+    CHECK(outcome.exit_code == 2);
+    CHECK_THAT(outcome.output, Catch::Contains(bad.message));
+  }
+  // A torchrun-style environment cannot start MPI ranks, and nccl needs a GPU.
+  const std::vector<std::string> env{"WORLD_SIZE=2", "RANK=0", OPSNN_TRAIN_EXE, "--config", "tiny.yaml"};
+  std::vector<std::string> mpi = env;
+  mpi.insert(mpi.end(), {"--set", "distributed.backend=mpi"});
+  Outcome outcome = opsnn::testing::run_program("env", mpi, folder.path);
+  CHECK(outcome.exit_code == 2);
+  CHECK_THAT(outcome.output, Catch::Contains("MPI ranks must be started by mpirun"));
+  std::vector<std::string> nccl = env;
+  nccl.insert(nccl.end(), {"--set", "distributed.backend=nccl"});
+  outcome = opsnn::testing::run_program("env", nccl, folder.path);
+  CHECK(outcome.exit_code == 2);
+  CHECK_THAT(outcome.output, Catch::Contains("nccl"));
+  outcome = opsnn::testing::run_program("env", {"WORLD_SIZE=x", OPSNN_TRAIN_EXE, "--config", "tiny.yaml"}, folder.path);
+  CHECK(outcome.exit_code == 2);
+  CHECK_THAT(outcome.output, Catch::Contains("WORLD_SIZE='x'"));
+}
+
+TEST_CASE("cli: a dead or stuck rank ends every rank within the timeout", "[cli][dist]") {
+  TemporaryFolder folder;
+  using Clock = std::chrono::steady_clock;
+  for (const char* mode : {"kill", "exit", "stuck"}) {
+    INFO("rank 1: " << mode);
+    const Clock::time_point start = Clock::now();
+    const Outcome outcome =
+        opsnn::testing::run_program(OPSNN_MPIEXEC, mpirun({OPSNN_FAULT_PROBE_EXE, mode, "5"}), folder.path);
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    INFO(outcome.output);
+    CHECK(outcome.exit_code != 0);
+    CHECK(seconds < 5 + 30);
+    CHECK_THAT(outcome.output, !Catch::Contains("rank 0 finished"));
+    if (std::string(mode) == "stuck")
+      CHECK_THAT(outcome.output, Catch::Contains("probe all-reduce after the fault did not complete within "
+                                                 "distributed.timeout_s = 5 s"));
+  }
+}
+
+TEST_CASE("cli: world size 1 over NCCL trains exactly as one process", "[cli][dist][cuda]") {
+  if (opsnn::testing::gpu_missing("the NCCL world-1 run")) return;
+  TemporaryFolder folder;
+  write_text(folder.path / "tiny.yaml", kTinyYaml);
+  const std::vector<std::string> gpu{"--set", "train.device=cuda", "--set", "distributed.check_every_steps=2"};
+  std::vector<std::string> alone{OPSNN_TRAIN_EXE, "--config", "tiny.yaml", "--out", "alone"};
+  alone.insert(alone.end(), gpu.begin(), gpu.end());
+  REQUIRE(opsnn::testing::run_program("env", alone, folder.path).exit_code == 0);
+  std::vector<std::string> nccl{"WORLD_SIZE=1",      "RANK=0",        "MASTER_ADDR=127.0.0.1",
+                                "MASTER_PORT=29517", OPSNN_TRAIN_EXE, "--config",
+                                "tiny.yaml",         "--out",         "nccl"};
+  nccl.insert(nccl.end(), gpu.begin(), gpu.end());
+  const Outcome run = opsnn::testing::run_program("env", nccl, folder.path);
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  CHECK_THAT(read_text(folder.path / "nccl" / "train.log"), Catch::Contains("backend nccl"));
+  const fs::path last = fs::path("checkpoints") / "step_00000008" / "model.safetensors";
+  CHECK(read_text(folder.path / "alone" / last) == read_text(folder.path / "nccl" / last));
+}
+
+TEST_CASE("cli: 2 MPI ranks share one GPU, 2 NCCL ranks on one GPU are refused", "[cli][dist][cuda]") {
+  if (opsnn::testing::gpu_missing("the GPU data-parallel runs")) return;
+  if (opsnn::cuda_device_count() > 1) return;  // the refusal needs fewer GPUs than ranks
+  TemporaryFolder folder;
+  write_text(folder.path / "tiny.yaml", kTinyYaml);
+  const Outcome shared =
+      train2(folder.path, {"--config", "tiny.yaml", "--out", "mpi", "--set", "train.device=cuda", "--set",
+                           "distributed.backend=mpi", "--set", "distributed.check_every_steps=1"});
+  INFO(shared.output);
+  REQUIRE(shared.exit_code == 0);
+  CHECK_THAT(read_text(folder.path / "mpi" / "train.log"), Catch::Contains("backend mpi"));
+  const Outcome refused = train2(folder.path, {"--config", "tiny.yaml", "--out", "nccl", "--set", "train.device=cuda",
+                                               "--set", "distributed.backend=nccl"});
+  CHECK(refused.exit_code == 2);
+  CHECK_THAT(refused.output, Catch::Contains("2 ranks on this host but only 1 GPU(s)"));
+}
+#endif
