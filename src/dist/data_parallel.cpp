@@ -236,6 +236,13 @@ const optim::StepState& DataParallel::step() {
   return state;
 }
 
+void DataParallel::step_async() {
+  synchronize_gradients();
+  optimizer_.step_async();
+  ++steps_;
+  if (options_.check_every_steps > 0 && steps_ % options_.check_every_steps == 0) check_consistency(steps_);
+}
+
 void DataParallel::check_consistency(int64_t step) {
   const optim::StepState& state = optimizer_.sync_state();
   uint64_t hash = tensor_hash(optimizer_.arena().params());

@@ -76,7 +76,8 @@ struct Trainer::State {
   // interval statistics for the periodic train metrics
   double interval_loss = 0.0, interval_density = 0.0;
   double interval_data_wait = 0.0;  // seconds the training thread waited in loader->next() since the last record
-  double interval_comm_wait = 0.0;  // seconds steps waited for the gradient reduction after backward
+  double interval_comm_wait = 0.0;  // seconds of communication (Communicator::communication_seconds)
+  double comm_seconds = 0.0;        // the communicator's total at the last step
   int64_t interval_steps = 0, interval_samples = 0, interval_sparsified_steps = 0;
   Clock::time_point interval_start = Clock::now();
   Clock::time_point run_start = Clock::now();
@@ -682,7 +683,9 @@ double Trainer::train_steps(int64_t count) {
       }
       s.optimizer->zero_grad();
       if (s.data_parallel) {
-        s.interval_comm_wait += s.data_parallel->last_exposed_wait_seconds();
+        const double communicated = s.comm->communication_seconds();
+        s.interval_comm_wait += communicated - s.comm_seconds;
+        s.comm_seconds = communicated;
         step_samples *= s.world_size;    // the global batch (ranks' shares differ by at most one sample)
         if (s.options.stop_requested) {  // stop together: any rank's request, reduced
           Tensor flag = Tensor::full({1}, s.local_stop_requested() ? 1.0 : 0.0, DType::i32, s.comm_device());
@@ -746,9 +749,9 @@ double Trainer::train_steps(int64_t count) {
                               {"step_ms", 1e3 * elapsed / static_cast<double>(s.interval_steps)}};
         if (s.interval_sparsified_steps > 0)
           record["density"] = s.interval_density / static_cast<double>(s.interval_sparsified_steps);
-        if (s.data_parallel) {  // time a step waited for the gradient average beyond its backward
+        if (s.data_parallel) {  // communication per step: NCCL's time on its stream, MPI's wait on the host
           record["world_size"] = s.world_size;
-          record["comm_wait_ms"] = 1e3 * s.interval_comm_wait / static_cast<double>(s.interval_steps);
+          record["comm_ms"] = 1e3 * s.interval_comm_wait / static_cast<double>(s.interval_steps);
           if (s.optimizer->sparsifies()) {  // the last step's volume beside what a dense all-reduce sends
             record["exchanged_bytes"] = s.data_parallel->last_exchange().sent_bytes;
             record["dense_bytes"] = s.data_parallel->last_exchange().dense_bytes;

@@ -104,7 +104,7 @@ TEST_CASE("cli: mpirun -np 2 opsnn-train trains with rank 0 alone writing the ru
   const std::vector<nlohmann::json> train = records(dir, "train");
   REQUIRE(!train.empty());
   CHECK(train.back()["world_size"] == 2);
-  CHECK(train.back().contains("comm_wait_ms"));
+  CHECK(train.back().contains("comm_ms"));
   CHECK(records(dir, "summary").size() == 1);           // one rank wrote it
   CHECK(records(dir, "eval").back()["samples"] == 40);  // the ranks' halves of the test set, summed
   CHECK(fs::exists(dir / "checkpoints" / "step_00000008" / "model.safetensors"));

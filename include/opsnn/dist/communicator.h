@@ -3,7 +3,7 @@
 // the work already queued on the compute stream and before what is queued after the call), and MPI for
 // CPU tensors (GPU tensors are staged through pinned host memory: the distribution's OpenMPI is not
 // CUDA-aware). Every call names what it is for; a call that does not complete within the communicator's
-// timeout means another rank is dead or stuck: the rank prints the operation and the time waited,
+// timeout means another rank is dead or stuck: the rank prints the operation and the time allowed,
 // aborts the communicator and exits 1, so no rank is left hanging (src/dist/README.md).
 #pragma once
 
@@ -34,12 +34,12 @@ struct WorldInfo {
 struct CommStats {
   int64_t calls = 0;
   int64_t bytes = 0;          // payload bytes this rank contributed (an all-gather: its own part)
-  double wait_seconds = 0.0;  // host time spent waiting for collectives to complete
+  double wait_seconds = 0.0;  // host time spent waiting for collectives to complete (MPI)
 };
 
 // One collective in flight. wait() returns once its result may be used by later work on this rank: on
-// the host (CPU tensors) or on the compute stream (GPU tensors, which the host then need not wait for).
-// wait() enforces the timeout; a Work destroyed without wait() waits in its destructor.
+// the host (CPU tensors; wait() enforces the timeout) or on the compute stream (GPU tensors: the host does
+// not block, a watchdog enforces the timeout). A Work destroyed without wait() waits in its destructor.
 class Work {
  public:
   virtual ~Work() = default;
@@ -61,6 +61,9 @@ class Communicator {
   virtual Device device() const = 0;
   double timeout_seconds() const { return timeout_seconds_; }
   const CommStats& stats() const { return stats_; }
+  // Time spent communicating so far: NCCL, the collectives' time on the communication stream (measured
+  // by events, whether backward hid it or not); MPI, the time the host waited for them.
+  virtual double communication_seconds() { return stats_.wait_seconds; }
 
   // In place: every rank's `tensor` (contiguous; f32, f64, i64 or i32) becomes the reduction over ranks.
   // avg is the sum divided by the world size, in the tensor's dtype.

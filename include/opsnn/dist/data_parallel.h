@@ -83,6 +83,8 @@ class DataParallel {
   // Waits for the reduction started by backward(), then runs the optimizer's step. After a backward
   // without synchronize (an epoch that ended inside gradient accumulation) the whole arena is reduced now.
   const optim::StepState& step();
+  // The same with Optimizer::step_async(): on a GPU the step is only enqueued (see there).
+  void step_async();
   // The reduction of step() without the step (an embedding program's own update).
   void synchronize_gradients();
 
@@ -96,7 +98,8 @@ class DataParallel {
   const ExchangeReport& last_exchange() const { return last_exchange_; }
   Communicator& communicator() { return *communicator_; }
   const DataParallelOptions& options() const { return options_; }
-  // Seconds the last step's reduction kept the host waiting after backward (not hidden behind it).
+  // Seconds the last step's reduction kept the host waiting after backward (MPI; with NCCL the host does
+  // not wait, Communicator::communication_seconds() has the collectives' time).
   double last_exposed_wait_seconds() const { return last_exposed_wait_; }
 
  private:

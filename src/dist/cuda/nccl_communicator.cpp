@@ -1,18 +1,25 @@
 // The NCCL backend of the Communicator (communicator.h) for GPU tensors. Collectives run on a
 // communication stream of their own (non-blocking, so it overlaps the legacy compute stream every kernel
 // runs on): each call makes that stream wait for the work already queued on the compute stream, and
-// Work::wait() makes the compute stream wait for the collective. wait() also polls the collective's
-// completion and ncclCommGetAsyncError on the host against the deadline, so a dead or stuck peer ends
-// the job (ncclCommAbort, then exit 1 naming the operation) instead of leaving a kernel spinning forever.
-// NCCL is bootstrapped through MPI under mpirun, else through the TCP rendezvous (rendezvous.h).
+// Work::wait() makes the compute stream wait for the collective - the host does not block, so it keeps
+// queueing work ahead of the GPU as in a single-process run. A watchdog thread (as PyTorch's NCCL
+// process group has) polls every collective in flight and ncclCommGetAsyncError against the deadline, so
+// a dead or stuck peer ends the job (ncclCommAbort, then exit 1 naming the operation) instead of leaving
+// a kernel spinning and the host blocked forever; it also adds each collective's time on the
+// communication stream to the stats. NCCL is bootstrapped through MPI under mpirun, else through the TCP
+// rendezvous (rendezvous.h).
 #include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_guard.h"
@@ -64,16 +71,23 @@ ncclRedOp_t nccl_op(ReduceOp op) {
 
 class NcclCommunicator;
 
+// The compute stream waits for the collective's end event (the watchdog owns the event until the
+// collective is done, so it is never re-recorded while this wait may still refer to it).
 class NcclWork final : public Work {
  public:
-  NcclWork(NcclCommunicator& communicator, std::string what, cudaEvent_t done)
-      : communicator_(communicator), what_(std::move(what)), done_event_(done) {}
-  ~NcclWork() override;
-  void wait() override;
+  NcclWork(int device_index, cudaEvent_t done) : device_index_(device_index), done_event_(done) {}
+  ~NcclWork() override {
+    if (!waited_) wait();
+  }
+  void wait() override {
+    if (waited_) return;
+    waited_ = true;
+    cuda::DeviceGuard guard(device_index_);
+    OPSNN_CUDA_CHECK(cudaStreamWaitEvent(nullptr, done_event_, 0));
+  }
 
  private:
-  NcclCommunicator& communicator_;
-  std::string what_;
+  int device_index_;
   cudaEvent_t done_event_;
   bool waited_ = false;
 };
@@ -109,11 +123,19 @@ class NcclCommunicator final : public Communicator {
     }
     check_result(ncclCommInitRank(&comm_, world.size, id, world.rank), "ncclCommInitRank");
     OPSNN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    watchdog_ = std::thread([this] { watch(); });
   }
 
   ~NcclCommunicator() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    watchdog_.join();  // after every collective in flight completed (or the job was ended)
     cuda::DeviceGuard guard(device_index_);
     for (cudaEvent_t event : free_events_) cudaEventDestroy(event);
+    if (ready_ != nullptr) cudaEventDestroy(ready_);
     if (comm_ != nullptr) ncclCommDestroy(comm_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
@@ -202,29 +224,52 @@ class NcclCommunicator final : public Communicator {
     std::_Exit(1);
   }
 
-  // Host side of Work::wait: the compute stream waits for `done`; the host polls it against the deadline.
-  void wait_event(cudaEvent_t done, const std::string& what) {
-    cuda::DeviceGuard guard(device_index_);
-    const Clock::time_point start = Clock::now();
-    const auto deadline = start + std::chrono::duration<double>(timeout_seconds());
-    for (int polls = 0;; ++polls) {
-      cudaError_t status = cudaEventQuery(done);
-      if (status == cudaSuccess) break;
-      if (status != cudaErrorNotReady)
-        abort(detail::concat(what, ": CUDA error '", cudaGetErrorString(status), "' while waiting for it"));
-      ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(comm_, &async);
-      if (async != ncclSuccess && async != ncclInProgress)
-        abort(detail::concat(what, ": NCCL reported '", ncclGetErrorString(async), "' (", ncclGetLastError(comm_),
-                             "); ending the job"));
-      if (Clock::now() > deadline)
-        abort(detail::concat(what, " did not complete within distributed.timeout_s = ", timeout_seconds(),
-                             " s: another rank is dead, stuck or running something else; ending the job"));
-      if (polls > 1000) std::this_thread::sleep_for(std::chrono::microseconds(polls > 20000 ? 500 : 20));
+  // The watchdog: completes the collectives in flight in order (their events back to the free list,
+  // their time into the stats), and ends the job when one outlives the deadline or NCCL reports an
+  // asynchronous error. Exits once stopping and nothing is in flight.
+  void watch() {
+    cudaSetDevice(device_index_);
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      while (!pending_.empty()) {
+        Pending& oldest = pending_.front();
+        const cudaError_t status = cudaEventQuery(oldest.done);
+        if (status == cudaErrorNotReady) break;
+        if (status != cudaSuccess)
+          abort(detail::concat(oldest.what, ": CUDA error '", cudaGetErrorString(status), "' while waiting for it"));
+        float ms = 0.0f;
+        if (cudaEventElapsedTime(&ms, oldest.started, oldest.done) == cudaSuccess) busy_seconds_ += 1e-3 * ms;
+        free_events_.push_back(oldest.started);
+        free_events_.push_back(oldest.done);
+        pending_.pop_front();
+      }
+      if (!pending_.empty()) {
+        ncclResult_t async = ncclSuccess;
+        ncclCommGetAsyncError(comm_, &async);
+        if (async != ncclSuccess && async != ncclInProgress)
+          abort(detail::concat(pending_.front().what, ": NCCL reported '", ncclGetErrorString(async), "' (",
+                               ncclGetLastError(comm_), "); ending the job"));
+        const double waited = std::chrono::duration<double>(Clock::now() - pending_.front().queued).count();
+        if (waited > timeout_seconds())
+          abort(detail::concat(pending_.front().what,
+                               " did not complete within distributed.timeout_s = ", timeout_seconds(),
+                               " s: another rank is dead, stuck or running something else; ending "
+                               "the job"));
+      } else if (stopping_) {
+        return;
+      }
+      // Collectives in flight are checked every 2 ms; an idle watchdog sleeps until one is queued.
+      if (pending_.empty())
+        wake_.wait(lock, [this] { return stopping_ || !pending_.empty(); });
+      else
+        wake_.wait_for(lock, std::chrono::milliseconds(2));
     }
-    OPSNN_CUDA_CHECK(cudaStreamWaitEvent(nullptr, done, 0));
-    add_wait(std::chrono::duration<double>(Clock::now() - start).count());
-    free_events_.push_back(done);
+  }
+
+  // Seconds collectives spent on the communication stream so far (completed ones), hidden or not.
+  double communication_seconds() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return busy_seconds_;
   }
 
  private:
@@ -239,44 +284,56 @@ class NcclCommunicator final : public Communicator {
       throw RuntimeFailure(detail::concat("distributed ", what, ": NCCL error '", ncclGetErrorString(result), "'",
                                           comm_ != nullptr ? detail::concat(" (", ncclGetLastError(comm_), ")") : ""));
   }
-  cudaEvent_t take_event() {
+  cudaEvent_t take_event() {  // with mutex_ held
     if (!free_events_.empty()) {
       cudaEvent_t event = free_events_.back();
       free_events_.pop_back();
       return event;
     }
     cudaEvent_t event = nullptr;
-    OPSNN_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    OPSNN_CUDA_CHECK(cudaEventCreate(&event));  // with timing: the collectives' time for the stats
     return event;
   }
-  // The communication stream waits for what the compute stream has queued so far.
+  // The communication stream waits for what the compute stream has queued so far; `started_` marks where
+  // the collective begins on it.
   void begin() {
-    cudaEvent_t ready = take_event();
-    OPSNN_CUDA_CHECK(cudaEventRecord(ready, nullptr));
-    OPSNN_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready, 0));
-    free_events_.push_back(ready);  // reusable once recorded again: the wait above captured this record
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (ready_ == nullptr) ready_ = take_event();
+    OPSNN_CUDA_CHECK(cudaEventRecord(ready_, nullptr));  // reused: each wait captures the record it follows
+    OPSNN_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready_, 0));
+    started_ = take_event();
+    OPSNN_CUDA_CHECK(cudaEventRecord(started_, stream_));
   }
+  // Hands the collective just queued to the watchdog.
   std::unique_ptr<Work> finish(std::string_view what) {
-    cudaEvent_t done = take_event();
-    OPSNN_CUDA_CHECK(cudaEventRecord(done, stream_));
-    return std::make_unique<NcclWork>(*this, std::string(what), done);
+    cudaEvent_t done = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done = take_event();
+      OPSNN_CUDA_CHECK(cudaEventRecord(done, stream_));
+      pending_.push_back({started_, done, std::string(what), Clock::now()});
+    }
+    wake_.notify_all();
+    return std::make_unique<NcclWork>(device_index_, done);
   }
 
   int device_index_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  struct Pending {
+    cudaEvent_t started, done;
+    std::string what;
+    Clock::time_point queued;
+  };
+  std::mutex mutex_;  // guards everything below (the watchdog and the calling thread)
+  std::condition_variable wake_;
+  std::deque<Pending> pending_;
   std::vector<cudaEvent_t> free_events_;
+  cudaEvent_t ready_ = nullptr, started_ = nullptr;
+  double busy_seconds_ = 0.0;
+  bool stopping_ = false;
+  std::thread watchdog_;
 };
-
-NcclWork::~NcclWork() {
-  if (!waited_) wait();
-}
-
-void NcclWork::wait() {
-  if (waited_) return;
-  waited_ = true;
-  communicator_.wait_event(done_event_, what_);
-}
 
 std::shared_ptr<Communicator> make_nccl_communicator(const WorldInfo& world, const InitOptions& options,
                                                      int device_index) {

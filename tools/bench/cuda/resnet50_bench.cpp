@@ -123,9 +123,12 @@ int run(const std::vector<std::string>& args) {
   auto train_step = [&] {
     optimizer->zero_grad();
     Tensor loss = ops::cross_entropy(model->forward(images), labels);
-    if (use_parallel) {  // the reduction overlapped with backward; the step reads its state back
+    if (use_parallel) {  // the reduction overlapped with backward, then the step as below
       parallel->backward(optimizer->scale_loss(loss));
-      parallel->step();
+      if (scaling)
+        parallel->step();
+      else
+        parallel->step_async();
       return loss;
     }
     optimizer->scale_loss(loss).backward();
