@@ -271,9 +271,15 @@ class MpiCommunicator final : public Communicator {
       if (Clock::now() > deadline)
         abort(detail::concat(what, " did not complete within distributed.timeout_s = ", timeout_seconds(),
                              " s: another rank is dead, stuck or running something else; ending the job"));
-      // Spin briefly (collectives usually finish within microseconds of the last rank arriving), then
-      // yield, then sleep: a rank waiting for a slow peer must not starve that peer of a shared core.
-      if (polls > 1000) std::this_thread::sleep_for(std::chrono::microseconds(polls > 20000 ? 1000 : 50));
+      // MPI progresses a non-blocking collective only inside MPI calls, so keep testing: spin, then yield
+      // the core between tests (a rank waiting for a slow peer must not starve that peer of a shared
+      // core), and only after a second of waiting sleep between tests.
+      if (polls > 1000) {
+        if (Clock::now() - start < std::chrono::seconds(1))
+          std::this_thread::yield();
+        else
+          std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
     }
     add_wait(std::chrono::duration<double>(Clock::now() - start).count());
   }
