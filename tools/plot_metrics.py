@@ -275,8 +275,7 @@ def plot_experiment(args, plt):
     band = "min-max" if args.band == "minmax" else "mean +- 1 std"
     name = os.path.basename(os.path.normpath(folder))
     figure.suptitle(args.title or f"{name}: mean over seeds (band: {band})", fontsize=11)
-    title_lines = (args.title or "x").count("\n") + 1
-    figure.tight_layout(rect=(0, 0, 1, 1 - 0.25 * title_lines / (3.4 * rows)))
+    figure.tight_layout()  # which makes room for the (multi-line) suptitle itself
     figure.savefig(args.out, dpi=100)
     runs = sum(len(r) for r in data.values())
     print(f"plot_metrics: wrote {args.out} ({len(data)} variant(s), {runs} run(s), band {band})")

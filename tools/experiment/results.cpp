@@ -203,8 +203,9 @@ size_t write_results(const fs::path& dir, const std::string& experiment, const s
   md << "# Experiment " << experiment << "\n\n"
      << "Machine: " << provenance.machine << "; date: " << provenance.date << "; command: `" << provenance.command
      << "`\n\n"
-     << "Accuracy in %, mean ± standard deviation over the n finished runs (seeds) of each variant; wall time and "
-        "samples/s are per run (training only, from each run's summary in metrics.jsonl).\n\n"
+     << "Accuracy in %, mean ± sample standard deviation over the n finished runs (seeds) of each variant. Wall "
+        "time and samples/s are per run, from each run's summary in metrics.jsonl: the whole fit of its last "
+        "invocation (training, evaluations, checkpoints).\n\n"
      << "| variant | n | final test acc | best test acc | final train loss | final test loss | wall s | samples/s | "
         "skipped steps | final loss scale | peak memory MiB |\n"
      << "|---|---|---|---|---|---|---|---|---|---|---|\n";
