@@ -22,6 +22,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -204,7 +206,25 @@ const char* state_text(RunState state) {
   return "";
 }
 
-// One run in this process, as opsnn-train --resume auto would train it. Returns the exit code it would have.
+// The peak resident memory of one run: the kernel's high-water mark of this process (VmHWM), reset before
+// the run by writing 5 to /proc/self/clear_refs. Where the reset fails the mark would be the process's
+// (an earlier run's, perhaps), so none is reported.
+bool reset_peak_rss() {
+  std::ofstream file("/proc/self/clear_refs");
+  file << "5";
+  file.flush();
+  return static_cast<bool>(file);
+}
+
+std::optional<int64_t> peak_rss_bytes() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;  // "VmHWM:   253564 kB"
+  return std::nullopt;
+}
+
+// One run in this process, as opsnn-train --resume auto would train it; its peak RSS goes to
+// <run>/experiment.json for the results. Returns the exit code opsnn-train would have.
 int train_one(const Run& run, bool show_progress) {
   // A process killed mid-write leaves metrics.jsonl without its last newline; the resumed run's records
   // would be glued to the cut line and lost with it. End the cut line first (readers skip it).
@@ -223,8 +243,17 @@ int train_one(const Run& run, bool show_progress) {
   options.resume = "auto";
   options.show_progress = show_progress;
   options.stop_requested = &stop_requested;
-  train::Trainer trainer(run.config, options);
-  const train::TrainSummary summary = trainer.fit();
+  const bool measured = reset_peak_rss();
+  train::TrainSummary summary;
+  {
+    train::Trainer trainer(run.config, options);
+    summary = trainer.fit();
+  }
+  const std::optional<int64_t> peak = measured ? peak_rss_bytes() : std::nullopt;
+  if (peak) {
+    std::ofstream note(fs::path(run.run_dir) / "experiment.json");
+    note << nlohmann::json{{"peak_rss_bytes", *peak}}.dump() << "\n";
+  }
   return summary.interrupted ? 130 : 0;
 }
 

@@ -186,6 +186,13 @@ TEST_CASE("experiment: a sweep runs every variant, grid point and seed, then wri
   CHECK_THAT(md, Catch::Contains(" ± "));
   CHECK_THAT(md, Catch::Contains("| sgd_lr=0.003 | seed1 | sgd | fp32 | - | 4 | "));
   CHECK_THAT(md, Catch::Contains("fnv1a64:"));
+  // Each run's peak RSS, noted by the runner, in MiB (a tiny run needs more than 1 MiB, less than 64 GiB).
+  const std::string note = read_text(folder.path / "exp/adam_lr=0.01/seed0/experiment.json");
+  REQUIRE_THAT(note, Catch::StartsWith("{\"peak_rss_bytes\":"));
+  const double rss = nlohmann::json::parse(note)["peak_rss_bytes"].get<double>();
+  CHECK(rss > 1 << 20);
+  CHECK(rss < 64.0 * (1 << 30));
+  CHECK_THAT(csv[0], Catch::Contains(",peak_rss_mib_mean,"));
 
   // A second invocation trains nothing: every run has the summary of its config.
   const std::string metrics_before = read_text(folder.path / "exp/adam_lr=0.01/seed0/metrics.jsonl");

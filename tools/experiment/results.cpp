@@ -12,6 +12,7 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "opsnn/core/error.h"
@@ -119,7 +120,10 @@ bool RunRecord::finished() const {
 }
 
 RunRecord read_run(const fs::path& dir, std::string variant, std::string seed_folder) {
-  RunRecord run{std::move(variant), std::move(seed_folder), dir, std::nullopt, std::nullopt};
+  RunRecord run;
+  run.variant = std::move(variant);
+  run.seed_folder = std::move(seed_folder);
+  run.dir = dir;
   std::ifstream file(dir / "metrics.jsonl");
   std::string line;
   while (std::getline(file, line)) {
@@ -129,6 +133,11 @@ RunRecord read_run(const fs::path& dir, std::string variant, std::string seed_fo
     if (event == "summary") run.summary = std::move(record);
     if (event == "train") run.last_train_loss = number(record, "loss");
   }
+  std::ifstream note_file(dir / "experiment.json");
+  std::stringstream note_text;
+  note_text << note_file.rdbuf();
+  const nlohmann::json note = nlohmann::json::parse(note_text.str(), nullptr, /*allow_exceptions=*/false);
+  if (note.is_object()) run.peak_rss_bytes = number(note, "peak_rss_bytes");
   return run;
 }
 
@@ -197,7 +206,7 @@ size_t write_results(const fs::path& dir, const std::string& experiment, const s
   std::ofstream csv(dir / "results.csv");
   csv << "variant,n,optimizer,precision,topk_density,steps,final_test_acc_mean,final_test_acc_std,best_test_acc_mean,"
          "best_test_acc_std,final_train_loss_mean,final_train_loss_std,final_test_loss_mean,final_test_loss_std,"
-         "wall_s_mean,samples_per_s_mean,skipped_steps_mean,final_loss_scale_mean,peak_memory_mib_mean,git_revision,"
+         "wall_s_mean,samples_per_s_mean,skipped_steps_mean,final_loss_scale_mean,peak_rss_mib_mean,git_revision,"
          "machine,date,command\n";
   std::ofstream md(dir / "results.md");
   md << "# Experiment " << experiment << "\n\n"
@@ -205,9 +214,10 @@ size_t write_results(const fs::path& dir, const std::string& experiment, const s
      << "`\n\n"
      << "Accuracy in %, mean ± sample standard deviation over the n finished runs (seeds) of each variant. Wall "
         "time and samples/s are per run, from each run's summary in metrics.jsonl: the whole fit of its last "
-        "invocation (training, evaluations, checkpoints).\n\n"
+        "invocation (training, evaluations, checkpoints). Peak RSS: the host memory high-water mark of the "
+        "process during the run (GPU memory is not tracked).\n\n"
      << "| variant | n | final test acc | best test acc | final train loss | final test loss | wall s | samples/s | "
-        "skipped steps | final loss scale | peak memory MiB |\n"
+        "skipped steps | final loss scale | peak RSS MiB |\n"
      << "|---|---|---|---|---|---|---|---|---|---|---|\n";
   size_t reported = 0;
   std::set<std::string> revisions;
@@ -222,7 +232,10 @@ size_t write_results(const fs::path& dir, const std::string& experiment, const s
     const Stats wall = stats(values_of(group, "wall_s")), rate = stats(values_of(group, "samples_per_s"));
     const Stats skipped = stats(values_of(group, "skipped_steps")), scale = stats(values_of(group, "final_loss_scale"));
     const Stats steps = stats(values_of(group, "step"));
-    const Stats memory = stats(values_of(group, "peak_memory_bytes"));
+    std::vector<double> rss;
+    for (const RunRecord* run : group)
+      if (run->peak_rss_bytes) rss.push_back(*run->peak_rss_bytes);
+    const Stats memory = stats(rss);
     const double mib = 1.0 / (1024.0 * 1024.0);
     const std::string revision = distinct(group, "git_revision");
     revisions.insert(revision.empty() ? "unknown" : revision);
@@ -237,13 +250,13 @@ size_t write_results(const fs::path& dir, const std::string& experiment, const s
     md << "| " << md_cell(variant) << " | " << group.size() << " | " << md_stat(final_acc, "{:.2f}", 100.0) << " | "
        << md_stat(best_acc, "{:.2f}", 100.0) << " | " << md_stat(train_loss, "{:.4f}") << " | "
        << md_stat(test_loss, "{:.4f}") << " | " << md_stat(wall, "{:.1f}") << " | " << md_stat(rate, "{:.0f}") << " | "
-       << md_stat(skipped, "{:g}") << " | " << md_stat(scale, "{:g}") << " | "
-       << (memory.n ? md_stat(memory, "{:.0f}", mib) : std::string("- (not tracked)")) << " |\n";
+       << md_stat(skipped, "{:g}") << " | " << md_stat(scale, "{:g}") << " | " << md_stat(memory, "{:.0f}", mib)
+       << " |\n";
   }
   md << "\nRuns (config hash: the digest of each run's resolved config, as its checkpoints carry it):\n\n"
      << "| variant | run | optimizer | precision | top-k density | steps | final test acc | best test acc | "
-        "final train loss | wall s | config hash |\n"
-     << "|---|---|---|---|---|---|---|---|---|---|---|\n";
+        "final train loss | wall s | peak RSS MiB | config hash |\n"
+     << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const RunRecord& run : runs) {
     if (!run.finished()) continue;
     const nlohmann::json& s = *run.summary;
@@ -258,7 +271,9 @@ size_t write_results(const fs::path& dir, const std::string& experiment, const s
        << (density != s.end() && density->is_number() ? fmt::format("{:g}", density->get<double>()) : "-") << " | "
        << cell("step", "{:.0f}") << " | " << cell("final_test_acc", "{:.2f}", 100.0) << " | "
        << cell("best_test_acc", "{:.2f}", 100.0) << " | " << cell("final_train_loss", "{:.4f}") << " | "
-       << cell("wall_s", "{:.1f}") << " | " << md_cell(string_field(s, "config_hash")) << " |\n";
+       << cell("wall_s", "{:.1f}") << " | "
+       << (run.peak_rss_bytes ? fmt::format("{:.0f}", *run.peak_rss_bytes / (1024.0 * 1024.0)) : std::string("-"))
+       << " | " << md_cell(string_field(s, "config_hash")) << " |\n";
   }
   if (!unfinished.empty()) {
     md << "\nUnfinished (no summary yet, or interrupted; not counted above):";

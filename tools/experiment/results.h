@@ -18,10 +18,12 @@ struct RunRecord {
   std::filesystem::path dir;
   std::optional<nlohmann::json> summary;  // the last "summary" record, interrupted or not
   std::optional<double> last_train_loss;  // of the last "train" record, for summaries without final_train_loss
+  std::optional<double> peak_rss_bytes;   // from DIR/experiment.json (opsnn-experiment's own note), if any
   bool finished() const;                  // a summary that is not interrupted
 };
 
-// Reads DIR/metrics.jsonl. A line that is not JSON (a run killed mid-write) is skipped.
+// Reads DIR/metrics.jsonl (a line that is not JSON, from a run killed mid-write, is skipped) and the peak
+// resident memory opsnn-experiment noted in DIR/experiment.json.
 RunRecord read_run(const std::filesystem::path& dir, std::string variant, std::string seed_folder);
 
 // Every run folder under an experiment folder: DIR/<variant>/seed<k>/metrics.jsonl, in `order` of
