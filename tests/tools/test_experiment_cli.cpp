@@ -320,6 +320,29 @@ TEST_CASE("experiment: --jobs 2 runs in child processes with their output in the
   CHECK_THAT(again.output, Catch::Contains("8 finished (skipped), 0 to run"));
 }
 
+TEST_CASE("experiment: override values reach the config as written, plain and quoted", "[cli]") {
+  TemporaryFolder folder;
+  write_text(folder.path / "tiny.yaml", kTinyYaml);
+  write_text(folder.path / "sweep.yaml", R"(base: tiny.yaml
+set: {data.root: "/data: a #1", optimizer.betas: [0.8, 0.95], data.shuffle: false, logging.level: 'warn'}
+variants: {x: {optimizer.eps: 1.0e-6}}
+)");
+  Outcome dry = run_experiment({"--config", "sweep.yaml", "--dry-run"}, folder.path);
+  INFO(dry.output);
+  REQUIRE(dry.exit_code == 0);
+  CHECK_THAT(dry.output, Catch::Contains("1/1 x/seed0 -> runs/"));
+  Outcome trained = run_experiment(
+      {"--config", "sweep.yaml", "--out", "exp", "--set", "train.max_steps=1", "--no-plot"}, folder.path);
+  INFO(trained.output);
+  REQUIRE(trained.exit_code == 0);
+  const std::string config = read_text(folder.path / "exp/x/seed0/config.yaml");
+  CHECK_THAT(config, Catch::Contains("root: \"/data: a #1\""));
+  CHECK_THAT(config, Catch::Contains("betas: [0.8, 0.95]"));
+  CHECK_THAT(config, Catch::Contains("shuffle: false"));
+  CHECK_THAT(config, Catch::Contains("level: warn"));
+  CHECK_THAT(config, Catch::Contains("eps: 1e-06"));
+}
+
 TEST_CASE("experiment: --collect of a folder without runs exits 1", "[cli]") {
   TemporaryFolder folder;
   fs::create_directories(folder.path / "empty/adam");

@@ -128,10 +128,12 @@ class SweepReader {
   // The value as one line of YAML, for the loader's --set parser.
   static std::string flow(const YAML::Node& value) {
     if (value.IsScalar()) {
-      if (value.Tag() != "!") return value.Scalar();  // plain: as written, so the loader types it as YAML would
-      YAML::Emitter quoted;                           // "1" written quoted stays a string
-      quoted << YAML::DoubleQuoted << value.Scalar();
-      return quoted.c_str();
+      // A plain scalar stays plain where it can (the loader then types it as YAML would: 1.0e-3, true) and
+      // is quoted where it could not be read back alone ("a: b", "x # y"); a quoted one stays a string ("1").
+      YAML::Emitter scalar;
+      if (value.Tag() == "!") scalar << YAML::DoubleQuoted;
+      scalar << value.Scalar();
+      return scalar.c_str();
     }
     YAML::Emitter emitter;
     emitter.SetMapFormat(YAML::Flow);
