@@ -149,9 +149,9 @@ class ConfigReader {
     }
   }
 
-  // Applies one "key.path=value" to the tree.
-  void apply_override(YAML::Node& root, const std::string& argument) {
-    const Origin origin{"--set " + argument};
+  // Applies one "key.path=value" to the tree; `where` names it in messages ("" = the --set argument).
+  void apply_override(YAML::Node& root, const std::string& argument, const std::string& where = "") {
+    const Origin origin{where.empty() ? "--set " + argument : where};
     const size_t equals = argument.find('=');
     if (equals == std::string::npos || equals == 0) {
       throw ConfigError(origin.source + ": expected key.path=value, e.g. --set optimizer.lr=0.01");
@@ -466,10 +466,10 @@ std::string load_model_file(const YAML::Node& root, const std::string& source, C
 }
 
 TrainConfig load(const std::string& text, const std::string& source, const std::string& default_run_name,
-                 const std::vector<std::string>& set_overrides) {
+                 const std::vector<detail::LocatedOverride>& overrides) {
   ConfigReader reader(source);
   YAML::Node root = reader.parse(text);
-  for (const std::string& argument : set_overrides) reader.apply_override(root, argument);
+  for (const detail::LocatedOverride& entry : overrides) reader.apply_override(root, entry.argument, entry.origin);
   TrainConfig config;
   const std::string model_file = load_model_file(root, source, reader, config);
   reader.read(root, config);
@@ -489,20 +489,40 @@ TrainConfig load(const std::string& text, const std::string& source, const std::
   return config;
 }
 
+std::vector<detail::LocatedOverride> from_set_arguments(const std::vector<std::string>& set_overrides) {
+  std::vector<detail::LocatedOverride> overrides;
+  for (const std::string& argument : set_overrides) overrides.push_back({argument, ""});
+  return overrides;
+}
+
 }  // namespace
 
 TrainConfig load_config(const std::string& path, const std::vector<std::string>& set_overrides) {
-  return load(read_text_file(path, "config file"), path, run_name_from(path), set_overrides);
+  return load(read_text_file(path, "config file"), path, run_name_from(path), from_set_arguments(set_overrides));
 }
 
 TrainConfig load_config_text(const std::string& yaml_text, const std::string& source_name,
                              const std::vector<std::string>& set_overrides) {
-  return load(yaml_text, source_name, run_name_from(source_name), set_overrides);
+  return load(yaml_text, source_name, run_name_from(source_name), from_set_arguments(set_overrides));
 }
 
 TrainConfig load_default_config(const std::vector<std::string>& set_overrides) {
-  return load(default_config_yaml(), kEmbeddedSource, "quickstart", set_overrides);
+  return load(default_config_yaml(), kEmbeddedSource, "quickstart", from_set_arguments(set_overrides));
 }
+
+namespace detail {
+
+TrainConfig load_config_located(const std::string& path, const std::vector<LocatedOverride>& overrides) {
+  return load(read_text_file(path, "config file"), path, run_name_from(path), overrides);
+}
+
+std::string read_yaml_file(const std::string& path, const char* what) { return read_text_file(path, what); }
+
+YAML::Node parse_yaml_document(const std::string& text, const std::string& source) {
+  return ConfigReader(source).parse(text);
+}
+
+}  // namespace detail
 
 const std::string& default_config_yaml() {
   static const std::string text = detail::kQuickstartYaml;

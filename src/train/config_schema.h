@@ -59,6 +59,22 @@ const std::vector<std::string>& section_children(const std::string& section);
 std::string format_number(double value);
 std::string format_string(const std::string& value);
 
+// A --set style override and where it was written, for messages: opsnn-experiment passes the
+// FILE:LINE:COL of a sweep file's value so that an error names the sweep, not a command line.
+struct LocatedOverride {
+  std::string argument;  // "key.path=value" (value parsed as YAML)
+  std::string origin;    // shown where an error names the override; "" = "--set key.path=value"
+};
+// load_config with located overrides, applied in order after the file's own keys.
+TrainConfig load_config_located(const std::string& path, const std::vector<LocatedOverride>& overrides);
+
+// The config loader's file and YAML reading, for other YAML files validated the same way (sweep files):
+// a regular file of at most 16 MiB (`what` names it in messages), and its one YAML document, refusing
+// malformed YAML, a second document and the inputs yaml-cpp 0.7 would loop on; ConfigError with
+// FILE:LINE:COL. An empty text gives a null node.
+std::string read_yaml_file(const std::string& path, const char* what);
+YAML::Node parse_yaml_document(const std::string& text, const std::string& source);
+
 // Levenshtein distance, case-insensitive.
 size_t edit_distance(const std::string& a, const std::string& b);
 // The closest of `candidates` to `word` when close enough to be a plausible typo, else "".

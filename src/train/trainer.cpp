@@ -28,6 +28,7 @@
 #include "opsnn/optim/optimizer.h"
 #include "opsnn/train/checkpoint.h"
 #include "opsnn/train/init_from.h"
+#include "opsnn/version.h"
 #include "train/config_checks.h"
 #include "train/progress.h"
 #include "train/setup.h"
@@ -840,6 +841,22 @@ TrainSummary Trainer::fit() {
     record["final_test_loss"] = summary.final_eval->loss;
   }
   if (summary.bayes_test_loss) record["bayes_loss"] = *summary.bayes_test_loss;
+  // What a results table needs beside the numbers (opsnn-experiment): which config (the digest its
+  // checkpoints carry), the settings runs are compared by, and the code that ran. No peak memory: the
+  // library does not track it.
+  const optim::StepState& final_state = s.optimizer->sync_state();
+  const SparsificationConfig& sparsification = c.optimizer.settings.sparsification;
+  record["final_train_loss"] = last_loss;
+  record["steps_per_epoch"] = s.steps_per_epoch;
+  record["config_hash"] = config_digest(emit_config(c));
+  record["optimizer"] = c.optimizer.name;
+  record["precision"] = c.train.precision;
+  record["topk_density"] = sparsification.method == "topk" ? nlohmann::json(sparsification.density) : nlohmann::json();
+  record["seed"] = c.train.seed;
+  record["skipped_steps"] = final_state.skipped_steps;
+  record["final_loss_scale"] = final_state.loss_scale;
+  record["opsnn_version"] = opsnn::version();
+  record["git_revision"] = opsnn::git_revision();
   s.write_metrics(record);
   return summary;
 }
