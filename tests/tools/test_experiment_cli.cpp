@@ -470,4 +470,23 @@ TEST_CASE("experiment: each class of bad sweep file exits 2 with its place and k
   }
 }
 
+TEST_CASE("experiment: every committed sweep file validates and names its runs", "[cli]") {
+  TemporaryFolder folder;
+  const fs::path experiments = fs::path(OPSNN_SOURCE_DIR) / "configs" / "experiments";
+  int sweeps = 0;
+  for (const fs::directory_entry& entry : fs::directory_iterator(experiments)) {
+    const fs::path sweep = entry.path() / "sweep.yaml";
+    if (!entry.is_directory() || !fs::exists(sweep)) continue;
+    ++sweeps;
+    const Outcome dry = run_experiment({"--config", sweep.string(), "--out", "dry", "--dry-run"}, folder.path);
+    INFO(sweep.string() << ": " << dry.output);
+    CHECK(dry.exit_code == 0);
+    CHECK_THAT(dry.output, Catch::Contains(" to run"));
+    // Its committed record sits beside it.
+    CHECK(fs::exists(entry.path() / "results.md"));
+    CHECK(fs::exists(entry.path() / "results.csv"));
+  }
+  CHECK(sweeps >= 2);  // cpu_quick and optimizers
+}
+
 #endif  // OPSNN_EXPERIMENT_EXE
