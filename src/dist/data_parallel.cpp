@@ -2,7 +2,6 @@
 #include "opsnn/dist/data_parallel.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 
@@ -16,8 +15,6 @@
 
 namespace opsnn::dist {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 int64_t bytes_of_mb(double mb) { return static_cast<int64_t>(mb * 1024.0 * 1024.0); }
 
@@ -148,8 +145,12 @@ void DataParallel::backward(const Tensor& loss, bool synchronize) {
   while (next_launch_ < buckets_.size()) launch(next_launch_++);
 }
 
+void DataParallel::wait_for_buckets() {
+  for (auto& work : in_flight_) work->wait();
+  in_flight_.clear();
+}
+
 void DataParallel::exchange_sparsified() {
-  const Clock::time_point start = Clock::now();
   const std::optional<optim::TopKStepReport> report = optimizer_.sparsify_gradients();
   const optim::ParamArena& arena = optimizer_.arena();
   last_exchange_ = ExchangeReport{};
@@ -157,14 +158,12 @@ void DataParallel::exchange_sparsified() {
   // Gradients with inf/NaN were not sparsified: averaging them densely carries the inf to every rank,
   // which then skips the step alike. With pairs, every rank must take part in the same collectives, so
   // whether any rank saw inf/NaN is agreed first.
-  const Device device = communicator_->backend() == Backend::nccl ? communicator_->device() : kCPU;
+  const Device device = communicator_->device();
   bool dense = !topk_pairs_;
   if (!dense) {
     const int64_t selected = report ? report->selected_count : -1;
-    Tensor counts = Tensor::zeros({communicator_->size()}, DType::i64, device);
-    communicator_->all_gather(Tensor::from_vector<int64_t>({selected}, {1}).to(device), counts,
-                              detail::concat("all-gather of the top-k counts at step ", steps_ + 1));
-    const std::vector<int64_t> all = counts.to_vector<int64_t>();
+    const std::vector<int64_t> all = communicator_->all_gather_values(
+        selected, detail::concat("all-gather of the top-k counts at step ", steps_ + 1));
     const int64_t k = *std::max_element(all.begin(), all.end());
     dense = *std::min_element(all.begin(), all.end()) < 0;
     if (!dense) {
@@ -204,11 +203,9 @@ void DataParallel::exchange_sparsified() {
   }
   if (dense) {
     for (size_t b = 0; b < buckets_.size(); ++b) launch(b);
-    for (auto& work : in_flight_) work->wait();
-    in_flight_.clear();
+    wait_for_buckets();
     last_exchange_.sent_bytes = last_exchange_.dense_bytes;
   }
-  last_exposed_wait_ = std::chrono::duration<double>(Clock::now() - start).count();
 }
 
 void DataParallel::synchronize_gradients() {
@@ -221,26 +218,26 @@ void DataParallel::synchronize_gradients() {
     for (size_t b = 0; b < buckets_.size(); ++b) launch(b);
     reducing_ = true;
   }
-  const Clock::time_point start = Clock::now();
-  for (auto& work : in_flight_) work->wait();
-  in_flight_.clear();
-  last_exposed_wait_ = std::chrono::duration<double>(Clock::now() - start).count();
+  wait_for_buckets();
   reducing_ = false;
+}
+
+void DataParallel::count_step() {
+  ++steps_;
+  if (options_.check_every_steps > 0 && steps_ % options_.check_every_steps == 0) check_consistency(steps_);
 }
 
 const optim::StepState& DataParallel::step() {
   synchronize_gradients();
   const optim::StepState& state = optimizer_.step();
-  ++steps_;
-  if (options_.check_every_steps > 0 && steps_ % options_.check_every_steps == 0) check_consistency(steps_);
+  count_step();
   return state;
 }
 
 void DataParallel::step_async() {
   synchronize_gradients();
   optimizer_.step_async();
-  ++steps_;
-  if (options_.check_every_steps > 0 && steps_ % options_.check_every_steps == 0) check_consistency(steps_);
+  count_step();
 }
 
 void DataParallel::check_consistency(int64_t step) {
@@ -255,11 +252,8 @@ void DataParallel::check_consistency(int64_t step) {
   std::memcpy(&scale_bits, &state.loss_scale, sizeof scale_bits);
   hash = (hash ^ scale_bits) * 0x100000001b3ull;
 
-  const Device device = communicator_->backend() == Backend::nccl ? communicator_->device() : kCPU;
-  Tensor mine = Tensor::from_vector<int64_t>({static_cast<int64_t>(hash)}, {1}).to(device);
-  Tensor all = Tensor::zeros({communicator_->size()}, DType::i64, device);
-  communicator_->all_gather(mine, all, detail::concat("all-gather of the consistency hashes at step ", step));
-  const std::vector<int64_t> hashes = all.to_vector<int64_t>();
+  const std::vector<int64_t> hashes = communicator_->all_gather_values(
+      static_cast<int64_t>(hash), detail::concat("all-gather of the consistency hashes at step ", step));
   auto hex = [](int64_t value) {
     char text[20];
     std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));

@@ -16,8 +16,8 @@
 namespace opsnn::dist {
 namespace {
 
-std::map<Backend, CommunicatorFactory>& backends() {
-  static std::map<Backend, CommunicatorFactory> registry;
+std::map<Backend, CommunicatorFactory>& backends() {  // MPI is always built; NCCL registers itself
+  static std::map<Backend, CommunicatorFactory> registry{{Backend::mpi, &make_mpi_communicator}};
   return registry;
 }
 std::mutex& backends_mutex() {
@@ -128,7 +128,6 @@ std::shared_ptr<Communicator> init(const InitOptions& options) {
     auto found = backends().find(backend);
     if (found != backends().end()) factory = found->second;
   }
-  if (backend == Backend::mpi && factory == nullptr) factory = &make_mpi_communicator;
   return factory(world, options, device_index);
 }
 

@@ -101,8 +101,6 @@ struct Trainer::State {
   bool local_stop_requested() const { return options.stop_requested && options.stop_requested->load(); }
   // Distributed: the ranks stop together, after the step at which any of them was asked to.
   bool stop_requested() const { return comm ? stop_agreed : local_stop_requested(); }
-  // Where small tensors for the communicator live (the GPU for NCCL).
-  Device comm_device() const { return comm && comm->backend() == dist::Backend::nccl ? comm->device() : kCPU; }
   bool finished() const {
     bool epochs_done = config.train.epochs > 0 && epochs_completed >= config.train.epochs;
     bool steps_done = config.train.max_steps > 0 && step >= config.train.max_steps;
@@ -225,12 +223,10 @@ void init_model_from(const TrainConfig& c, nn::Module& model, spdlog::logger& lo
 // Every rank must run the same config (file and --set options): the digests of the resolved configs are
 // all-gathered and compared, so a mismatch is one clear error on every rank instead of a hang or a
 // silent divergence later.
-void check_same_config(dist::Communicator& comm, Device device, const TrainConfig& c) {
+void check_same_config(dist::Communicator& comm, const TrainConfig& c) {
   const std::string digest = config_digest(emit_config(c));
   const int64_t mine = static_cast<int64_t>(std::stoull(digest.substr(digest.find(':') + 1), nullptr, 16));
-  Tensor all = Tensor::zeros({comm.size()}, DType::i64, device);
-  comm.all_gather(Tensor::from_vector<int64_t>({mine}, {1}).to(device), all, "all-gather of the config digests");
-  const std::vector<int64_t> digests = all.to_vector<int64_t>();
+  const std::vector<int64_t> digests = comm.all_gather_values(mine, "all-gather of the config digests");
   for (int r = 1; r < comm.size(); ++r)
     if (digests[static_cast<size_t>(r)] != digests[0])
       throw ConfigError(detail::concat(c.source, ": rank ", r, " runs a different config than rank 0 (resolved-config ",
@@ -270,7 +266,7 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
     if (s.device.is_cuda())
       s.device =
           Device(DeviceType::cuda, dist::device_index_for(s.comm->world(), s.comm->backend(), cuda_device_count()));
-    check_same_config(*s.comm, s.comm_device(), c);
+    check_same_config(*s.comm, c);
   }
 
   s.run_dir = !s.options.out_dir.empty() ? fs::path(s.options.out_dir)
@@ -562,7 +558,7 @@ EvalResult Trainer::evaluate() {
         Tensor::from_vector<double>({loss_sum, static_cast<double>(correct), static_cast<double>(correct_top5),
                                      static_cast<double>(result.samples), static_cast<double>(classes)},
                                     {5})
-            .to(s.comm_device());
+            .to(s.comm->device());
     Tensor counts = Tensor::view_of(sums.storage(), 0, {4}, DType::f64);
     Tensor widest = Tensor::view_of(sums.storage(), 4, {1}, DType::f64);
     s.comm->all_reduce(counts, dist::ReduceOp::sum, "all-reduce of the evaluation counts");
@@ -689,7 +685,7 @@ double Trainer::train_steps(int64_t count) {
         s.comm_seconds = communicated;
         step_samples *= s.world_size;    // the global batch (ranks' shares differ by at most one sample)
         if (s.options.stop_requested) {  // stop together: any rank's request, reduced
-          Tensor flag = Tensor::full({1}, s.local_stop_requested() ? 1.0 : 0.0, DType::i32, s.comm_device());
+          Tensor flag = Tensor::full({1}, s.local_stop_requested() ? 1.0 : 0.0, DType::i32, s.comm->device());
           s.comm->all_reduce(flag, dist::ReduceOp::max, "agreement on stopping");
           s.stop_agreed = flag.to_vector<int32_t>()[0] != 0;
         }

@@ -47,7 +47,7 @@ int run(const std::vector<std::string>& args) {
   init.device = device;
   init.timeout_seconds = 300.0;
   auto comm = dist::init(init);
-  const Device where = comm->backend() == dist::Backend::nccl ? comm->device() : kCPU;
+  const Device where = comm->device();  // NCCL's GPU, or the CPU for MPI
   const int world = comm->size();
   if (comm->rank() == 0)
     std::printf(

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "opsnn/core/tensor.h"
 
@@ -76,6 +77,12 @@ class Communicator {
   virtual void reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op, std::string_view what) = 0;
   // output (size * n elements) = the ranks' inputs (n each) in rank order; input may be output's part.
   virtual void all_gather(const Tensor& input, const Tensor& output, std::string_view what) = 0;
+  // Every rank's `value`, in rank order (one small all-gather on device()): counts, hashes, digests.
+  std::vector<int64_t> all_gather_values(int64_t value, std::string_view what) {
+    Tensor all = Tensor::zeros({size()}, DType::i64, device());
+    all_gather(Tensor::from_vector<int64_t>({value}, {1}).to(device()), all, what);
+    return all.to_vector<int64_t>();
+  }
   virtual void broadcast(const Tensor& tensor, int root, std::string_view what) = 0;
   virtual void barrier(std::string_view what) = 0;
   // Reduces each rank's `tensor` into rank `root`'s (the others' tensors are left as they were).

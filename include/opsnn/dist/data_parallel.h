@@ -98,14 +98,13 @@ class DataParallel {
   const ExchangeReport& last_exchange() const { return last_exchange_; }
   Communicator& communicator() { return *communicator_; }
   const DataParallelOptions& options() const { return options_; }
-  // Seconds the last step's reduction kept the host waiting after backward (MPI; with NCCL the host does
-  // not wait, Communicator::communication_seconds() has the collectives' time).
-  double last_exposed_wait_seconds() const { return last_exposed_wait_; }
 
  private:
   void on_gradient_ready(size_t segment);
   // Top-k: this rank's selection (in place in the gradient arena), then the union summed over ranks.
   void exchange_sparsified();
+  void wait_for_buckets();  // every collective in flight, then none is
+  void count_step();        // after a step: its count, and the consistency check when due
   void launch_ready_buckets();
   void launch(size_t bucket);
 
@@ -123,7 +122,6 @@ class DataParallel {
   int64_t steps_ = 0;
   bool topk_ = false, topk_pairs_ = false;
   ExchangeReport last_exchange_;
-  double last_exposed_wait_ = 0.0;
 };
 
 // A 64-bit hash of a tensor's bytes (FNV-1a over 8-byte words; the values are copied to the host).
