@@ -18,6 +18,26 @@ namespace {
 
 int64_t bytes_of_mb(double mb) { return static_cast<int64_t>(mb * 1024.0 * 1024.0); }
 
+// ZeRO-1's statistics and state gathers over the communicator (optim::ShardExchange).
+class CommunicatorShardExchange final : public optim::ShardExchange {
+ public:
+  CommunicatorShardExchange(Communicator& communicator, std::vector<int64_t> counts, const int64_t& steps)
+      : communicator_(communicator), counts_(std::move(counts)), steps_(steps) {}
+  void sum(const Tensor& values) override {
+    communicator_.all_reduce(
+        values, ReduceOp::sum,
+        detail::concat("all-reduce of the sharded step's per-tensor statistics at step ", steps_ + 1));
+  }
+  void gather(const Tensor& buffer) override {
+    communicator_.all_gather_v(buffer, counts_, "all-gather of the sharded optimizer state");
+  }
+
+ private:
+  Communicator& communicator_;
+  std::vector<int64_t> counts_;
+  const int64_t& steps_;
+};
+
 }  // namespace
 
 uint64_t tensor_hash(const Tensor& tensor) {
@@ -44,6 +64,9 @@ DataParallel::DataParallel(nn::Module& model, optim::Optimizer& optimizer, std::
   OPSNN_CHECK_AS(ConfigError, options_.first_bucket_mb > 0.0 && options_.first_bucket_mb <= options_.bucket_mb,
                  "distributed.first_bucket_mb = ", options_.first_bucket_mb,
                  ": expected a size in MiB in (0, bucket_mb = ", options_.bucket_mb, "]");
+  OPSNN_CHECK_AS(ConfigError, options_.zero_stage == 0 || options_.zero_stage == 1,
+                 "distributed.zero_stage = ", options_.zero_stage,
+                 ": expected 0 (plain data parallelism) or 1 (ZeRO-1: sharded optimizer states)");
   OPSNN_CHECK_AS(ConfigError, options_.check_every_steps >= 0,
                  "distributed.check_every_steps = ", options_.check_every_steps,
                  ": expected 0 (off) or a number of steps");
@@ -93,6 +116,43 @@ DataParallel::DataParallel(nn::Module& model, optim::Optimizer& optimizer, std::
   }
   for (size_t i = 0; i < segments.size(); ++i) segment_of_[segments[i].parameter.impl()] = i;
   pending_.assign(buckets_.size(), 0);
+
+  shard_ = {0, arena.padded_elements()};
+  if (options_.zero_stage == 1) {
+    OPSNN_CHECK_AS(ConfigError, !topk_,
+                   "distributed.zero_stage = 1 with top-k sparsification: the selection needs "
+                   "every rank's whole gradient and momentum; use zero_stage 0 with top-k");
+    zero_ = true;
+    for (int r = 0; r < communicator_->size(); ++r)
+      shards_.push_back(optim::arena_shard_range(arena.padded_elements(), r, communicator_->size()));
+    shard_ = shards_[static_cast<size_t>(communicator_->rank())];
+    optimizer_.shard_states(
+        shard_.begin, shard_.end,
+        std::make_shared<CommunicatorShardExchange>(*communicator_, shard_counts(0, arena.padded_elements()), steps_));
+  }
+}
+
+std::vector<int64_t> DataParallel::shard_counts(int64_t begin, int64_t end) const {
+  std::vector<int64_t> counts;
+  for (const optim::ArenaShardRange& shard : shards_)
+    counts.push_back(std::max<int64_t>(0, std::min(end, shard.end) - std::max(begin, shard.begin)));
+  return counts;
+}
+
+int64_t DataParallel::state_bytes_per_rank() const {
+  const optim::ParamArena& arena = optimizer_.arena();
+  return static_cast<int64_t>(arena.state_names().size()) * (shard_.end - shard_.begin) *
+         static_cast<int64_t>(dtype_size(arena.state_dtype()));
+}
+
+void DataParallel::gather_parameters() {
+  const optim::ParamArena& arena = optimizer_.arena();
+  const std::vector<int64_t> counts = shard_counts(0, arena.padded_elements());
+  communicator_->all_gather_v(arena.params(), counts,
+                              detail::concat("all-gather of the updated parameters at step ", steps_ + 1));
+  if (optimizer_.param_copy_buffer().defined())
+    communicator_->all_gather_v(optimizer_.param_copy_buffer(), counts,
+                                detail::concat("all-gather of the parameter copy at step ", steps_ + 1));
 }
 
 DataParallel::~DataParallel() {
@@ -105,10 +165,12 @@ void DataParallel::launch(size_t index) {
   const GradientBucket& bucket = buckets_[index];
   Tensor grads = optimizer_.arena().grads();
   Tensor range = Tensor::view_of(grads.storage(), bucket.begin, {bucket.end - bucket.begin}, DType::f32);
-  in_flight_.push_back(communicator_->all_reduce_async(
-      range, ReduceOp::avg,
-      detail::concat("all-reduce of gradient bucket ", index + 1, " of ", buckets_.size(), " (",
-                     (bucket.end - bucket.begin) * 4 / 1024, " KiB) at step ", steps_ + 1)));
+  const std::string what =
+      detail::concat(zero_ ? "reduce-scatter" : "all-reduce", " of gradient bucket ", index + 1, " of ",
+                     buckets_.size(), " (", (bucket.end - bucket.begin) * 4 / 1024, " KiB) at step ", steps_ + 1);
+  in_flight_.push_back(
+      zero_ ? communicator_->reduce_scatter_v_async(range, shard_counts(bucket.begin, bucket.end), ReduceOp::avg, what)
+            : communicator_->all_reduce_async(range, ReduceOp::avg, what));
 }
 
 void DataParallel::launch_ready_buckets() {
@@ -126,6 +188,7 @@ void DataParallel::backward(const Tensor& loss, bool synchronize) {
   OPSNN_CHECK_AS(UsageError, !reducing_,
                  "DataParallel::backward: the previous synchronizing backward's reduction was not waited for (call "
                  "step() or synchronize_gradients() between them)");
+  synchronized_ = false;
   if (!synchronize || topk_) {  // top-k selects from the whole gradient: the exchange waits for backward
     loss.backward();
     return;
@@ -209,6 +272,8 @@ void DataParallel::exchange_sparsified() {
 }
 
 void DataParallel::synchronize_gradients() {
+  if (synchronized_) return;  // already, since the last backward
+  synchronized_ = true;
   if (topk_) {
     exchange_sparsified();
     return;
@@ -230,6 +295,7 @@ void DataParallel::count_step() {
 const optim::StepState& DataParallel::step() {
   synchronize_gradients();
   const optim::StepState& state = optimizer_.step();
+  if (zero_) gather_parameters();
   count_step();
   return state;
 }
@@ -237,14 +303,16 @@ const optim::StepState& DataParallel::step() {
 void DataParallel::step_async() {
   synchronize_gradients();
   optimizer_.step_async();
+  if (zero_) gather_parameters();
   count_step();
 }
 
 void DataParallel::check_consistency(int64_t step) {
   const optim::StepState& state = optimizer_.sync_state();
   uint64_t hash = tensor_hash(optimizer_.arena().params());
-  for (size_t s = 0; s < optimizer_.arena().state_names().size(); ++s)
-    hash = (hash ^ tensor_hash(optimizer_.arena().state(s))) * 0x100000001b3ull;
+  if (!zero_)  // ZeRO-1's ranks hold different slices of the states by design
+    for (size_t s = 0; s < optimizer_.arena().state_names().size(); ++s)
+      hash = (hash ^ tensor_hash(optimizer_.arena().state(s))) * 0x100000001b3ull;
   const uint64_t scalars[] = {static_cast<uint64_t>(state.step), static_cast<uint64_t>(state.skipped_steps),
                               static_cast<uint64_t>(state.growth_tracker)};
   for (uint64_t value : scalars) hash = (hash ^ value) * 0x100000001b3ull;

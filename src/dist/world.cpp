@@ -46,6 +46,56 @@ std::optional<int> integer_variable(const char* name, int low, int high) {
 
 std::string_view backend_name(Backend backend) { return backend == Backend::nccl ? "nccl" : "mpi"; }
 
+namespace {
+
+// Several collectives in flight as one.
+class WorkGroup final : public Work {
+ public:
+  explicit WorkGroup(std::vector<std::unique_ptr<Work>> works) : works_(std::move(works)) {}
+  void wait() override {
+    for (auto& work : works_) work->wait();
+    works_.clear();
+  }
+
+ private:
+  std::vector<std::unique_ptr<Work>> works_;
+};
+
+// The piece views of `buffer` by `counts` (checked), with the piece numbers.
+std::vector<std::pair<int, Tensor>> pieces(const Tensor& buffer, const std::vector<int64_t>& counts, int world,
+                                           std::string_view what) {
+  OPSNN_CHECK_AS(UsageError, buffer.defined() && buffer.is_contiguous(), "distributed ", what,
+                 ": the buffer must be defined and contiguous");
+  OPSNN_CHECK_AS(ShapeError, counts.size() == static_cast<size_t>(world), "distributed ", what, ": ", counts.size(),
+                 " piece counts for ", world, " ranks");
+  std::vector<std::pair<int, Tensor>> result;
+  int64_t offset = 0;
+  for (int r = 0; r < world; ++r) {
+    const int64_t count = counts[static_cast<size_t>(r)];
+    OPSNN_CHECK_AS(ShapeError, count >= 0 && offset + count <= buffer.numel(), "distributed ", what, ": piece ", r,
+                   " of ", count, " elements at ", offset, " outside the buffer of ", buffer.numel());
+    if (count > 0)
+      result.emplace_back(r, Tensor::view_of(buffer.storage(), buffer.offset() + offset, {count}, buffer.dtype()));
+    offset += count;
+  }
+  OPSNN_CHECK_AS(ShapeError, offset == buffer.numel(), "distributed ", what, ": the pieces cover ", offset, " of ",
+                 buffer.numel(), " elements");
+  return result;
+}
+
+}  // namespace
+
+std::unique_ptr<Work> Communicator::reduce_scatter_v_async(const Tensor& buffer, const std::vector<int64_t>& counts,
+                                                           ReduceOp op, std::string_view what) {
+  std::vector<std::unique_ptr<Work>> works;
+  for (auto& [r, piece] : pieces(buffer, counts, size(), what)) works.push_back(reduce_async(piece, r, op, what));
+  return std::make_unique<WorkGroup>(std::move(works));
+}
+
+void Communicator::all_gather_v(const Tensor& buffer, const std::vector<int64_t>& counts, std::string_view what) {
+  for (auto& [r, piece] : pieces(buffer, counts, size(), what)) broadcast(piece, r, what);
+}
+
 bool launched_distributed() { return variable("OMPI_COMM_WORLD_SIZE") != nullptr || variable("WORLD_SIZE") != nullptr; }
 
 WorldInfo world_from_environment() {

@@ -94,12 +94,14 @@ int64_t ParamArena::parameter_elements() const {
 
 Tensor ParamArena::state(size_t index) const {
   OPSNN_CHECK(index < states_.size(), "optimizer state index ", index, " out of range (", states_.size(), " states)");
-  return Tensor::view_of(states_[index], 0, {padded_elements_}, state_dtype_);
+  return Tensor::view_of(states_[index], 0, {shard_end() - shard_begin()}, state_dtype_);
 }
 
 Tensor ParamArena::state_view(size_t index, size_t segment) const {
   OPSNN_CHECK(index < states_.size() && segment < segments_.size(), "state view (", index, ", ", segment,
               ") out of range");
+  OPSNN_CHECK_AS(UsageError, !sharded_, "the optimizer states are sharded (ZeRO-1): parameter '",
+                 segments_[segment].name, "' has no whole state on this rank");
   return Tensor::view_of(states_[index], segments_[segment].offset, segments_[segment].shape, state_dtype_);
 }
 
@@ -110,13 +112,45 @@ Tensor ParamArena::grad_view(size_t segment) const {
 
 ArenaView ParamArena::view() const {
   ArenaView view;
-  view.params = static_cast<float*>(params_->data());
-  view.grads = static_cast<float*>(grads_->data());
+  view.params = static_cast<float*>(params_->data()) + shard_begin_;
+  view.grads = static_cast<float*>(grads_->data()) + shard_begin_;
   for (size_t i = 0; i < states_.size(); ++i) view.states[i] = states_[i]->data();
   view.state_dtype = state_dtype_;
-  view.chunks = dense_chunks_.data();
-  view.chunk_count = static_cast<int64_t>(dense_chunks_.size());
+  const std::vector<ArenaChunk>& chunks = step_chunks();
+  view.chunks = chunks.data();
+  view.chunk_count = static_cast<int64_t>(chunks.size());
   return view;
+}
+
+void ParamArena::shard_states(int64_t begin, int64_t end) {
+  OPSNN_CHECK_AS(UsageError,
+                 begin >= 0 && begin <= end && end <= padded_elements_ && begin % kArenaAlignmentElements == 0 &&
+                     (end % kArenaAlignmentElements == 0 || end == padded_elements_),
+                 "arena shard [", begin, ", ", end, ") of an arena of ", padded_elements_,
+                 " elements: the ends must be aligned multiples of ", kArenaAlignmentElements, " inside the arena");
+  for (const ArenaSegment& segment : segments_)
+    OPSNN_CHECK_AS(ConfigError, !segment.sparse, "parameter '", segment.name,
+                   "' has row-sparse gradients (sparse_grad): its optimizer states cannot be sharded");
+  const int64_t old_begin = shard_begin_;
+  std::vector<std::shared_ptr<Storage>> states;
+  for (const std::shared_ptr<Storage>& old : states_) {
+    std::shared_ptr<Storage> storage = zeroed_storage(end - begin, state_dtype_, device_);
+    // The new range's values from the old buffer (which covers [old_begin, shard_end())).
+    const int64_t from = std::max(begin, old_begin), to = std::min(end, shard_end());
+    if (to > from)
+      Tensor::view_of(storage, from - begin, {to - from}, state_dtype_)
+          .copy_(Tensor::view_of(old, from - old_begin, {to - from}, state_dtype_));
+    states.push_back(std::move(storage));
+  }
+  states_ = std::move(states);
+  sharded_ = true;
+  shard_begin_ = begin;
+  shard_end_ = end;
+  shard_chunks_.clear();
+  for (const ArenaChunk& chunk : dense_chunks_) {
+    const int64_t from = std::max(chunk.begin, begin), to = std::min(chunk.end, end);
+    if (to > from) shard_chunks_.push_back({from - begin, to - begin, chunk.segment});
+  }
 }
 
 void ParamArena::zero_grads() {

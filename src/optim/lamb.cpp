@@ -40,17 +40,20 @@ void LAMB::apply_update(UpdateContext& context) {
   double* param_sums = scratch(1);
   context.kernels.lamb_phase1(context.arena, context.adam, context.segments.data(), context.grad_multiplier,
                               update_sums, param_sums);
-  std::vector<double> update_norms(context.segments.size(), 0.0), param_norms(context.segments.size(), 0.0);
+  // Per segment: sum of r^2 at [i], of p^2 at [n + i] (one exchange when the states are sharded).
+  const size_t n = context.segments.size();
+  std::vector<double> sums(2 * n, 0.0);
   for (int64_t c = 0; c < context.arena.chunk_count; ++c) {
     size_t segment = static_cast<size_t>(context.arena.chunks[c].segment);
-    update_norms[segment] += update_sums[c];
-    param_norms[segment] += param_sums[c];
+    sums[segment] += update_sums[c];
+    sums[n + segment] += param_sums[c];
   }
+  sum_over_shards(sums);
   float lower = static_cast<float>(options().trust_clamp_lower());
   float upper = static_cast<float>(options().trust_clamp_upper());
-  for (size_t i = 0; i < context.segments.size(); ++i)
-    context.segments[i].trust_ratio = lamb_trust_ratio(static_cast<float>(std::sqrt(param_norms[i])),
-                                                       static_cast<float>(std::sqrt(update_norms[i])), lower, upper);
+  for (size_t i = 0; i < n; ++i)
+    context.segments[i].trust_ratio = lamb_trust_ratio(static_cast<float>(std::sqrt(sums[n + i])),
+                                                       static_cast<float>(std::sqrt(sums[i])), lower, upper);
   context.kernels.lamb_phase2(context.arena, context.adam, context.segments.data(), context.chunk_param_check.data());
 }
 

@@ -48,7 +48,7 @@ Optimizer::Optimizer(const OptimizerDescriptor& descriptor, std::string name, st
   arena_ =
       std::make_unique<ParamArena>(arena_entries(groups_, options_), std::move(state_names), options_.state_dtype());
   scaler_.initialize(state_);
-  size_t chunks = arena_->dense_chunks().size();
+  size_t chunks = arena_->step_chunks().size();
   size_t segments = arena_->segments().size();
   chunk_sums_.assign(chunks, 0.0);
   chunk_param_check_.assign(chunks, 0.0f);
@@ -98,6 +98,7 @@ StepConstants Optimizer::device_step_constants() const {
       break;
   }
   k.grad_norm_warn_threshold = monitor_.options().grad_norm_warn_threshold();
+  k.sharded = arena_->sharded() ? 1 : 0;
   return k;
 }
 
@@ -129,11 +130,48 @@ DeviceArena Optimizer::device_arena() const {
   arena.state_dtype = view.state_dtype;
   arena.chunks = view.chunks;
   arena.chunk_count = view.chunk_count;
-  if (param_copy_.defined()) {
-    arena.param_copy = param_copy_.data_ptr();
+  if (param_copy_.defined()) {  // the whole arena's copy; the step writes the shard's part
+    arena.param_copy = static_cast<char*>(param_copy_.data_ptr()) +
+                       arena_->shard_begin() * static_cast<int64_t>(dtype_size(param_copy_.dtype()));
     arena.param_copy_dtype = param_copy_.dtype();
   }
   return arena;
+}
+
+ArenaShardRange arena_shard_range(int64_t elements, int rank, int world) {
+  OPSNN_CHECK_AS(UsageError, world >= 1 && rank >= 0 && rank < world, "arena shard of rank ", rank, " of ", world);
+  const int64_t per_rank = (elements + world - 1) / world;
+  const int64_t size = (per_rank + kArenaAlignmentElements - 1) / kArenaAlignmentElements * kArenaAlignmentElements;
+  return {std::min(elements, size * rank), std::min(elements, size * (rank + 1))};
+}
+
+void Optimizer::shard_states(int64_t begin, int64_t end, std::shared_ptr<ShardExchange> exchange) {
+  OPSNN_CHECK_AS(UsageError, exchange != nullptr, "shard_states: no exchange");
+  OPSNN_CHECK_AS(UsageError, exchange_ == nullptr, "shard_states: the ", name_,
+                 " optimizer's states are sharded already");
+  OPSNN_CHECK_AS(UsageError, descriptor_->builtin, "shard_states: the ", name_,
+                 " optimizer is registered from outside; only the built-in update passes can run on a shard");
+  OPSNN_CHECK_AS(ConfigError, !has_sparse_segments(), "ZeRO-1: the ", name_,
+                 " optimizer has row-sparse parameters (sparse_grad), whose updater needs whole tables");
+  OPSNN_CHECK_AS(ConfigError, sparsifier_ == nullptr, "ZeRO-1: the ", name_,
+                 " optimizer sparsifies its gradients (top-k), which selects over the whole arena; use "
+                 "zero_stage 0 with top-k");
+  sync_state();
+  arena_->shard_states(begin, end);
+  exchange_ = std::move(exchange);
+  const size_t chunks = arena_->step_chunks().size();
+  chunk_sums_.assign(chunks, 0.0);
+  chunk_param_check_.assign(chunks, 0.0f);
+  for (std::vector<double>& scratch : scratch_) scratch.assign(chunks, 0.0);
+  if (stepper_) build_stepper();
+}
+
+void Optimizer::sum_over_shards(std::vector<double>& values) {
+  if (!exchange_ || values.empty()) return;
+  Tensor tensor = Tensor::from_vector<double>(values, {static_cast<int64_t>(values.size())});
+  if (!arena_->device().is_cpu()) tensor = tensor.to(arena_->device());
+  exchange_->sum(tensor);
+  values = tensor.to_vector<double>();
 }
 
 void Optimizer::enable_param_copy(DType dtype) {
@@ -150,6 +188,8 @@ void Optimizer::enable_param_copy(DType dtype) {
 void Optimizer::build_stepper() {
   stepper_ = device_stepper_factory(arena_->device().type)(arena_->device(), device_step_constants(), device_arena(),
                                                            device_segments());
+  if (exchange_)
+    stepper_->set_cross_rank_sum([exchange = exchange_.get()](const Tensor& values) { exchange->sum(values); });
   stepper_->write_state(state_);
 }
 
@@ -226,11 +266,13 @@ int32_t Optimizer::gradient_pass(float inverse_scale) {
   ArenaView view = arena.view();
   kernels.grad_sum_of_squares(view, chunk_sums_.data());
 
-  // Per-chunk partials summed in chunk order: the same result for any thread count.
+  // Per-chunk partials summed in chunk order: the same result for any thread count; a sharded step's
+  // partial sums over the ranks (in the same way on every rank).
   std::fill(segment_sum_squares_.begin(), segment_sum_squares_.end(), 0.0);
-  const std::vector<ArenaChunk>& chunks = arena.dense_chunks();
+  const std::vector<ArenaChunk>& chunks = arena.step_chunks();
   for (size_t c = 0; c < chunks.size(); ++c)
     segment_sum_squares_[static_cast<size_t>(chunks[c].segment)] += chunk_sums_[c];
+  sum_over_shards(segment_sum_squares_);
   double inverse_squared = static_cast<double>(inverse_scale) * static_cast<double>(inverse_scale);
   const std::vector<ArenaSegment>& segments = arena.segments();
   for (size_t i = 0; i < segments.size(); ++i) {
@@ -250,7 +292,7 @@ int32_t Optimizer::gradient_pass(float inverse_scale) {
 }
 
 int32_t Optimizer::first_nonfinite_param_segment() const {
-  const std::vector<ArenaChunk>& chunks = arena_->dense_chunks();
+  const std::vector<ArenaChunk>& chunks = arena_->step_chunks();
   for (size_t c = 0; c < chunks.size(); ++c)
     if (chunk_param_check_[c] != 0.0f) return chunks[c].segment;
   return -1;
@@ -361,6 +403,9 @@ std::unique_ptr<CapturedStep> Optimizer::capture_step() {
   OPSNN_CHECK_AS(UsageError, sparsifier_ == nullptr, "capture_step: the ", name_,
                  " optimizer sparsifies its gradients (top-k), which decides on the host each step; a step with "
                  "it cannot be captured");
+  OPSNN_CHECK_AS(UsageError, exchange_ == nullptr, "capture_step: the ", name_,
+                 " optimizer's states are sharded (ZeRO-1), whose step sums statistics over the ranks between its "
+                 "kernels; a sharded step is not captured (use zero_stage 0 to capture)");
   sync_state();
   arena_->reclaim_grads();
   segment_norms_stale_ = true;

@@ -1,5 +1,6 @@
 // Optimizer::state_dict / load_state_dict: per-parameter states by "<param>.<state>" and the step-state
 // scalars as 0-d tensors, so a checkpoint can store everything as named tensors (safetensors).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -64,12 +65,25 @@ bool valid_state_values(const std::string& state_name, const Tensor& source) {
 
 }  // namespace
 
+Tensor Optimizer::whole_state(size_t index) const {
+  const ParamArena& arena = *arena_;
+  if (!arena.sharded()) return arena.state(index);
+  Tensor whole = Tensor::zeros({arena.padded_elements()}, arena.state_dtype(), arena.device());
+  const int64_t begin = arena.shard_begin(), end = arena.shard_end();
+  if (end > begin) Tensor::view_of(whole.storage(), begin, {end - begin}, whole.dtype()).copy_(arena.state(index));
+  exchange_->gather(whole);
+  return whole;
+}
+
 StateDict Optimizer::state_dict() const {
   StateDict result;
   const ParamArena& arena = *arena_;
-  for (size_t i = 0; i < arena.segments().size(); ++i)
-    for (size_t s = 0; s < arena.state_names().size(); ++s)
-      result[arena.segments()[i].name + "." + arena.state_names()[s]] = arena.state_view(s, i).clone();
+  for (size_t s = 0; s < arena.state_names().size(); ++s) {
+    const Tensor whole = whole_state(s);
+    for (const ArenaSegment& segment : arena.segments())
+      result[segment.name + "." + arena.state_names()[s]] =
+          Tensor::view_of(whole.storage(), whole.offset() + segment.offset, segment.shape, whole.dtype()).clone();
+  }
   StepState current = state_;
   if (stepper_ && state_stale_) {  // steps were only enqueued: read the device's state
     DeviceStepReport report;
@@ -105,18 +119,30 @@ void Optimizer::load_state_dict(const StateDict& full_state) {
                    shape_str(shape));
     return it->second;
   };
-  std::vector<std::pair<Tensor, const Tensor*>> copies;
+  // Sharded states (ZeRO-1) take the part of each tensor that lies in this rank's shard.
+  std::vector<std::pair<Tensor, Tensor>> copies;
+  const int64_t shard_begin = arena.shard_begin(), shard_end = arena.shard_end();
   for (size_t i = 0; i < arena.segments().size(); ++i)
     for (size_t s = 0; s < arena.state_names().size(); ++s) {
-      Tensor destination = arena.state_view(s, i);
-      const Tensor& source = lookup(arena.segments()[i].name + "." + arena.state_names()[s], destination.shape());
+      const ArenaSegment& segment = arena.segments()[i];
+      const Tensor& source = lookup(segment.name + "." + arena.state_names()[s], segment.shape);
       OPSNN_CHECK_AS(ConfigError, is_floating(source.dtype()), name_, " optimizer state_dict: key '",
                      arena.segments()[i].name, ".", arena.state_names()[s], "' has dtype ", dtype_name(source.dtype()),
                      ", expected a floating dtype");
       OPSNN_CHECK_AS(ConfigError, valid_state_values(arena.state_names()[s], source), name_,
                      " optimizer state_dict: key '", arena.segments()[i].name, ".", arena.state_names()[s],
                      "' holds negative or NaN values (a second moment is a mean of squares)");
-      copies.emplace_back(destination, &source);
+      if (!arena.sharded()) {
+        copies.emplace_back(arena.state_view(s, i), source);
+        continue;
+      }
+      const int64_t from = std::max(segment.offset, shard_begin);
+      const int64_t to = std::min(segment.offset + segment.numel, shard_end);
+      if (to <= from) continue;
+      const Tensor flat = source.contiguous();
+      copies.emplace_back(
+          Tensor::view_of(arena.state(s).storage(), from - shard_begin, {to - from}, arena.state_dtype()),
+          Tensor::view_of(flat.storage(), flat.offset() + from - segment.offset, {to - from}, flat.dtype()));
     }
   StepState loaded = state_;
   for (const ScalarField& field : kScalarFields) {
@@ -140,7 +166,7 @@ void Optimizer::load_state_dict(const StateDict& full_state) {
                      loaded.beta1_power <= 1.0 && loaded.beta2_power >= 0.0 && loaded.beta2_power <= 1.0,
                  name_, " optimizer state_dict: inconsistent step state (step ", loaded.step, ", loss_scale ",
                  loaded.loss_scale, ", beta powers ", loaded.beta1_power, ", ", loaded.beta2_power, ")");
-  for (auto& [destination, source] : copies) destination.copy_(*source);
+  for (auto& [destination, source] : copies) destination.copy_(source);
   state_ = loaded;
   state_stale_ = false;
   if (stepper_) stepper_->write_state(state_);

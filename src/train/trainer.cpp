@@ -473,6 +473,7 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
     parallel.bucket_mb = c.distributed.bucket_mb;
     parallel.first_bucket_mb = c.distributed.first_bucket_mb;
     parallel.check_every_steps = c.distributed.check_every_steps;
+    parallel.zero_stage = static_cast<int>(c.distributed.zero_stage);
     try {
       s.data_parallel = std::make_unique<dist::DataParallel>(*s.model, *s.optimizer, s.comm, parallel);
     } catch (const ConfigError& failure) {
@@ -485,6 +486,18 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
         s.world_size, s.comm->world().launcher, dist::backend_name(s.comm->backend()), s.comm->rank(), s.device.str(),
         c.data.batch_size, c.data.batch_size * s.world_size, buckets.size(),
         buckets.empty() ? 0.0 : static_cast<double>(buckets[0].end - buckets[0].begin) * 4.0 / 1024.0);
+    if (s.optimizer->sharded()) {
+      const optim::ArenaShardRange shard = s.data_parallel->shard();
+      s.logger->info(
+          "ZeRO-1: this rank steps arena elements [{}, {}) of {} and holds {:.1f} MiB of optimizer state "
+          "(unsharded: {:.1f} MiB)",
+          shard.begin, shard.end, s.optimizer->arena().padded_elements(),
+          static_cast<double>(s.data_parallel->state_bytes_per_rank()) / 1048576.0,
+          static_cast<double>(s.optimizer->arena().state_names().size() *
+                              static_cast<size_t>(s.optimizer->arena().padded_elements()) *
+                              dtype_size(s.optimizer->arena().state_dtype())) /
+              1048576.0);
+    }
     if (s.optimizer->sparsifies())
       s.logger->info(
           s.data_parallel->exchanges_pairs()
@@ -610,7 +623,8 @@ EvalResult Trainer::evaluate() {
 fs::path Trainer::save_checkpoint() {
   State& s = *state_;
   OPSNN_CHECK_AS(UsageError, !s.options.eval_only, "save_checkpoint: this Trainer only evaluates (eval_only)");
-  if (!s.primary) {  // the ranks hold the same state; rank 0 writes it
+  if (!s.primary) {                                         // the ranks hold the same state; rank 0 writes it
+    if (s.optimizer->sharded()) s.optimizer->state_dict();  // ZeRO-1: the gather rank 0 writes needs every rank
     s.last_checkpoint_step = s.step;
     return {};
   }

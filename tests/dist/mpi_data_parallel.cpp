@@ -86,7 +86,7 @@ struct Trained {
 
 // kSteps steps on `inputs`: alone (communicator null) or data-parallel over the ranks.
 Trained train(const std::string& name, const Tensor& inputs, const Tensor& labels, dist::Communicator* communicator,
-              const optim::OptimizerOptions& options) {
+              const optim::OptimizerOptions& options, int zero_stage = 0) {
   auto model = make_mlp();
   auto optimizer = optim::make_optimizer(name, model->named_parameters(), options);
   std::unique_ptr<dist::DataParallel> parallel;
@@ -95,6 +95,7 @@ Trained train(const std::string& name, const Tensor& inputs, const Tensor& label
   dist::DataParallelOptions buckets;
   buckets.bucket_mb = 0.0005;
   buckets.first_bucket_mb = 0.0002;
+  buckets.zero_stage = zero_stage;
   if (communicator) {
     parallel = std::make_unique<dist::DataParallel>(*model, *optimizer, shared, buckets);
     REQUIRE(parallel->buckets().size() >= 3);
@@ -110,7 +111,7 @@ Trained train(const std::string& name, const Tensor& inputs, const Tensor& label
     } else {
       optimizer->scale_loss(loss).backward();
     }
-    if (name == "lion") {  // c = beta1 * m + (1 - beta1) * g, the value Lion takes the sign of
+    if (name == "lion" && zero_stage == 0) {  // c = beta1 * m + (1 - beta1) * g, which Lion takes the sign of
       const std::vector<float> g = optimizer->arena().grads().to_vector<float>();
       const std::vector<float> m = optimizer->arena().state(0).to_vector<float>();
       for (int64_t i = 0; i < n; ++i) {
@@ -118,7 +119,7 @@ Trained train(const std::string& name, const Tensor& inputs, const Tensor& label
         if (std::fabs(c) < 1e-6) trained.near_zero_lion_c[static_cast<size_t>(i)] = 1;
       }
     }
-    trained.state = optimizer->step();
+    trained.state = parallel ? parallel->step() : optimizer->step();  // step() does not reduce again
     optimizer->zero_grad();
   }
   trained.params = optimizer->arena().params().to_vector<float>();
@@ -344,4 +345,157 @@ TEST_CASE("Top-k pairs exchanged by all-gather give the dense sum of the ranks' 
   // And it is not the dense result: the selection did something.
   const std::vector<float> unsparsified = train_topk(0.0, dist::DataParallelOptions::TopKExchange::automatic);
   CHECK(std::memcmp(unsparsified.data(), pairs.data(), pairs.size() * sizeof(float)) != 0);
+}
+
+namespace {
+
+// The largest |a - b| relative to the largest |a|.
+double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  double scale = 0.0, worst = 0.0;
+  for (float v : a) scale = std::max(scale, std::fabs(static_cast<double>(v)));
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]));
+  return worst / std::max(scale, 1e-30);
+}
+
+}  // namespace
+
+TEST_CASE("ZeRO-1 equals plain data parallel for SGD Adam AdamW LAMB and Lion", "[dist]") {
+  dist::Communicator& comm = world();
+  const Problem problem = make_problem(2 * kRankBatch);
+  const Tensor inputs = rows(problem.inputs, comm.rank() * kRankBatch, kRankBatch);
+  const Tensor labels = label_rows(problem.labels, comm.rank() * kRankBatch, kRankBatch);
+  for (const std::string name : {"sgd", "adam", "adamw", "lamb", "lion"}) {
+    for (const bool clip : {false, true}) {
+      INFO("optimizer " << name << (clip ? " with clipping" : ""));
+      optim::OptimizerOptions options = options_for(name);
+      if (clip) options.max_grad_norm(0.05);  // below the norm of these gradients: every step clips
+      const Trained plain = train(name, inputs, labels, &comm, options, 0);
+      const Trained sharded = train(name, inputs, labels, &comm, options, 1);
+      REQUIRE(plain.params.size() == sharded.params.size());
+      CHECK(sharded.state.step == kSteps);
+      // The element-wise rules see the same reduced gradients and scalars: the same bits. The norms (for
+      // clipping, LAMB's trust ratios) are sums of per-slice partials, which may round differently for
+      // the tensors a slice boundary cuts.
+      if (name == "lamb" || clip)
+        CHECK(relative_difference(plain.params, sharded.params) <= 1e-6);
+      else
+        CHECK(std::memcmp(plain.params.data(), sharded.params.data(), plain.params.size() * sizeof(float)) == 0);
+      CHECK(std::fabs(plain.state.grad_norm - sharded.state.grad_norm) <= 1e-6 * plain.state.grad_norm);
+    }
+  }
+}
+
+TEST_CASE("ZeRO-1 keeps 1/world of the optimizer states and steps only its slice", "[dist]") {
+  dist::Communicator& comm = world();
+  auto model = make_mlp();
+  auto optimizer = optim::make_optimizer("adam", model->named_parameters(), optim::OptimizerOptions(1e-2));
+  const int64_t elements = optimizer->arena().padded_elements();
+  std::shared_ptr<dist::Communicator> shared(&comm, [](dist::Communicator*) {});
+  dist::DataParallelOptions options;
+  options.zero_stage = 1;
+  dist::DataParallel parallel(*model, *optimizer, shared, options);
+  const optim::ArenaShardRange shard = parallel.shard();
+  const int64_t half = (elements + 1) / 2, slice = (half + 31) / 32 * 32;
+  CHECK(shard.begin == (comm.rank() == 0 ? 0 : slice));
+  CHECK(shard.end == (comm.rank() == 0 ? slice : elements));
+  CHECK(optimizer->arena().state(0).numel() == shard.end - shard.begin);
+  CHECK(parallel.state_bytes_per_rank() == 2 * (shard.end - shard.begin) * 4);
+  CHECK(optimizer->sharded());
+  CHECK_THROWS_WITH(optimizer->arena().state_view(0, 0), Catch::Contains("sharded (ZeRO-1)"));
+  CHECK_THROWS_WITH(optimizer->shard_states(0, elements, nullptr), Catch::Contains("no exchange"));
+}
+
+TEST_CASE("A ZeRO-1 state_dict is the whole state and resumes with another sharding bit for bit", "[dist]") {
+  dist::Communicator& comm = world();
+  const Problem problem = make_problem(2 * kRankBatch);
+  const Tensor inputs = rows(problem.inputs, comm.rank() * kRankBatch, kRankBatch);
+  const Tensor labels = label_rows(problem.labels, comm.rank() * kRankBatch, kRankBatch);
+  std::shared_ptr<dist::Communicator> shared(&comm, [](dist::Communicator*) {});
+  // `steps` steps of AdamW from `state` (if any) with ZeRO stage `zero`: its parameters and state dict.
+  auto run = [&](int zero, int steps, const optim::StateDict* state, const std::vector<float>* params) {
+    auto model = make_mlp();
+    auto optimizer = optim::make_optimizer("adamw", model->named_parameters(), options_for("adamw"));
+    if (params) optimizer->arena().params().copy_(Tensor::from_vector(*params, optimizer->arena().params().shape()));
+    dist::DataParallelOptions options;
+    options.zero_stage = zero;
+    dist::DataParallel parallel(*model, *optimizer, shared, options);
+    if (state) optimizer->load_state_dict(*state);  // after sharding: each rank keeps its part
+    for (int step = 0; step < steps; ++step) {
+      parallel.backward(opsnn::ops::cross_entropy(model->forward(inputs), labels));
+      parallel.step();
+      optimizer->zero_grad();
+    }
+    return std::make_pair(optimizer->arena().params().to_vector<float>(), optimizer->state_dict());
+  };
+  const auto [plain_params, plain_state] = run(0, 6, nullptr, nullptr);
+  const auto [zero_params, zero_state] = run(1, 6, nullptr, nullptr);
+  REQUIRE(plain_state.size() == zero_state.size());
+  for (const auto& [key, tensor] : plain_state) {
+    INFO(key);
+    REQUIRE(zero_state.count(key) == 1);
+    CHECK(tensor.to_vector<double>() == zero_state.at(key).to_vector<double>());
+  }
+  // 3 + 3 steps through a checkpoint, each way round, equal 6 uninterrupted ones to the bit.
+  for (const auto& [first, second] : {std::pair{1, 0}, std::pair{0, 1}, std::pair{1, 1}}) {
+    INFO("zero_stage " << first << " then " << second);
+    const auto [half_params, half_state] = run(first, 3, nullptr, nullptr);
+    const auto [params, state] = run(second, 3, &half_state, &half_params);
+    CHECK(std::memcmp(params.data(), zero_params.data(), params.size() * sizeof(float)) == 0);
+    CHECK(state.at("step_state.step").item() == 6.0);
+  }
+}
+
+TEST_CASE("ZeRO-1: an inf on one rank in a slice another rank owns skips the step on every rank", "[dist]") {
+  dist::Communicator& comm = world();
+  const Problem problem = make_problem(2 * kRankBatch);
+  const Tensor inputs = rows(problem.inputs, comm.rank() * kRankBatch, kRankBatch);
+  const Tensor labels = label_rows(problem.labels, comm.rank() * kRankBatch, kRankBatch);
+  auto model = make_mlp();
+  optim::OptimizerOptions options(1e-2);
+  options.loss_scaling(optim::LossScalingOptions().enabled(true).initial_scale(1024.0));
+  auto optimizer = optim::make_optimizer("lamb", model->named_parameters(), options);
+  std::shared_ptr<dist::Communicator> shared(&comm, [](dist::Communicator*) {});
+  dist::DataParallelOptions parallel_options;
+  parallel_options.zero_stage = 1;
+  dist::DataParallel parallel(*model, *optimizer, shared, parallel_options);
+  REQUIRE((parallel.shard().begin > 0) == (comm.rank() == 1));  // element 0 is rank 0's
+  for (int step = 0; step < 3; ++step) {
+    if (step == 1 && comm.rank() == 1) {  // element 0 lies in rank 0's slice: backward accumulates onto it
+      Tensor grads = optimizer->arena().grads();
+      std::vector<float> values = grads.to_vector<float>();
+      values[0] = INFINITY;
+      grads.copy_(Tensor::from_vector(values, grads.shape()));
+    }
+    const std::vector<float> before = optimizer->arena().params().to_vector<float>();
+    parallel.backward(optimizer->scale_loss(opsnn::ops::cross_entropy(model->forward(inputs), labels)));
+    const optim::StepState state = parallel.step();
+    optimizer->zero_grad();
+    if (step == 1) {
+      CHECK(state.skipped_steps == 1);
+      CHECK(state.step == 1);
+      CHECK(state.loss_scale == 512.0f);
+      CHECK(optimizer->arena().params().to_vector<float>() == before);
+    } else {
+      CHECK(state.skipped_steps == (step == 0 ? 0 : 1));
+    }
+  }
+  parallel.check_consistency(3);  // the same weights and step state on both ranks
+}
+
+TEST_CASE("ZeRO-1 refuses zero_stage 2 and top-k", "[dist]") {
+  dist::Communicator& comm = world();
+  std::shared_ptr<dist::Communicator> shared(&comm, [](dist::Communicator*) {});
+  auto model = make_mlp();
+  auto optimizer = optim::make_optimizer("sgd", model->named_parameters(), optim::OptimizerOptions(0.1));
+  dist::DataParallelOptions options;
+  options.zero_stage = 2;
+  CHECK_THROWS_WITH(dist::DataParallel(*model, *optimizer, shared, options),
+                    Catch::Contains("distributed.zero_stage = 2: expected 0"));
+  auto sparse_model = make_mlp();
+  optim::OptimizerOptions topk(0.1);
+  topk.sparsification(optim::TopKOptions{});
+  auto sparse_optimizer = optim::make_optimizer("sgd", sparse_model->named_parameters(), topk);
+  options.zero_stage = 1;
+  CHECK_THROWS_WITH(dist::DataParallel(*sparse_model, *sparse_optimizer, shared, options),
+                    Catch::Contains("zero_stage = 1 with top-k"));
 }

@@ -157,6 +157,81 @@ TEST_CASE("cli: a resumed 2-rank run repeats the uninterrupted one bit for bit a
   }
 }
 
+namespace {
+
+// The tensors of two safetensors files: the same names, values within `relative` of the second's largest.
+void check_close(const fs::path& a_file, const fs::path& b_file, double relative) {
+  const auto a = opsnn::train::read_safetensors(a_file);
+  const auto b = opsnn::train::read_safetensors(b_file);
+  REQUIRE(a.tensors.size() == b.tensors.size());
+  for (size_t i = 0; i < a.tensors.size(); ++i) {
+    INFO(a_file.string() << ": " << a.tensors[i].first);
+    REQUIRE(a.tensors[i].first == b.tensors[i].first);
+    const std::vector<double> x = a.tensors[i].second.to_vector<double>();
+    const std::vector<double> y = b.tensors[i].second.to_vector<double>();
+    double scale = 0.0, worst = 0.0;
+    for (double v : y) scale = std::max(scale, std::fabs(v));
+    for (size_t j = 0; j < x.size(); ++j) worst = std::max(worst, std::fabs(x[j] - y[j]));
+    CHECK(worst <= relative * scale);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cli: ZeRO-1 trains as plain data parallel and its checkpoints resume with 2 or 1 ranks", "[cli][dist]") {
+  TemporaryFolder folder;
+  write_text(folder.path / "tiny.yaml", kTinyYaml);
+  const std::vector<std::string> zero{"--config", "tiny.yaml", "--set", "distributed.zero_stage=1"};
+  auto with = [](std::vector<std::string> base, std::vector<std::string> more) {
+    base.insert(base.end(), more.begin(), more.end());
+    return base;
+  };
+  REQUIRE(train2(folder.path, {"--config", "tiny.yaml", "--out", "plain"}).exit_code == 0);
+  const Outcome whole = train2(folder.path, with(zero, {"--out", "whole"}));
+  INFO(whole.output);
+  REQUIRE(whole.exit_code == 0);
+  CHECK_THAT(read_text(folder.path / "whole" / "train.log"),
+             Catch::Contains("ZeRO-1: this rank steps arena elements [0, "));
+  const fs::path last = fs::path("checkpoints") / "step_00000008";
+  // The same model and the same (gathered, unsharded) optimizer state as plain data parallelism.
+  check_close(folder.path / "whole" / last / "model.safetensors", folder.path / "plain" / last / "model.safetensors",
+              0.0);
+  check_close(folder.path / "whole" / last / "optimizer.safetensors",
+              folder.path / "plain" / last / "optimizer.safetensors", 0.0);
+
+  // 2 ranks -> 2 ranks: the resumed run repeats the uninterrupted one bit for bit.
+  REQUIRE(train2(folder.path, with(zero, {"--out", "parts", "--set", "train.max_steps=4"})).exit_code == 0);
+  const Outcome resumed = train2(folder.path, with(zero, {"--out", "parts", "--resume", "auto"}));
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"})
+    CHECK(read_text(folder.path / "whole" / last / file) == read_text(folder.path / "parts" / last / file));
+
+  // 2 ranks -> 1 process (the same global batch of 16).
+  fs::copy(folder.path / "parts" / "checkpoints" / "step_00000004", folder.path / "step4", fs::copy_options::recursive);
+  const Outcome single = opsnn::testing::run_program(
+      OPSNN_TRAIN_EXE, {"--config", "tiny.yaml", "--out", "single", "--resume", "step4", "--set", "data.batch_size=16"},
+      folder.path);
+  INFO(single.output);
+  REQUIRE(single.exit_code == 0);
+  check_close(folder.path / "single" / last / "model.safetensors", folder.path / "whole" / last / "model.safetensors",
+              1e-5);
+
+  // 1 process -> 2 ranks with ZeRO-1.
+  REQUIRE(opsnn::testing::run_program(
+              OPSNN_TRAIN_EXE,
+              {"--config", "tiny.yaml", "--out", "one", "--set", "data.batch_size=16", "--set", "train.max_steps=4"},
+              folder.path)
+              .exit_code == 0);
+  const Outcome widened = train2(
+      folder.path,
+      with(zero, {"--out", "widened", "--resume", (folder.path / "one" / "checkpoints" / "step_00000004").string()}));
+  INFO(widened.output);
+  REQUIRE(widened.exit_code == 0);
+  check_close(folder.path / "widened" / last / "model.safetensors", folder.path / "whole" / last / "model.safetensors",
+              1e-5);
+}
+
 TEST_CASE("cli: ranks whose configs differ stop at start with one clear error", "[cli][dist]") {
   TemporaryFolder folder;
   write_text(folder.path / "tiny.yaml", kTinyYaml);
@@ -186,6 +261,8 @@ TEST_CASE("cli: bad distributed settings and launches exit 2 naming the key or v
            {"distributed.check_every_steps=-2", "distributed.check_every_steps"},
            {"distributed.first_bucket_mb=30", "distributed.first_bucket_mb"},
            {"distributed.zero=1", "distributed.zero"},
+           {"distributed.zero_stage=2", "distributed.zero_stage"},
+           {"distributed.zero_stage=one", "distributed.zero_stage"},
        }) {
     const Outcome outcome = run({"--set", bad.setting});
     INFO(bad.setting << ": " << outcome.output);
@@ -245,6 +322,49 @@ TEST_CASE("cli: world size 1 over NCCL trains exactly as one process", "[cli][di
   CHECK_THAT(read_text(folder.path / "nccl" / "train.log"), Catch::Contains("backend nccl"));
   const fs::path last = fs::path("checkpoints") / "step_00000008" / "model.safetensors";
   CHECK(read_text(folder.path / "alone" / last) == read_text(folder.path / "nccl" / last));
+}
+
+TEST_CASE("cli: ZeRO-1 on the GPU equals plain data parallel over NCCL world 1 and 2 MPI ranks on one GPU",
+          "[cli][dist][cuda]") {
+  if (opsnn::testing::gpu_missing("the GPU ZeRO-1 runs")) return;
+  TemporaryFolder folder;
+  write_text(folder.path / "tiny.yaml", kTinyYaml);
+  const fs::path last = fs::path("checkpoints") / "step_00000008";
+  for (const char* optimizer : {"adamw", "lamb"}) {
+    INFO("optimizer " << optimizer);
+    const std::string name = optimizer;
+    const std::vector<std::string> common{"--config", "tiny.yaml",
+                                          "--set",    "train.device=cuda",
+                                          "--set",    "optimizer.name=" + name,
+                                          "--set",    "distributed.check_every_steps=2"};
+    auto command = [&](std::vector<std::string> prefix, const std::string& out, const std::string& zero) {
+      prefix.insert(prefix.end(), common.begin(), common.end());
+      prefix.insert(prefix.end(), {"--out", out, "--set", "distributed.zero_stage=" + zero});
+      return prefix;
+    };
+    // World 1 over NCCL: one shard holding everything, through the sharded step's code paths.
+    const std::vector<std::string> env{"WORLD_SIZE=1", "RANK=0", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29519",
+                                       OPSNN_TRAIN_EXE};
+    for (const char* zero : {"0", "1"}) {
+      const Outcome run = opsnn::testing::run_program("env", command(env, name + "-nccl" + zero, zero), folder.path);
+      INFO(run.output);
+      REQUIRE(run.exit_code == 0);
+    }
+    // 2 MPI ranks sharing the GPU: each steps half of the arena on it.
+    for (const char* zero : {"0", "1"}) {
+      const Outcome run = train2(
+          folder.path, command({OPSNN_TRAIN_EXE, "--set", "distributed.backend=mpi"}, name + "-mpi" + zero, zero));
+      INFO(run.output);
+      REQUIRE(run.exit_code == 0);
+    }
+    CHECK_THAT(read_text(folder.path / (name + "-mpi1") / "train.log"), Catch::Contains("ZeRO-1: this rank steps"));
+    // Element-wise rules: the same bits; LAMB's norms are sums of per-slice partials.
+    const double tolerance = name == "lamb" ? 1e-6 : 0.0;
+    for (const char* backend : {"-nccl", "-mpi"})
+      for (const char* file : {"model.safetensors", "optimizer.safetensors"})
+        check_close(folder.path / (name + backend + "1") / last / file,
+                    folder.path / (name + backend + "0") / last / file, tolerance);
+  }
 }
 
 TEST_CASE("cli: 2 MPI ranks share one GPU, 2 NCCL ranks on one GPU are refused", "[cli][dist][cuda]") {

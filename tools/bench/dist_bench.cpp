@@ -2,7 +2,10 @@
 // torchrun-style environment describes (world 1 without a launcher): median time, algorithm bandwidth
 // (bytes / time) and bus bandwidth (x 2 (world - 1) / world, the ring all-reduce's traffic per link, as
 // nccl-tests report it). Run under mpirun for the MPI backend on CPU tensors, or with --device cuda for
-// NCCL. The overlap with backward and the cost per ResNet-50 step: opsnn-bench resnet50 --distributed.
+// NCCL. Then ZeRO-1 over ResNet-50's arena (25.6M parameters) with Adam: the optimizer-state memory per
+// rank against unsharded, and the time of its reduce-scatter + all-gather against a plain all-reduce of
+// the same arena. The overlap with backward and the cost per ResNet-50 step: opsnn-bench resnet50
+// --distributed [--zero-stage 1].
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -11,7 +14,10 @@
 
 #include "bench/bench.h"
 #include "opsnn/core/error.h"
+#include "opsnn/dist/data_parallel.h"
 #include "opsnn/dist/dist.h"
+#include "opsnn/models/models.h"
+#include "opsnn/optim/optimizer.h"
 
 namespace opsnn::bench {
 namespace {
@@ -69,11 +75,55 @@ int run(const std::vector<std::string>& args) {
                   bus_gbps);
     rows.push_back({{"mb", mb}, {"ms", seconds * 1e3}, {"algbw_gbps", algorithm_gbps}, {"busbw_gbps", bus_gbps}});
   }
+  // ZeRO-1 over ResNet-50's parameters (Adam: two states per parameter).
+  Generator generator(0);
+  models::ModelOptions model_options;
+  model_options.arch = "resnet50";
+  model_options.num_classes = 1000;
+  model_options.image_size = 224;
+  model_options.stem = "imagenet";
+  auto model = models::make_resnet(50, model_options, generator);
+  if (where.is_cuda()) model->to(where);
+  auto optimizer = optim::make_optimizer("adam", model->named_parameters(), optim::OptimizerOptions(1e-3));
+  const optim::ParamArena& arena = optimizer->arena();
+  const double unsharded_mib = 2.0 * static_cast<double>(arena.padded_elements()) * 4.0 / 1048576.0;
+  dist::DataParallelOptions zero_options;
+  zero_options.zero_stage = 1;
+  dist::DataParallel zero(*model, *optimizer, comm, zero_options);
+  const double sharded_mib = static_cast<double>(zero.state_bytes_per_rank()) / 1048576.0;
+  std::vector<int64_t> counts;
+  for (int r = 0; r < world; ++r) {
+    const optim::ArenaShardRange shard = optim::arena_shard_range(arena.padded_elements(), r, world);
+    counts.push_back(shard.end - shard.begin);
+  }
+  Tensor grads = arena.grads(), params = arena.params();
+  const double zero_seconds = median_seconds(
+      [&] {
+        comm->reduce_scatter_v_async(grads, counts, dist::ReduceOp::avg, "benchmark reduce-scatter")->wait();
+        comm->all_gather_v(params, counts, "benchmark all-gather");
+      },
+      2, std::max(3, repeats / 4));
+  const double plain_seconds = median_seconds(
+      [&] { comm->all_reduce(grads, dist::ReduceOp::avg, "benchmark all-reduce"); }, 2, std::max(3, repeats / 4));
+  if (comm->rank() == 0)
+    std::printf(
+        "  ZeRO-1, ResNet-50 arena (%lld elements), Adam: %.1f MiB of optimizer state per rank (unsharded %.1f MiB, "
+        "%.2fx less); reduce-scatter + all-gather %.3f ms vs all-reduce %.3f ms\n",
+        static_cast<long long>(arena.padded_elements()), sharded_mib, unsharded_mib, unsharded_mib / sharded_mib,
+        zero_seconds * 1e3, plain_seconds * 1e3);
   const std::string json_path = option(args, "--json", "");
   if (!json_path.empty() && comm->rank() == 0) {
     std::ofstream out(json_path);
     OPSNN_CHECK_AS(DataError, out.good(), "--json: cannot write '", json_path, "'");
-    out << nlohmann::json{{"world_size", world}, {"backend", dist::backend_name(comm->backend())}, {"rows", rows}}
+    out << nlohmann::json{{"world_size", world},
+                          {"backend", dist::backend_name(comm->backend())},
+                          {"rows", rows},
+                          {"zero1",
+                           {{"arena_elements", arena.padded_elements()},
+                            {"state_mib_per_rank", sharded_mib},
+                            {"state_mib_unsharded", unsharded_mib},
+                            {"reduce_scatter_all_gather_ms", zero_seconds * 1e3},
+                            {"all_reduce_ms", plain_seconds * 1e3}}}}
                .dump()
         << "\n";
   }

@@ -84,6 +84,15 @@ class Communicator {
     return all.to_vector<int64_t>();
   }
   virtual void broadcast(const Tensor& tensor, int root, std::string_view what) = 0;
+  // Collectives over a buffer cut into consecutive pieces, counts[r] elements for rank r (one count per
+  // rank, summing to buffer.numel(); empty pieces are skipped): ZeRO-1's uneven shards. NCCL's
+  // reduce-scatter and all-gather take equal pieces only, so these are one reduce per piece (to its rank)
+  // and one broadcast per piece (from its rank), the same volume.
+  // In place: rank r's piece becomes the reduction of every rank's piece r; the other pieces stay as they were.
+  std::unique_ptr<Work> reduce_scatter_v_async(const Tensor& buffer, const std::vector<int64_t>& counts, ReduceOp op,
+                                               std::string_view what);
+  // In place: every rank's piece r becomes rank r's (any dtype).
+  void all_gather_v(const Tensor& buffer, const std::vector<int64_t>& counts, std::string_view what);
   virtual void barrier(std::string_view what) = 0;
   // Reduces each rank's `tensor` into rank `root`'s (the others' tensors are left as they were).
   virtual std::unique_ptr<Work> reduce_async(const Tensor& tensor, int root, ReduceOp op, std::string_view what) = 0;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "opsnn/dist/communicator.h"
+#include "opsnn/optim/shard.h"
 #include "opsnn/optim/step_state.h"
 
 namespace opsnn::nn {
@@ -45,6 +46,12 @@ struct DataParallelOptions {
   // density < 1 / world size, else a dense all-reduce of the sparsified gradients (the same sum).
   enum class TopKExchange { automatic, pairs, dense };
   TopKExchange topk_exchange = TopKExchange::automatic;
+  // 1: ZeRO stage 1 (Rajbhandari et al. 2020): the optimizer states (and the fp32 masters' update) are
+  // sharded as contiguous, aligned slices of the arena (optim::arena_shard_range); each bucket's gradients
+  // are reduced to the ranks owning its slices (a reduce-scatter, overlapped with backward as before), every
+  // rank steps its slice, and the parameters (and the low-precision copy) are all-gathered after the step.
+  // 0: every rank keeps every state (plain data parallelism).
+  int zero_stage = 0;
 };
 
 // What the last step exchanged (top-k), per rank.
@@ -85,13 +92,19 @@ class DataParallel {
   const optim::StepState& step();
   // The same with Optimizer::step_async(): on a GPU the step is only enqueued (see there).
   void step_async();
-  // The reduction of step() without the step (an embedding program's own update).
+  // The reduction of step() without the step (an embedding program's own update, or to inspect the
+  // averaged gradients before step(), which then does not reduce them again). With ZeRO-1 only this
+  // rank's slice of the arena holds the average afterwards.
   void synchronize_gradients();
 
   // The all-gathered hash check of DataParallelOptions::check_every_steps, run now.
   void check_consistency(int64_t step);
 
   const std::vector<GradientBucket>& buckets() const { return buckets_; }
+  // ZeRO-1: this rank's slice of the arena ([0, padded) without sharding) and the optimizer-state bytes it
+  // holds (states x slice length x state dtype size; without sharding the whole arena's).
+  optim::ArenaShardRange shard() const { return shard_; }
+  int64_t state_bytes_per_rank() const;
   // Top-k: whether the pairs are exchanged (see DataParallelOptions::topk_exchange) and the last step's
   // volume.
   bool exchanges_pairs() const { return topk_pairs_; }
@@ -107,6 +120,10 @@ class DataParallel {
   void count_step();        // after a step: its count, and the consistency check when due
   void launch_ready_buckets();
   void launch(size_t bucket);
+  // ZeRO-1, after a step: every rank's updated slice of the parameters (and their copy) to every rank.
+  void gather_parameters();
+  // ZeRO-1: per rank, how many elements of [begin, end) its shard holds.
+  std::vector<int64_t> shard_counts(int64_t begin, int64_t end) const;
 
   nn::Module& model_;
   optim::Optimizer& optimizer_;
@@ -118,10 +135,14 @@ class DataParallel {
   std::vector<int64_t> pending_;                        // per bucket: segments not yet final in this backward
   std::vector<std::unique_ptr<Work>> in_flight_;
   size_t next_launch_ = 0;
-  bool reducing_ = false;  // a synchronizing backward ran and its reduction is not waited for yet
+  bool reducing_ = false;      // a synchronizing backward ran and its reduction is not waited for yet
+  bool synchronized_ = false;  // the gradients of the last backward are reduced (step() does not again)
   int64_t steps_ = 0;
   bool topk_ = false, topk_pairs_ = false;
   ExchangeReport last_exchange_;
+  bool zero_ = false;
+  optim::ArenaShardRange shard_;
+  std::vector<optim::ArenaShardRange> shards_;  // every rank's (ZeRO-1)
 };
 
 // A 64-bit hash of a tensor's bytes (FNV-1a over 8-byte words; the values are copied to the host).

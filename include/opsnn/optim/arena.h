@@ -59,13 +59,26 @@ class ParamArena {
   // Flat views of whole buffers (padded length) and shaped views of one segment.
   Tensor params() const { return Tensor::view_of(params_, 0, {padded_elements_}, DType::f32); }
   Tensor grads() const { return Tensor::view_of(grads_, 0, {padded_elements_}, DType::f32); }
+  // A state buffer: the whole arena's, or with sharded states the shard's (shard_end - shard_begin).
   Tensor state(size_t index) const;
+  // A segment's state, shaped; UsageError with sharded states (the segment may lie on other ranks).
   Tensor state_view(size_t index, size_t segment) const;
   Tensor grad_view(size_t segment) const;
 
-  // Chunks of the dense passes (sparse segments left out) and the raw view kernels take.
+  // Chunks of the dense passes (sparse segments left out) and the raw view kernels take: with sharded
+  // states, the shard's chunks (cut at its ends, offsets relative to shard_begin) over buffers that start
+  // at shard_begin.
   const std::vector<ArenaChunk>& dense_chunks() const { return dense_chunks_; }
+  const std::vector<ArenaChunk>& step_chunks() const { return sharded() ? shard_chunks_ : dense_chunks_; }
   ArenaView view() const;
+
+  // ZeRO-1: keep the optimizer states only for elements [begin, end) (multiples of kArenaAlignmentElements,
+  // or end = padded_elements()); their values there are kept. A segment may straddle either end. Steps then
+  // cover only that range (view(), step_chunks()). Row-sparse segments cannot be sharded (ConfigError).
+  void shard_states(int64_t begin, int64_t end);
+  bool sharded() const { return sharded_; }
+  int64_t shard_begin() const { return shard_begin_; }
+  int64_t shard_end() const { return sharded_ ? shard_end_ : padded_elements_; }
 
   // Zeroes every gradient (one fill over the buffer) and clears row-sparse gradients.
   void zero_grads();
@@ -76,7 +89,9 @@ class ParamArena {
  private:
   std::vector<ArenaSegment> segments_;
   std::vector<std::string> state_names_;
-  std::vector<ArenaChunk> dense_chunks_;
+  std::vector<ArenaChunk> dense_chunks_, shard_chunks_;
+  bool sharded_ = false;
+  int64_t shard_begin_ = 0, shard_end_ = 0;
   std::shared_ptr<Storage> params_, grads_;
   std::vector<std::shared_ptr<Storage>> states_;
   int64_t padded_elements_ = 0;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -16,6 +17,10 @@
 #include "opsnn/optim/rules.h"
 #include "opsnn/optim/step_kernels.h"
 #include "opsnn/optim/step_state.h"
+
+namespace opsnn {
+class Tensor;
+}
 
 namespace opsnn::optim {
 
@@ -39,6 +44,9 @@ struct StepConstants {
   int64_t growth_interval = 2000;
   DeviceNonFiniteAction on_nonfinite = DeviceNonFiniteAction::skip;
   double grad_norm_warn_threshold = 1e6;
+  // The states are sharded over ranks (ZeRO-1): the segment sums are summed over the ranks before the
+  // prologue (and LAMB's before its trust ratios), so the step is always two-pass.
+  int32_t sharded = 0;
 };
 
 // One arena segment (tensor) in the device table.
@@ -104,12 +112,16 @@ class DeviceStepper {
   virtual std::vector<double> segment_grad_sum_squares() = 0;
   // Captures one step into a graph (no sparse segments); the stepper must outlive it.
   virtual std::unique_ptr<CapturedStep> capture() = 0;
+  // A sharded step (StepConstants::sharded): `sum` makes per-segment statistics (an f64 device tensor)
+  // the sums over the ranks, in place, ordered on the default stream. Set before the first step.
+  virtual void set_cross_rank_sum(std::function<void(const Tensor&)> sum) = 0;
 };
 
 // True when a step's gradient statistics ride along in the update pass (LAMB: its phase 1): no clipping,
-// no loss scaling and monitor.on_nonfinite = warn (nothing in the step depends on them before the update).
+// no loss scaling and monitor.on_nonfinite = warn (nothing in the step depends on them before the update),
+// and the step is not sharded.
 inline bool single_pass_step(const StepConstants& k) {
-  return !k.scaling && !(k.max_grad_norm > 0.0) && k.on_nonfinite == DeviceNonFiniteAction::warn;
+  return !k.sharded && !k.scaling && !(k.max_grad_norm > 0.0) && k.on_nonfinite == DeviceNonFiniteAction::warn;
 }
 
 using DeviceStepperFactory = std::unique_ptr<DeviceStepper> (*)(Device device, const StepConstants& constants,

@@ -27,6 +27,7 @@
 #include "opsnn/optim/loss_scaler.h"
 #include "opsnn/optim/monitor.h"
 #include "opsnn/optim/options.h"
+#include "opsnn/optim/shard.h"
 #include "opsnn/optim/step_kernels.h"
 #include "opsnn/optim/step_state.h"
 #include "opsnn/optim/topk.h"
@@ -144,6 +145,8 @@ class Optimizer {
   // Every parameter's copy keyed by its TensorImpl (what nn::Module::set_parameter_copies takes); empty
   // when there is no copy.
   std::unordered_map<const TensorImpl*, Tensor> param_copies() const;
+  // The flat copy ([padded_elements], the arena's layout), or an undefined tensor.
+  const Tensor& param_copy_buffer() const { return param_copy_; }
 
   // The row-sparse updater: the built-ins install theirs (step_extensions.h) when their parameters include
   // row-sparse tables; an optimizer registered from outside sets its own.
@@ -160,6 +163,18 @@ class Optimizer {
   // The sparsifier (null without sparsification): its options and last selected pairs.
   const GradientSparsifier* gradient_sparsifier() const { return sparsifier_.get(); }
   const std::optional<TopKStepReport>& last_sparsification() const { return last_sparsification_; }
+
+  // ZeRO-1 (shard.h): keep the optimizer states only for arena elements [begin, end) (arena_shard_range)
+  // and step only those. Gradient statistics (the norm for clipping and the monitor, found-inf, LAMB's
+  // per-tensor norms) are summed over the ranks through `exchange`, so every rank decides alike;
+  // state_dict() gathers the whole state from every rank (a collective: every rank calls it) and
+  // load_state_dict() keeps this rank's part of a whole one, so checkpoints do not depend on the world
+  // size. The caller reduces the gradients of [begin, end) before each step and gathers the parameters
+  // (and the low-precision copy) after it: dist::DataParallel with zero_stage 1 does both. UsageError for
+  // optimizers registered from outside (their update pass may reduce over tensors), with row-sparse
+  // segments or top-k sparsification, or when called twice; capture_step() is refused afterwards.
+  void shard_states(int64_t begin, int64_t end, std::shared_ptr<ShardExchange> exchange);
+  bool sharded() const { return exchange_ != nullptr; }
 
   // Tensors by parameter name ("<param>.exp_avg", ...; copies), the step-state scalars
   // ("step_state.step", ...) and the step extensions' state ("@..."; step_extensions.h). load_state_dict
@@ -200,6 +215,8 @@ class Optimizer {
   // Per-chunk scratch (one double per dense chunk) for subclasses with extra reductions (LAMB's norms).
   static constexpr size_t kScratchArrays = 2;
   double* scratch(size_t index);
+  // Sums per-segment partial statistics over the ranks of a sharded step (shard_states); nothing otherwise.
+  void sum_over_shards(std::vector<double>& values);
 
  private:
   void validate_groups() const;
@@ -220,6 +237,8 @@ class Optimizer {
   void build_stepper();
   // The shaped view of segment's values in param_copy_.
   Tensor param_copy_view(const ArenaSegment& segment) const;
+  // The whole arena's state buffer `index`: the arena's own, or gathered from the shards.
+  Tensor whole_state(size_t index) const;
 
   std::string name_;
   const OptimizerDescriptor* descriptor_;
@@ -244,6 +263,7 @@ class Optimizer {
   bool state_stale_ = false;                // steps were enqueued since state_ was read back
   mutable bool segment_norms_stale_ = false;
   std::vector<SegmentStepScalars> segment_scalars_;
+  std::shared_ptr<ShardExchange> exchange_;  // set by shard_states
 };
 
 // ---- registry (descriptor.h: register_optimizer(descriptor), find_optimizer) ----

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "core/cuda/device_guard.h"
 #include "opsnn/core/error.h"
 #include "opsnn/core/storage.h"
+#include "opsnn/core/tensor.h"
 #include "opsnn/optim/device_step.h"
 #include "optim/cuda/fused_step_kernels.h"
 #include "optim/cuda/register.h"
@@ -153,7 +155,7 @@ class CudaStepper final : public DeviceStepper {
     const size_t chunks = tiles.size(), count = segments.size();
     chunks_ = allocate(chunks * sizeof(ArenaChunk));
     segments_ = allocate(count * sizeof(DeviceSegment));
-    sums_ = allocate((3 * chunks + 5 * count) * sizeof(double));
+    sums_ = std::make_shared<Storage>(std::max<size_t>((3 * chunks + 5 * count) * sizeof(double), 16), device_);
     state_ = allocate(sizeof(StepState));
     scalars_ = allocate(sizeof(StepScalars));
     report_ = allocate(sizeof(DeviceStepReport));
@@ -193,6 +195,22 @@ class CudaStepper final : public DeviceStepper {
         OPSNN_CUDA_CHECK(
             cudaMemcpy(lamb_items_->data(), items.data(), items.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
       OPSNN_CUDA_CHECK(cudaMemset(lamb_flags_->data(), 0, lamb_flags_->bytes()));
+      if (constants.sharded) {
+        std::vector<int32_t> phase1(tiles.size()), phase2(tiles.size());
+        for (size_t t = 0; t < tiles.size(); ++t) {
+          phase1[t] = static_cast<int32_t>(t * 2);
+          phase2[t] = static_cast<int32_t>(t * 2 + 1);
+        }
+        lamb_phase_items_ = static_cast<int32_t>(tiles.size());
+        lamb_phase1_items_ = allocate(tiles.size() * sizeof(int32_t));
+        lamb_phase2_items_ = allocate(tiles.size() * sizeof(int32_t));
+        if (!tiles.empty()) {
+          OPSNN_CUDA_CHECK(cudaMemcpy(lamb_phase1_items_->data(), phase1.data(), phase1.size() * sizeof(int32_t),
+                                      cudaMemcpyHostToDevice));
+          OPSNN_CUDA_CHECK(cudaMemcpy(lamb_phase2_items_->data(), phase2.data(), phase2.size() * sizeof(int32_t),
+                                      cudaMemcpyHostToDevice));
+        }
+      }
       int32_t* flags = static_cast<int32_t*>(lamb_flags_->data());
       buffers_.lamb.items = static_cast<const int32_t*>(lamb_items_->data());
       buffers_.lamb.item_count = static_cast<int32_t>(items.size());
@@ -226,7 +244,9 @@ class CudaStepper final : public DeviceStepper {
     const FusedBuffers& b = buffers_;
     const StepConstants& k = constants_;
     auto update = [&](bool with_stats) {
-      if (k.rule == UpdateRule::lamb)
+      if (k.rule == UpdateRule::lamb && k.sharded)
+        sharded_lamb(stream);
+      else if (k.rule == UpdateRule::lamb)
         launch_lamb(b, k, with_stats, stream);
       else
         launch_update(b, k, with_stats, stream);
@@ -239,10 +259,16 @@ class CudaStepper final : public DeviceStepper {
     } else {
       launch_grad_sum_of_squares(b, stream);
       launch_segment_sums(b, 1, stream);
+      if (k.sharded) sum_over_ranks(buffers_.segment_sums[0], 1);
       launch_step_prologue(b, k, true, stream);
       update(false);
       launch_step_epilogue(b, k, false, stream);
     }
+  }
+
+  void set_cross_rank_sum(std::function<void(const Tensor&)> sum) override {
+    OPSNN_CHECK_AS(UsageError, constants_.sharded, "set_cross_rank_sum: this stepper's step is not sharded");
+    cross_rank_sum_ = std::move(sum);
   }
 
   void read(StepState& state, DeviceStepReport& report) override {
@@ -313,6 +339,32 @@ class CudaStepper final : public DeviceStepper {
   }
 
  private:
+  // `arrays` consecutive per-segment arrays starting at `first` (inside sums_) summed over the ranks.
+  void sum_over_ranks(double* first, int arrays) {
+    OPSNN_CHECK_AS(UsageError, static_cast<bool>(cross_rank_sum_),
+                   "a sharded CUDA step needs its cross-rank sum (set_cross_rank_sum) before it runs");
+    const int64_t offset = first - static_cast<double*>(sums_->data());
+    cross_rank_sum_(Tensor::view_of(sums_, offset, {int64_t{arrays} * buffers_.segment_count}, DType::f64));
+  }
+
+  // LAMB on a shard: phase 1 over every tile (which also publishes each segment's local ratio), the
+  // segments' r^2 and p^2 sums (segment_sums[1], [2]: zeroed first, as a segment may have no tile here)
+  // summed over the ranks, the ratios recomputed from them, then phase 2 over every tile.
+  void sharded_lamb(cudaStream_t stream) {
+    const int32_t count = buffers_.segment_count;
+    OPSNN_CUDA_CHECK(
+        cudaMemsetAsync(buffers_.segment_sums[1], 0, 2 * static_cast<size_t>(count) * sizeof(double), stream));
+    FusedBuffers phase = buffers_;
+    phase.lamb.items = static_cast<const int32_t*>(lamb_phase1_items_->data());
+    phase.lamb.item_count = lamb_phase_items_;
+    launch_lamb(phase, constants_, false, stream);
+    sum_over_ranks(buffers_.segment_sums[1], 2);
+    launch_lamb_trust_ratios(buffers_, constants_, stream);
+    OPSNN_CUDA_CHECK(cudaMemsetAsync(buffers_.lamb.next_item, 0, sizeof(int32_t), stream));
+    phase.lamb.items = static_cast<const int32_t*>(lamb_phase2_items_->data());
+    launch_lamb(phase, constants_, false, stream);
+  }
+
   std::unique_ptr<Storage> allocate(size_t bytes) {
     return std::make_unique<Storage>(std::max<size_t>(bytes, 16), device_);
   }
@@ -320,7 +372,12 @@ class CudaStepper final : public DeviceStepper {
   Device device_;
   StepConstants constants_;
   FusedBuffers buffers_;
-  std::unique_ptr<Storage> chunks_, segments_, sums_, state_, scalars_, report_, lamb_items_, lamb_flags_;
+  std::unique_ptr<Storage> chunks_, segments_, state_, scalars_, report_, lamb_items_, lamb_flags_;
+  std::shared_ptr<Storage> sums_;  // shared: a sharded step hands views of its segment sums to cross_rank_sum_
+  // Sharded LAMB: phase 1 and phase 2 as two launches over these item lists, the trust ratios between.
+  std::unique_ptr<Storage> lamb_phase1_items_, lamb_phase2_items_;
+  int32_t lamb_phase_items_ = 0;
+  std::function<void(const Tensor&)> cross_rank_sum_;
   double* sparse_sums_device_ = nullptr;
   std::unique_ptr<StepState[], PinnedDeleter<StepState>> pinned_state_;
   std::unique_ptr<DeviceStepReport[], PinnedDeleter<DeviceStepReport>> pinned_report_;

@@ -759,6 +759,21 @@ void launch_update(const FusedBuffers& b, const StepConstants& k, bool with_stat
   }
 }
 
+__global__ void lamb_trust_ratios_kernel(FusedBuffers b, StepConstants k) {
+  for (int s = blockIdx.x * blockDim.x + threadIdx.x; s < b.segment_count; s += gridDim.x * blockDim.x) {
+    b.lamb.trust[s] = lamb_trust_ratio(static_cast<float>(sqrt(b.segment_sums[2][s])),
+                                       static_cast<float>(sqrt(b.segment_sums[1][s])), k.trust_lower, k.trust_upper);
+    b.lamb.segment_ready[s] = 1;
+  }
+}
+
+void launch_lamb_trust_ratios(const FusedBuffers& b, const StepConstants& k, cudaStream_t stream) {
+  if (b.segment_count == 0) return;
+  const int blocks = b.segment_count / 256 + 1;
+  lamb_trust_ratios_kernel<<<blocks, 256, 0, stream>>>(b, k);
+  OPSNN_CUDA_CHECK(cudaGetLastError());
+}
+
 void launch_lamb(const FusedBuffers& b, const StepConstants& k, bool with_stats, cudaStream_t stream) {
   if (b.chunk_count == 0) return;
   dispatch<pass::Lamb>(LaunchArgs{&b, &k, with_stats ? 1 : 0, stream});

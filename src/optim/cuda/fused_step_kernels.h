@@ -68,6 +68,9 @@ void launch_update(const FusedBuffers& b, const StepConstants& k, bool with_stat
 // with_stats also chunk_sums[0] = g^2), per-segment trust ratios (segment_sums[1], [2]) as soon as a
 // segment's phase 1 is complete, phase 2 (parameter update). Needs the prologue's reset first.
 void launch_lamb(const FusedBuffers& b, const StepConstants& k, bool with_stats, cudaStream_t stream);
+// Sharded LAMB (between its two launches): every segment's trust ratio from segment_sums[1] (r^2) and
+// segment_sums[2] (p^2), which hold the sums over the ranks; marks each ready.
+void launch_lamb_trust_ratios(const FusedBuffers& b, const StepConstants& k, cudaStream_t stream);
 // The tiny epilogue: parameter check -> monitor flags; single pass: also the gradient statistics
 // (segment_sums[0] must hold this step's g^2 sums).
 void launch_step_epilogue(const FusedBuffers& b, const StepConstants& k, bool single_pass, cudaStream_t stream);

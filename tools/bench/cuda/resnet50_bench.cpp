@@ -33,18 +33,18 @@ int run(const std::vector<std::string>& args) {
       std::printf(
           "usage: opsnn-bench resnet50 [--batch 256] [--steps 20] [--warmup 5] [--precision fp32|tf32|bf16|fp16] "
           "[--channels-last auto|on|off] [--depth 50] [--image-size 224] [--conv-deterministic on|off] "
-          "[--json FILE] [--profile] [--distributed]\n"
+          "[--json FILE] [--profile] [--distributed [--zero-stage 0|1]]\n"
           "  --conv-deterministic off: cuDNN may pick algorithms that accumulate with atomics\n"
           "  --profile: one more step after the timed ones between cudaProfilerStart/Stop, for\n"
           "             ncu --profile-from-start off / nsys --capture-range=cudaProfilerApi\n"
           "  --distributed: data-parallel over the world mpirun or RANK/WORLD_SIZE describe (NCCL; world 1\n"
           "             without a launcher), images/s of this rank; also the gradient all-reduce's cost\n"
-          "             alone and how much of it backward hides\n");
+          "             alone and how much of it backward hides; --zero-stage 1 shards the optimizer states\n");
       return 0;
     }
   check_options(args,
                 {"--batch", "--steps", "--warmup", "--depth", "--image-size", "--precision", "--json",
-                 "--channels-last", "--conv-deterministic"},
+                 "--channels-last", "--conv-deterministic", "--zero-stage"},
                 {"--profile", "--distributed"});
   const int batch = parse_positive(args, "--batch", 256);
   const int steps = parse_positive(args, "--steps", 20);
@@ -55,6 +55,9 @@ int run(const std::vector<std::string>& args) {
   const std::string json_path = option(args, "--json", "");
   const bool profile = std::find(args.begin(), args.end(), "--profile") != args.end();
   const bool distributed = std::find(args.begin(), args.end(), "--distributed") != args.end();
+  const std::string zero_stage = option(args, "--zero-stage", "0");
+  OPSNN_CHECK_AS(ConfigError, zero_stage == "0" || zero_stage == "1", "--zero-stage: expected 0 or 1, got '",
+                 zero_stage, "'");
   const std::string channels_last_choice = option(args, "--channels-last", "auto");
   const std::string deterministic = option(args, "--conv-deterministic", "on");
   OPSNN_CHECK_AS(ConfigError, precision == "fp32" || precision == "tf32" || precision == "bf16" || precision == "fp16",
@@ -112,7 +115,11 @@ int run(const std::vector<std::string>& args) {
     model->set_parameter_copies(std::make_shared<const nn::Module::ParameterCopies>(optimizer->param_copies()));
   }
   std::unique_ptr<dist::DataParallel> parallel;
-  if (comm) parallel = std::make_unique<dist::DataParallel>(*model, *optimizer, comm);
+  if (comm) {
+    dist::DataParallelOptions parallel_options;
+    parallel_options.zero_stage = zero_stage == "1" ? 1 : 0;
+    parallel = std::make_unique<dist::DataParallel>(*model, *optimizer, comm, parallel_options);
+  }
   Tensor images = Tensor::normal({batch, 3, image_size, image_size}, 0.0, 1.0, generator).to(gpu);
   std::vector<int64_t> label_values(static_cast<size_t>(batch));
   for (int64_t& label : label_values) label = static_cast<int64_t>(generator.next_below(1000));
@@ -197,9 +204,11 @@ int run(const std::vector<std::string>& args) {
     Tensor grads = optimizer->arena().grads();
     alone_ms = 1e3 * median_seconds([&] { comm->all_reduce(grads, dist::ReduceOp::avg, "timed all-reduce"); }, 2, 5);
     std::printf(
-        "  distributed: world %d (%s), %zu buckets; %.2f ms/step without the wrapper in this process (%.2f%% "
-        "added); gradient all-reduce alone %.3f ms, %.0f%% of it hidden behind backward\n",
-        comm->size(), comm->world().launcher.c_str(), parallel->buckets().size(), plain_ms / steps,
+        "  distributed: world %d (%s), zero_stage %s (%.1f MiB of optimizer state on this rank), %zu buckets; %.2f "
+        "ms/step without the wrapper in this process (%.2f%% added); gradient all-reduce alone %.3f ms, %.0f%% of it "
+        "hidden behind backward\n",
+        comm->size(), comm->world().launcher.c_str(), zero_stage.c_str(),
+        static_cast<double>(parallel->state_bytes_per_rank()) / 1048576.0, parallel->buckets().size(), plain_ms / steps,
         100.0 * (ms / plain_ms - 1.0), alone_ms,
         alone_ms > 0 ? 100.0 * std::max(0.0, 1.0 - exposed_ms / alone_ms) : 0.0);
   }
@@ -213,6 +222,7 @@ int run(const std::vector<std::string>& args) {
                           {"precision", precision},
                           {"channels_last", channels_last},
                           {"world_size", comm ? comm->size() : 0},
+                          {"zero_stage", zero_stage == "1" ? 1 : 0},
                           {"allreduce_alone_ms", alone_ms},
                           {"exposed_comm_ms", exposed_ms},
                           {"ms_per_step_without_wrapper", comm ? plain_ms / steps : 0.0}}
