@@ -352,8 +352,8 @@ TEST_CASE("cli: ZeRO-1 on the GPU equals plain data parallel over NCCL world 1 a
     }
     // 2 MPI ranks sharing the GPU: each steps half of the arena on it.
     for (const char* zero : {"0", "1"}) {
-      const Outcome run = train2(
-          folder.path, command({OPSNN_TRAIN_EXE, "--set", "distributed.backend=mpi"}, name + "-mpi" + zero, zero));
+      const Outcome run =
+          train2(folder.path, command({"--set", "distributed.backend=mpi"}, name + "-mpi" + zero, zero));
       INFO(run.output);
       REQUIRE(run.exit_code == 0);
     }
