@@ -40,11 +40,15 @@ struct TopKOptions {
   std::vector<double> warmup_densities;
   double warmup_start_density = 0.25;
   int64_t warmup_epochs = 0;
-  // lr compensation: values waiting in the accumulator were produced under earlier learning rates. With
-  // this on, every step first rescales the accumulator by lr_previous / lr_current, so it always holds
-  // sum_s(lr_s * g_s) / lr_current: applying a sent value at the current lr moves the parameter exactly as
-  // dense SGD would have moved it over the steps it waited (sum_s lr_s * g_s), however the schedule
-  // changed the lr meanwhile. With a constant lr the factor is 1 and nothing changes.
+  // lr compensation. An element sent every T steps on average (T ~ 1 / density) carries the sum of the T
+  // gradients it waited for: their mean applied with the lr enlarged T-fold, which makes up for the less
+  // frequent update (the linear scaling rule for a T-fold batch, Goyal et al. 2017) and moves it as far as
+  // dense SGD would have (the memory of Stich et al. 2018, "Sparsified SGD with Memory"). That is exact
+  // only at a constant lr: values waiting in the accumulator were produced under earlier learning rates.
+  // With this on, every step first rescales the accumulator by lr_previous / lr_current, so it always
+  // holds sum_s(lr_s * g_s) / lr_current: applying a sent value at the current lr moves the parameter
+  // exactly sum_s lr_s * g_s, however the schedule changed the lr meanwhile. With a constant lr the factor
+  // is 1 and nothing changes (an extra 1 / density factor on top would count the waiting steps twice).
   bool lr_compensation = false;
   // Seed of the threshold sample; the same seed, inputs and step count give the same mask on any rank.
   uint64_t seed = 0;
