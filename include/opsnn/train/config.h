@@ -215,6 +215,7 @@ struct DistributedConfig {
   double first_bucket_mb = 1.0;   // the first bucket (gradients of the last layers, ready first)
   double timeout_s = 600.0;       // a collective not done by then ends the job (dead or stuck rank)
   int64_t check_every_steps = 0;  // debug: all-gather a hash of weights and state every this many steps
+  bool sync_batchnorm = false;    // BatchNorm statistics over the global batch (SyncBatchNorm)
   bool operator==(const DistributedConfig&) const = default;
 };
 
