@@ -32,12 +32,16 @@ struct TemporaryFolder : opsnn::testing::TemporaryFolder {
 // `env ASAN_OPTIONS=... mpirun -np 2 ...` with the flags CI needs (root, more ranks than cores), run
 // through `env` so that a sanitizer build's ranks skip the leak check: OpenMPI keeps allocations until
 // exit (in plugins unloaded by then, so no suppression can name them); address errors still fail.
-std::vector<std::string> mpirun(std::vector<std::string> arguments) {
+std::string asan_without_leak_check() {
   const char* options = std::getenv("ASAN_OPTIONS");
   std::string asan = "ASAN_OPTIONS=";
   if (options != nullptr && *options != '\0') asan += std::string(options) + ":";
-  asan += "detect_leaks=0";
-  std::vector<std::string> all{asan, OPSNN_MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-np", "2"};
+  return asan + "detect_leaks=0";
+}
+
+std::vector<std::string> mpirun(std::vector<std::string> arguments) {
+  std::vector<std::string> all{asan_without_leak_check(), OPSNN_MPIEXEC, "--allow-run-as-root",
+                               "--oversubscribe",         "-np",         "2"};
   all.insert(all.end(), arguments.begin(), arguments.end());
   return all;
 }
@@ -239,11 +243,11 @@ distributed:
   INFO("per-rank statistics: worst difference " << worst_apart);
   CHECK(worst_apart > 1e-2);
 
-  // A world of one rank has nothing to synchronise and says so.
+  // A world of one rank has nothing to synchronise and says so (MPI is initialised: no leak check).
   const Outcome one = opsnn::testing::run_program(
       "env",
-      {"WORLD_SIZE=1", "RANK=0", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29519", OPSNN_TRAIN_EXE, "--config", "res.yaml",
-       "--out", "one", "--set", "train.max_steps=1"},
+      {asan_without_leak_check(), "WORLD_SIZE=1", "RANK=0", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29519",
+       OPSNN_TRAIN_EXE, "--config", "res.yaml", "--out", "one", "--set", "train.max_steps=1"},
       folder.path);
   INFO(one.output);
   REQUIRE(one.exit_code == 0);
