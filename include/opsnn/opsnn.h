@@ -13,6 +13,7 @@
 #include "opsnn/data/registry.h"
 #include "opsnn/dist/data_parallel.h"
 #include "opsnn/dist/dist.h"
+#include "opsnn/dist/sync_batch_norm.h"
 #include "opsnn/models/models.h"
 #include "opsnn/nn/nn.h"
 #include "opsnn/ops/ops.h"

@@ -137,14 +137,26 @@ void BatchNorm2d::check_input(const Tensor& input) const {
 
 Tensor BatchNorm2d::forward(const Tensor& input) {
   check_input(input);
+  if (reducer_ && is_training()) return synchronized(input, false);
   return ops::batch_norm(input, weight_, bias_, running_mean_, running_var_, is_training(), options_.momentum(),
                          options_.eps(), options_.channels_last());
 }
 
 Tensor BatchNorm2d::forward_relu(const Tensor& input) {
   check_input(input);
+  if (reducer_ && is_training()) return synchronized(input, true);
   return ops::batch_norm_relu(input, weight_, bias_, running_mean_, running_var_, is_training(), options_.momentum(),
                               options_.eps(), options_.channels_last());
+}
+
+void BatchNorm2d::set_reducer(std::shared_ptr<BatchStatisticsReducer> reducer, std::string name) {
+  reducer_ = std::move(reducer);
+  reducer_name_ = std::move(name);
+}
+
+Tensor BatchNorm2d::synchronized(const Tensor& input, bool relu) {
+  return sync_batch_norm(input, weight_, bias_, running_mean_, running_var_, options_.momentum(), options_.eps(),
+                         options_.channels_last(), relu, reducer_, "SyncBatchNorm statistics of " + reducer_name_);
 }
 
 std::string BatchNorm2d::extra_repr() const {

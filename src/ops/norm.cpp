@@ -3,7 +3,8 @@
 // batch_norm_relu is relu(batch_norm) with the relu fused into the kernels: the forward writes only the
 // relu output, which the backward keeps as the relu mask (relu(v) > 0 exactly where v > 0).
 // Channels-last inputs [N, ..., C] are batch norm of the [rows, C] matrix they are, which the backends take
-// as an [N, C] input (the CUDA backend runs kernels for channel-innermost data there).
+// as an [N, C] input (the CUDA backend runs kernels for channel-innermost data there). batch_norm_invstd,
+// 1 / sqrt(var + eps) on the eval kernel, serves batch norms composed from ops (nn::sync_batch_norm).
 #include <memory>
 
 #include "ops/op_support.h"
@@ -130,6 +131,40 @@ class BatchNormEvalBackward final : public autograd::Node {
   double eps_;
 };
 
+// 1 / sqrt(var + eps), per channel: batch norm's eval kernel applied to a row of ones with zero mean,
+// unit gamma and zero beta is exactly its invstd.
+Tensor invstd_of(const Tensor& var, double eps) {
+  const int64_t channels = var.size(0);
+  const Tensor ones = Tensor::ones({channels}, var.dtype(), var.device());
+  const Tensor zeros = Tensor::zeros({channels}, var.dtype(), var.device());
+  Tensor out = Tensor::empty({1, channels}, var.dtype(), var.device());
+  backend_for(var.device())
+      .batch_norm_forward_eval(ones.view({1, channels}), ones, zeros, zeros, var.contiguous(), eps, false, out);
+  return out.view({channels});
+}
+
+// d invstd / d var = -0.5 * (var + eps)^(-3/2) = -0.5 * invstd^3.
+class BatchNormInvstdBackward final : public autograd::Node {
+ public:
+  explicit BatchNormInvstdBackward(Tensor invstd) : invstd_(std::move(invstd)) {}
+  std::string name() const override { return "BatchNormInvstdBackward"; }
+  std::vector<Tensor> backward(const Tensor& grad_output) override {
+    const Tensor grad = internal::contiguous_grad(grad_output, invstd_.dtype());
+    Backend& backend = backend_for(invstd_.device());
+    Tensor cube = Tensor::empty(invstd_.shape(), invstd_.dtype(), invstd_.device());
+    backend.binary(BinaryOp::mul, invstd_, invstd_, cube);
+    backend.binary(BinaryOp::mul, cube, invstd_, cube);
+    backend.binary(BinaryOp::mul, cube, grad, cube);
+    Tensor grad_var = Tensor::empty(invstd_.shape(), invstd_.dtype(), invstd_.device());
+    backend.affine(cube, -0.5, 0.0, grad_var);
+    return {grad_var};
+  }
+  void release() override { invstd_ = Tensor(); }
+
+ private:
+  Tensor invstd_;
+};
+
 // batch_norm, or batch_norm_relu with `relu`.
 Tensor batch_norm_maybe_relu(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
                              Tensor& running_var, bool training, double momentum, double eps, bool relu) {
@@ -201,6 +236,17 @@ Tensor batch_norm_relu(const Tensor& input, const Tensor& gamma, const Tensor& b
                        Tensor& running_var, bool training, double momentum, double eps, bool channels_last) {
   return batch_norm_in_layout(input, gamma, beta, running_mean, running_var, training, momentum, eps, true,
                               channels_last);
+}
+
+Tensor batch_norm_invstd(const Tensor& var, double eps) {
+  OPSNN_CHECK_AS(ShapeError, var.dim() == 1 && var.numel() > 0,
+                 "batch_norm_invstd: var must be a non-empty 1-d tensor of per-channel variances, got ", var.str());
+  OPSNN_CHECK_AS(TypeError, var.dtype() == DType::f32 || var.dtype() == DType::f64,
+                 "batch_norm_invstd: var must be f32 or f64 (batch norm's per-channel dtypes), got ", var.str());
+  OPSNN_CHECK_AS(ConfigError, eps >= 0.0, "batch_norm_invstd: eps must not be negative, got ", eps);
+  Tensor out = invstd_of(var, eps);
+  if (!autograd::any_requires_grad({var})) return out;
+  return autograd::record(out, std::make_shared<BatchNormInvstdBackward>(out.detach()), {var});
 }
 
 }  // namespace opsnn::ops

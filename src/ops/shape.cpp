@@ -1,6 +1,7 @@
-// Differentiable reshape, flatten and permute. reshape and flatten share the input's storage when the input
+// Differentiable reshape, flatten, permute and slice. reshape and flatten share the input's storage when the input
 // is contiguous (a non-contiguous input is copied to a contiguous one first) and reshape back in the
-// backward; permute copies to a contiguous tensor and permutes the gradient back.
+// backward; permute copies to a contiguous tensor and permutes the gradient back; slice copies rows and
+// writes the gradient back into zeros.
 #include <memory>
 #include <string>
 
@@ -63,7 +64,36 @@ class PermuteNode final : public autograd::Node {
   DType dtype_;
 };
 
+// The gradient of a slice: zeros of the input's shape with the incoming gradient in the sliced rows.
+class SliceNode final : public autograd::Node {
+ public:
+  SliceNode(Shape input_shape, DType dtype, int64_t start, int64_t end)
+      : input_shape_(std::move(input_shape)), dtype_(dtype), start_(start), end_(end) {}
+  std::string name() const override { return "SliceBackward"; }
+  std::vector<Tensor> backward(const Tensor& grad_output) override {
+    const Tensor grad = internal::contiguous_grad(grad_output, dtype_);
+    Tensor grad_input = Tensor::zeros(input_shape_, dtype_, grad.device());
+    grad_input.slice(0, start_, end_).copy_(grad);  // contiguous rows of a contiguous tensor: one copy
+    return {grad_input};
+  }
+
+ private:
+  Shape input_shape_;
+  DType dtype_;
+  int64_t start_, end_;
+};
+
 }  // namespace
+
+Tensor slice(const Tensor& x, int64_t start, int64_t end) {
+  OPSNN_CHECK_AS(ShapeError, x.dim() >= 1, "slice: a 0-d tensor has no rows to slice, got ", x.str());
+  const int64_t rows = x.size(0);
+  OPSNN_CHECK_AS(ShapeError, 0 <= start && start <= end && end <= rows, "slice: rows [", start, ", ", end,
+                 ") are out of range for ", shape_str(x.shape()), " (", rows, " rows)");
+  Tensor out = x.detach().slice(0, start, end).contiguous();
+  if (!autograd::any_requires_grad({x})) return out;
+  return autograd::record(out, std::make_shared<SliceNode>(x.shape(), x.dtype(), start, end), {x});
+}
 
 Tensor permute(const Tensor& x, const std::vector<int64_t>& order) {
   // Tensor::permute checks that `order` is a permutation of x's dimensions. A new TensorImpl even where

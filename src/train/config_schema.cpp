@@ -622,6 +622,7 @@ std::vector<KeySpec> build_schema() {
       number_key("distributed.timeout_s", OPSNN_FIELD(distributed.timeout_s), Range::open_closed(0, 1e6)),
       integer_key("distributed.check_every_steps", OPSNN_FIELD(distributed.check_every_steps), non_negative),
       integer_key("distributed.zero_stage", OPSNN_FIELD(distributed.zero_stage), Range::closed(0, 1)),
+      bool_key("distributed.sync_batchnorm", OPSNN_FIELD(distributed.sync_batchnorm)),
   };
 #undef OPSNN_FIELD
 }

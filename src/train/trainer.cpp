@@ -23,6 +23,7 @@
 #include "opsnn/data/synthetic.h"
 #include "opsnn/dist/data_parallel.h"
 #include "opsnn/dist/dist.h"
+#include "opsnn/dist/sync_batch_norm.h"
 #include "opsnn/nn/module.h"
 #include "opsnn/ops/ops.h"
 #include "opsnn/optim/optimizer.h"
@@ -498,6 +499,11 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
                               dtype_size(s.optimizer->arena().state_dtype())) /
               1048576.0);
     }
+    if (c.distributed.sync_batchnorm && s.world_size > 1)
+      s.logger->info("SyncBatchNorm: the training statistics of {} BatchNorm layers are taken over the global batch",
+                     dist::convert_sync_batch_norm(*s.model, s.comm));
+    else if (c.distributed.sync_batchnorm)
+      s.logger->info("distributed.sync_batchnorm: one rank, so BatchNorm's statistics are the global batch's already");
     if (s.optimizer->sparsifies())
       s.logger->info(
           s.data_parallel->exchanges_pairs()

@@ -1,6 +1,7 @@
 // Tests of ops::batch_norm and ops::batch_norm_relu (src/ops/norm.cpp, src/ops/cpu/norm.cpp): training and
 // eval values, running-statistic updates, finite-difference gradients, f32 precision, argument errors, and
-// the fused relu equal bit for bit to batch_norm followed by relu.
+// the fused relu equal bit for bit to batch_norm followed by relu; batch_norm_invstd's values, gradient and
+// errors.
 #include <cmath>
 #include <vector>
 
@@ -298,4 +299,44 @@ TEST_CASE("batch_norm_relu keeps its output as the mask and releases it after th
   REQUIRE(out.storage().use_count() == 2);
   out.backward(Tensor::ones(out.shape(), DType::f64));
   REQUIRE(out.storage().use_count() == 1);
+}
+
+TEST_CASE("batch_norm_invstd is 1 / sqrt(var + eps) with the gradient -0.5 invstd^3", "[ops]") {
+  const std::vector<double> var{0.0, 0.25, 1.0, 3.5, 1e4};
+  for (DType dtype : {DType::f32, DType::f64}) {
+    INFO(dtype_name(dtype));
+    Tensor out = ops::batch_norm_invstd(Tensor::from_vector(var, {5}, dtype), 1e-3);
+    REQUIRE(out.shape() == Shape{5});
+    REQUIRE(out.dtype() == dtype);
+    std::vector<double> expected;
+    for (double v : var) expected.push_back(1.0 / std::sqrt(v + 1e-3));
+    require_close(out.to_vector<double>(), expected, dtype == DType::f32 ? 1e-6 : 1e-14);
+  }
+  // The invstd batch_norm normalises with: batch_norm of [x, -x] (mean 0, variance x^2) scales x by it.
+  Tensor x = Tensor::from_vector<double>({2.0, -2.0}, {2, 1});
+  Tensor mean = Tensor::zeros({1}, DType::f64), unit = Tensor::ones({1}, DType::f64);
+  const double normalised = ops::batch_norm(x, Tensor(), Tensor(), mean, unit, true, 0.1, 1e-5).to_vector<double>()[0];
+  require_close({normalised}, {2.0 * ops::batch_norm_invstd(Tensor::full({1}, 4.0, DType::f64), 1e-5).item()}, 1e-15);
+
+  Generator generator(31);
+  require_gradcheck([](const std::vector<Tensor>& in) { return ops::batch_norm_invstd(in[0], 1e-5); },
+                    {random_leaf({6}, generator, 0.1, 3.0)});
+  require_gradcheck(
+      [](const std::vector<Tensor>& in) {
+        return ops::mul(ops::batch_norm_invstd(ops::mul(in[0], in[0]), 0.5), in[0]);
+      },
+      {random_leaf({4}, generator)});
+}
+
+TEST_CASE("batch_norm_invstd rejects what is not a 1-d f32 or f64 tensor and a negative eps", "[ops]") {
+  CHECK_THAT(require_throws<ShapeError>([] {
+               ops::batch_norm_invstd(Tensor::ones({2, 3}), 1e-5);
+             }),
+             Catch::Contains("1-d") && Catch::Contains("[2, 3]"));
+  CHECK_THAT(require_throws<ShapeError>([] { ops::batch_norm_invstd(Tensor::ones({0}), 1e-5); }),
+             Catch::Contains("non-empty"));
+  CHECK_THAT(require_throws<TypeError>([] { ops::batch_norm_invstd(Tensor::ones({3}, DType::bf16), 1e-5); }),
+             Catch::Contains("f32 or f64") && Catch::Contains("bf16"));
+  CHECK_THAT(require_throws<ConfigError>([] { ops::batch_norm_invstd(Tensor::ones({3}), -1.0); }),
+             Catch::Contains("eps"));
 }

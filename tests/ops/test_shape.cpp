@@ -1,4 +1,4 @@
-// Tests for reshape, flatten and permute (src/ops/shape.cpp): resulting shapes and element order, storage
+// Tests for reshape, flatten, permute and slice (src/ops/shape.cpp): resulting shapes and element order, storage
 // sharing, non-contiguous inputs, gradients and errors.
 #include "ops/op_test_helpers.h"
 #include "opsnn/ops/ops.h"
@@ -140,4 +140,40 @@ TEST_CASE("permute rejects orders that are not permutations", "[ops]") {
   CHECK_THAT(message, Catch::Contains("twice") && Catch::Contains("[0, 1, 1]"));
   message = require_throws<ShapeError>([&] { ops::permute(x, {0, 1, 3}); });
   CHECK_THAT(message, Catch::Contains("permute") && Catch::Contains("3"));
+}
+
+TEST_CASE("slice copies rows of the first dimension and sends their gradient back into zeros", "[ops]") {
+  Tensor x = Tensor::from_vector<float>({0, 1, 2, 3, 4, 5, 6, 7}, {4, 2});
+  Tensor rows = ops::slice(x, 1, 3);
+  CHECK(rows.shape() == Shape{2, 2});
+  CHECK(rows.to_vector<float>() == std::vector<float>{2, 3, 4, 5});
+  CHECK(ops::slice(x, 2, 2).shape() == Shape{0, 2});
+  // A non-contiguous input is read in its logical order: rows of the transpose [[0, 2, 4, 6], [1, 3, 5, 7]].
+  CHECK(ops::slice(x.transpose(0, 1), 1, 2).to_vector<float>() == std::vector<float>{1, 3, 5, 7});
+
+  Tensor leaf = Tensor::from_vector<double>({1, 2, 3, 4, 5}, {5});
+  leaf.set_requires_grad(true);
+  ops::sum(ops::mul(ops::slice(leaf, 1, 4), Tensor::from_vector<double>({10, 20, 30}, {3}))).backward();
+  require_close(leaf.grad().to_vector<double>(), {0, 10, 20, 30, 0});
+
+  Generator generator(43);
+  require_gradcheck(
+      [](const std::vector<Tensor>& in) {
+        Tensor part = ops::slice(in[0], 1, 3);
+        return ops::mul(part, part);
+      },
+      {random_leaf({4, 3, 2}, generator)});
+  // Two slices of one tensor: both gradients reach it.
+  require_gradcheck(
+      [](const std::vector<Tensor>& in) { return ops::mul(ops::slice(in[0], 0, 3), ops::slice(in[0], 3, 6)); },
+      {random_leaf({6}, generator)});
+}
+
+TEST_CASE("slice rejects ranges outside the first dimension and 0-d tensors", "[ops]") {
+  Tensor x = Tensor::zeros({4, 2});
+  CHECK(require_throws<ShapeError>([&] { ops::slice(x, 3, 5); }) ==
+        "slice: rows [3, 5) are out of range for [4, 2] (4 rows)");
+  CHECK_THAT(require_throws<ShapeError>([&] { ops::slice(x, 3, 2); }), Catch::Contains("[3, 2)"));
+  CHECK_THAT(require_throws<ShapeError>([&] { ops::slice(x, -1, 2); }), Catch::Contains("[-1, 2)"));
+  CHECK_THAT(require_throws<ShapeError>([&] { ops::slice(Tensor::scalar(1.0), 0, 1); }), Catch::Contains("0-d tensor"));
 }

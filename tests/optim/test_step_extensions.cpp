@@ -121,7 +121,8 @@ TEST_CASE("top-k works with every built-in optimizer: by hand equals inside and 
     auto dense_optimizer = make_optimizer(name, dense, base);
     for (int step = 0; step < 6; ++step) {
       auto grads = testing::make_grads(with, step, 2, testing::GradPattern::normal);
-      for (const NamedParameters* parameters : {&with, &without, &full, &dense}) testing::write_grads(*parameters, grads);
+      for (const NamedParameters* parameters : {&with, &without, &full, &dense})
+        testing::write_grads(*parameters, grads);
       inside->step();
       REQUIRE(by_hand.apply(*outside).has_value());
       outside->step();

@@ -218,6 +218,20 @@ TEST_CASE("Config: train.deterministic is a boolean, true by default, and a run 
         "--set train.deterministic=2: key 'train.deterministic': expected true or false, got 2");
 }
 
+TEST_CASE("Config: distributed.sync_batchnorm is a boolean, false by default", "[config]") {
+  REQUIRE_FALSE(load_config_text("", "t.yaml").distributed.sync_batchnorm);
+  const TrainConfig synchronised = load_config_text("distributed:\n  sync_batchnorm: true\n", "t.yaml");
+  REQUIRE(synchronised.distributed.sync_batchnorm);
+  REQUIRE(load_config_text(emit_config(synchronised), "emitted.yaml") == synchronised);
+  CHECK(error_of("distributed:\n  sync_batchnorm: 1.5\n") ==
+        "test.yaml:2:19: key 'distributed.sync_batchnorm': expected true or false, got 1.5");
+  CHECK(error_of("distributed:\n  sync_batchnorm: [true]\n") ==
+        "test.yaml:2:19: key 'distributed.sync_batchnorm': expected true or false, got a list");
+  CHECK(error_of("", {"distributed.sync_batchnorm=yes please"}) ==
+        "--set distributed.sync_batchnorm=yes please: key 'distributed.sync_batchnorm': expected true or false, got "
+        "yes please");
+}
+
 TEST_CASE("Config: out-of-range values", "[config]") {
   CHECK(error_of("optimizer:\n  name: adam\n  lr: -0.1\n") ==
         "test.yaml:3:7: key 'optimizer.lr': expected a number in [1e-30, 1e+30], got -0.1");

@@ -4,9 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string>
 
 #include "opsnn/core/rng.h"
 #include "opsnn/nn/module.h"
+#include "opsnn/nn/sync_batch_norm.h"
 #include "opsnn/ops/backend.h"
 
 namespace opsnn::nn {
@@ -69,6 +72,8 @@ class Conv2d : public Module {
 };
 
 // ---- BatchNorm2d: per-channel normalisation; batch statistics in training, running ones in eval ----
+// With a reducer (set_reducer, or set_batch_norm_reducer on a tree) the training statistics are those of
+// every rank's batch together (nn::sync_batch_norm, SyncBatchNorm); eval never communicates.
 struct BatchNorm2dOptions {
   explicit BatchNorm2dOptions(int64_t num_features) : num_features_(num_features) {}
   OPSNN_ARG(int64_t, num_features);
@@ -94,12 +99,19 @@ class BatchNorm2d : public Module {
   const Tensor& bias() const { return bias_; }
   const Tensor& running_mean() const { return running_mean_; }
   const Tensor& running_var() const { return running_var_; }
+  // Synchronised statistics in training through `reducer` (nullptr: this rank's own); `name` (the layer's
+  // dotted name in its model) names the layer's collectives.
+  void set_reducer(std::shared_ptr<BatchStatisticsReducer> reducer, std::string name);
+  const std::shared_ptr<BatchStatisticsReducer>& reducer() const { return reducer_; }
 
  private:
   void check_input(const Tensor& input) const;
+  Tensor synchronized(const Tensor& input, bool relu);
 
   BatchNorm2dOptions options_;
   Tensor weight_, bias_, running_mean_, running_var_;
+  std::shared_ptr<BatchStatisticsReducer> reducer_;
+  std::string reducer_name_;
 };
 
 // ---- Embedding: a table [num_embeddings, embedding_dim] looked up by i64 indices ----

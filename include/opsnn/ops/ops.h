@@ -46,6 +46,10 @@ Tensor flatten(const Tensor& x, int64_t start_dim = 1, int64_t end_dim = -1);
 // x with its dimensions reordered: dimension i of the result is dimension order[i] of x (order a
 // permutation of 0 .. dim - 1), copied to a contiguous tensor. The gradient is permuted back.
 Tensor permute(const Tensor& x, const std::vector<int64_t>& order);
+// Entries [start, end) of x's first dimension, as a contiguous tensor (a contiguous range of x's elements,
+// so the backward writes the gradient into a zero tensor of x's shape with one device copy on any device).
+// ShapeError for a 0-d x or a range outside the dimension.
+Tensor slice(const Tensor& x, int64_t start, int64_t end);
 
 // ---- convolution, normalization, pooling (NCHW; convolution and batch norm also channels-last) ----
 // input [N, C, H, W] -> [N, K, H', W'], or with geometry.channels_last [N, H, W, C] -> [N, H', W', K];
@@ -64,6 +68,10 @@ Tensor batch_norm(const Tensor& input, const Tensor& gamma, const Tensor& beta, 
 Tensor batch_norm_relu(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
                        Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5,
                        bool channels_last = false);
+// 1 / sqrt(var + eps) element by element for a 1-d tensor of per-channel variances (>= 0), on batch norm's
+// own kernels; the gradient is -0.5 * invstd^3. What a batch norm composed from ops (nn::sync_batch_norm)
+// normalises with.
+Tensor batch_norm_invstd(const Tensor& var, double eps);
 Tensor max_pool2d(const Tensor& input, const Pool2dGeometry& geometry);
 Tensor avg_pool2d(const Tensor& input, const Pool2dGeometry& geometry);
 Tensor global_avg_pool2d(const Tensor& input);  // [N, C, H, W] -> [N, C]

@@ -216,6 +216,7 @@ struct DistributedConfig {
   double timeout_s = 600.0;       // a collective not done by then ends the job (dead or stuck rank)
   int64_t check_every_steps = 0;  // debug: all-gather a hash of weights and state every this many steps
   int64_t zero_stage = 0;         // 1: ZeRO-1, optimizer states sharded over the ranks
+  bool sync_batchnorm = false;    // BatchNorm statistics over the global batch (SyncBatchNorm)
   bool operator==(const DistributedConfig&) const = default;
 };
 
