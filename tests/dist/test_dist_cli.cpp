@@ -235,14 +235,16 @@ TEST_CASE("cli: ZeRO-1 trains as plain data parallel and its checkpoints resume 
   REQUIRE(widened.exit_code == 0);
   check_close(folder.path / "widened" / last / "model.safetensors", folder.path / "whole" / last / "model.safetensors",
               1e-5);
-  namespace {
+}
 
-  // A ResNet trained by 2 ranks with distributed.sync_batchnorm against one process with the global batch
-  // (within `tolerance` of each tensor's largest value) and against 2 ranks with per-rank statistics (far);
-  // `extra` adds settings (the GPU's).
-  void check_sync_batchnorm(const std::vector<std::string>& extra, double tolerance, bool world_of_one) {
-    TemporaryFolder folder;
-    write_text(folder.path / "res.yaml", R"(run:
+namespace {
+
+// A ResNet trained by 2 ranks with distributed.sync_batchnorm against one process with the global batch
+// (within `tolerance` of each tensor's largest value) and against 2 ranks with per-rank statistics (far);
+// `extra` adds settings (the GPU's).
+void check_sync_batchnorm(const std::vector<std::string>& extra, double tolerance, bool world_of_one) {
+  TemporaryFolder folder;
+  write_text(folder.path / "res.yaml", R"(run:
   name: res
 model:
   arch: resnet18
@@ -273,234 +275,233 @@ distributed:
   timeout_s: 60
   sync_batchnorm: true
 )");
-    auto with = [&](std::vector<std::string> arguments) {
-      arguments.insert(arguments.end(), extra.begin(), extra.end());
-      return arguments;
-    };
-    const Outcome synchronised = train2(folder.path, with({"--config", "res.yaml", "--out", "sync"}));
-    INFO(synchronised.output);
-    REQUIRE(synchronised.exit_code == 0);
-    CHECK_THAT(read_text(folder.path / "sync" / "train.log"),
-               Catch::Contains("SyncBatchNorm: the training statistics of 20 BatchNorm layers"));
-    const Outcome separate = train2(
-        folder.path, with({"--config", "res.yaml", "--out", "separate", "--set", "distributed.sync_batchnorm=false"}));
-    REQUIRE(separate.exit_code == 0);
-    CHECK_THAT(read_text(folder.path / "separate" / "train.log"), !Catch::Contains("SyncBatchNorm"));
-    // One process with the global batch (8) sees the same samples; there the key is ignored.
-    const Outcome single = opsnn::testing::run_program(
-        OPSNN_TRAIN_EXE, with({"--config", "res.yaml", "--out", "single", "--set", "data.batch_size=8"}), folder.path);
-    INFO(single.output);
-    REQUIRE(single.exit_code == 0);
+  auto with = [&](std::vector<std::string> arguments) {
+    arguments.insert(arguments.end(), extra.begin(), extra.end());
+    return arguments;
+  };
+  const Outcome synchronised = train2(folder.path, with({"--config", "res.yaml", "--out", "sync"}));
+  INFO(synchronised.output);
+  REQUIRE(synchronised.exit_code == 0);
+  CHECK_THAT(read_text(folder.path / "sync" / "train.log"),
+             Catch::Contains("SyncBatchNorm: the training statistics of 20 BatchNorm layers"));
+  const Outcome separate = train2(
+      folder.path, with({"--config", "res.yaml", "--out", "separate", "--set", "distributed.sync_batchnorm=false"}));
+  REQUIRE(separate.exit_code == 0);
+  CHECK_THAT(read_text(folder.path / "separate" / "train.log"), !Catch::Contains("SyncBatchNorm"));
+  // One process with the global batch (8) sees the same samples; there the key is ignored.
+  const Outcome single = opsnn::testing::run_program(
+      OPSNN_TRAIN_EXE, with({"--config", "res.yaml", "--out", "single", "--set", "data.batch_size=8"}), folder.path);
+  INFO(single.output);
+  REQUIRE(single.exit_code == 0);
 
-    const fs::path last = fs::path("checkpoints") / "step_00000003" / "model.safetensors";
-    const auto alone = opsnn::train::read_safetensors(folder.path / "single" / last);
-    const auto together = opsnn::train::read_safetensors(folder.path / "sync" / last);
-    const auto apart = opsnn::train::read_safetensors(folder.path / "separate" / last);
-    REQUIRE(together.tensors.size() == alone.tensors.size());
-    REQUIRE(apart.tensors.size() == alone.tensors.size());
-    double worst_apart = 0.0;
-    int64_t running_stats = 0;
-    for (size_t i = 0; i < alone.tensors.size(); ++i) {
-      const std::string& name = alone.tensors[i].first;
-      INFO(name);
-      REQUIRE(together.tensors[i].first == name);
-      const std::vector<float> a = alone.tensors[i].second.to_vector<float>();
-      const std::vector<float> b = together.tensors[i].second.to_vector<float>();
-      const std::vector<float> c = apart.tensors[i].second.to_vector<float>();
-      double scale = 0.0;
-      for (float v : a) scale = std::max(scale, std::fabs(static_cast<double>(v)));
-      double worst = 0.0;
-      for (size_t j = 0; j < a.size(); ++j) {
-        worst = std::max(worst, std::fabs(static_cast<double>(a[j]) - b[j]));
-        worst_apart = std::max(worst_apart, std::fabs(static_cast<double>(a[j]) - c[j]) / scale);
-      }
-      running_stats += name.find("running_") != std::string::npos ? 1 : 0;
-      // f32 sums in other orders through 18 layers and 3 steps: the BatchNorm biases (sums of gradients of
-      // both signs) come within 1.3e-5 of their largest value, the rest within 1e-5.
-      CHECK(worst <= tolerance * scale);
+  const fs::path last = fs::path("checkpoints") / "step_00000003" / "model.safetensors";
+  const auto alone = opsnn::train::read_safetensors(folder.path / "single" / last);
+  const auto together = opsnn::train::read_safetensors(folder.path / "sync" / last);
+  const auto apart = opsnn::train::read_safetensors(folder.path / "separate" / last);
+  REQUIRE(together.tensors.size() == alone.tensors.size());
+  REQUIRE(apart.tensors.size() == alone.tensors.size());
+  double worst_apart = 0.0;
+  int64_t running_stats = 0;
+  for (size_t i = 0; i < alone.tensors.size(); ++i) {
+    const std::string& name = alone.tensors[i].first;
+    INFO(name);
+    REQUIRE(together.tensors[i].first == name);
+    const std::vector<float> a = alone.tensors[i].second.to_vector<float>();
+    const std::vector<float> b = together.tensors[i].second.to_vector<float>();
+    const std::vector<float> c = apart.tensors[i].second.to_vector<float>();
+    double scale = 0.0;
+    for (float v : a) scale = std::max(scale, std::fabs(static_cast<double>(v)));
+    double worst = 0.0;
+    for (size_t j = 0; j < a.size(); ++j) {
+      worst = std::max(worst, std::fabs(static_cast<double>(a[j]) - b[j]));
+      worst_apart = std::max(worst_apart, std::fabs(static_cast<double>(a[j]) - c[j]) / scale);
     }
-    CHECK(running_stats == 40);
-    // Without the key each rank's statistics are its half batch's: visibly another run.
-    INFO("per-rank statistics: worst difference " << worst_apart);
-    CHECK(worst_apart > 1e-2);
-
-    if (!world_of_one) return;
-    // A world of one rank has nothing to synchronise and says so (MPI is initialised: no leak check).
-    const Outcome one = opsnn::testing::run_program(
-        "env",
-        {asan_without_leak_check(), "WORLD_SIZE=1", "RANK=0", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29519",
-         OPSNN_TRAIN_EXE, "--config", "res.yaml", "--out", "one", "--set", "train.max_steps=1"},
-        folder.path);
-    INFO(one.output);
-    REQUIRE(one.exit_code == 0);
-    CHECK_THAT(read_text(folder.path / "one" / "train.log"),
-               Catch::Contains("distributed.sync_batchnorm: one rank") && !Catch::Contains("SyncBatchNorm: the"));
+    running_stats += name.find("running_") != std::string::npos ? 1 : 0;
+    // f32 sums in other orders through 18 layers and 3 steps: the BatchNorm biases (sums of gradients of
+    // both signs) come within 1.3e-5 of their largest value, the rest within 1e-5.
+    CHECK(worst <= tolerance * scale);
   }
+  CHECK(running_stats == 40);
+  // Without the key each rank's statistics are its half batch's: visibly another run.
+  INFO("per-rank statistics: worst difference " << worst_apart);
+  CHECK(worst_apart > 1e-2);
 
-  }  // namespace
+  if (!world_of_one) return;
+  // A world of one rank has nothing to synchronise and says so (MPI is initialised: no leak check).
+  const Outcome one = opsnn::testing::run_program(
+      "env",
+      {asan_without_leak_check(), "WORLD_SIZE=1", "RANK=0", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29519",
+       OPSNN_TRAIN_EXE, "--config", "res.yaml", "--out", "one", "--set", "train.max_steps=1"},
+      folder.path);
+  INFO(one.output);
+  REQUIRE(one.exit_code == 0);
+  CHECK_THAT(read_text(folder.path / "one" / "train.log"),
+             Catch::Contains("distributed.sync_batchnorm: one rank") && !Catch::Contains("SyncBatchNorm: the"));
+}
 
-  TEST_CASE("cli: a 2-rank ResNet with distributed.sync_batchnorm trains as one process with the global batch",
-            "[cli][dist]") {
-    check_sync_batchnorm({}, 5e-5, true);
-  }
+}  // namespace
 
-  TEST_CASE("cli: SyncBatchNorm on the GPU with 2 MPI ranks sharing it trains as one process", "[cli][dist][cuda]") {
-    if (opsnn::testing::gpu_missing("the GPU SyncBatchNorm runs")) return;
-    // cuDNN may pick other (deterministic) convolution algorithms for batch 4 and batch 8.
-    check_sync_batchnorm({"--set", "train.device=cuda", "--set", "distributed.backend=mpi"}, 2e-4, false);
-  }
+TEST_CASE("cli: a 2-rank ResNet with distributed.sync_batchnorm trains as one process with the global batch",
+          "[cli][dist]") {
+  check_sync_batchnorm({}, 5e-5, true);
+}
 
-  TEST_CASE("cli: ranks whose configs differ stop at start with one clear error", "[cli][dist]") {
-    TemporaryFolder folder;
-    write_text(folder.path / "tiny.yaml", kTinyYaml);
-    // Each rank gets its own seed: a config that differs between ranks.
-    const std::string command =
-        std::string(OPSNN_TRAIN_EXE) + " --config tiny.yaml --out run --set train.seed=$OMPI_COMM_WORLD_RANK";
-    const Outcome run = run_mpirun({"sh", "-c", command}, folder.path);
-    CHECK(run.exit_code == 2);
-    CHECK_THAT(run.output, Catch::Contains("rank 1 runs a different config than rank 0"));
-  }
+TEST_CASE("cli: SyncBatchNorm on the GPU with 2 MPI ranks sharing it trains as one process", "[cli][dist][cuda]") {
+  if (opsnn::testing::gpu_missing("the GPU SyncBatchNorm runs")) return;
+  // cuDNN may pick other (deterministic) convolution algorithms for batch 4 and batch 8.
+  check_sync_batchnorm({"--set", "train.device=cuda", "--set", "distributed.backend=mpi"}, 2e-4, false);
+}
 
-  TEST_CASE("cli: bad distributed settings and launches exit 2 naming the key or variable", "[cli][dist]") {
-    TemporaryFolder folder;
-    write_text(folder.path / "tiny.yaml", kTinyYaml);
-    auto run = [&](std::vector<std::string> arguments) {
-      std::vector<std::string> all{"--config", "tiny.yaml", "--out", "run"};
-      all.insert(all.end(), arguments.begin(), arguments.end());
-      return opsnn::testing::run_program(OPSNN_TRAIN_EXE, all, folder.path);
-    };
-    struct Case {
-      std::string setting, message;
-    };
-    for (const Case& bad : std::vector<Case>{
-             {"distributed.bucket_mb=0", "distributed.bucket_mb"},
-             {"distributed.backend=gloo", "distributed.backend"},
-             {"distributed.timeout_s=-1", "distributed.timeout_s"},
-             {"distributed.check_every_steps=-2", "distributed.check_every_steps"},
-             {"distributed.first_bucket_mb=30", "distributed.first_bucket_mb"},
-             {"distributed.zero=1", "distributed.zero"},
-             {"distributed.zero_stage=2", "distributed.zero_stage"},
-             {"distributed.zero_stage=one", "distributed.zero_stage"},
-             {"distributed.sync_batchnorm=2", "distributed.sync_batchnorm"},
-         }) {
-      const Outcome outcome = run({"--set", bad.setting});
-      INFO(bad.setting << ": " << outcome.output);
-      CHECK(outcome.exit_code == 2);
-      CHECK_THAT(outcome.output, Catch::Contains(bad.message));
-    }
-    // A torchrun-style environment cannot start MPI ranks, and nccl needs a GPU.
-    const std::vector<std::string> env{"WORLD_SIZE=2", "RANK=0", OPSNN_TRAIN_EXE, "--config", "tiny.yaml"};
-    std::vector<std::string> mpi = env;
-    mpi.insert(mpi.end(), {"--set", "distributed.backend=mpi"});
-    Outcome outcome = opsnn::testing::run_program("env", mpi, folder.path);
+TEST_CASE("cli: ranks whose configs differ stop at start with one clear error", "[cli][dist]") {
+  TemporaryFolder folder;
+  write_text(folder.path / "tiny.yaml", kTinyYaml);
+  // Each rank gets its own seed: a config that differs between ranks.
+  const std::string command =
+      std::string(OPSNN_TRAIN_EXE) + " --config tiny.yaml --out run --set train.seed=$OMPI_COMM_WORLD_RANK";
+  const Outcome run = run_mpirun({"sh", "-c", command}, folder.path);
+  CHECK(run.exit_code == 2);
+  CHECK_THAT(run.output, Catch::Contains("rank 1 runs a different config than rank 0"));
+}
+
+TEST_CASE("cli: bad distributed settings and launches exit 2 naming the key or variable", "[cli][dist]") {
+  TemporaryFolder folder;
+  write_text(folder.path / "tiny.yaml", kTinyYaml);
+  auto run = [&](std::vector<std::string> arguments) {
+    std::vector<std::string> all{"--config", "tiny.yaml", "--out", "run"};
+    all.insert(all.end(), arguments.begin(), arguments.end());
+    return opsnn::testing::run_program(OPSNN_TRAIN_EXE, all, folder.path);
+  };
+  struct Case {
+    std::string setting, message;
+  };
+  for (const Case& bad : std::vector<Case>{
+           {"distributed.bucket_mb=0", "distributed.bucket_mb"},
+           {"distributed.backend=gloo", "distributed.backend"},
+           {"distributed.timeout_s=-1", "distributed.timeout_s"},
+           {"distributed.check_every_steps=-2", "distributed.check_every_steps"},
+           {"distributed.first_bucket_mb=30", "distributed.first_bucket_mb"},
+           {"distributed.zero=1", "distributed.zero"},
+           {"distributed.zero_stage=2", "distributed.zero_stage"},
+           {"distributed.zero_stage=one", "distributed.zero_stage"},
+           {"distributed.sync_batchnorm=2", "distributed.sync_batchnorm"},
+       }) {
+    const Outcome outcome = run({"--set", bad.setting});
+    INFO(bad.setting << ": " << outcome.output);
     CHECK(outcome.exit_code == 2);
-    CHECK_THAT(outcome.output, Catch::Contains("MPI ranks must be started by mpirun"));
-    std::vector<std::string> nccl = env;
-    nccl.insert(nccl.end(), {"--set", "distributed.backend=nccl"});
-    outcome = opsnn::testing::run_program("env", nccl, folder.path);
-    CHECK(outcome.exit_code == 2);
-    CHECK_THAT(outcome.output, Catch::Contains("nccl"));
-    outcome =
-        opsnn::testing::run_program("env", {"WORLD_SIZE=x", OPSNN_TRAIN_EXE, "--config", "tiny.yaml"}, folder.path);
-    CHECK(outcome.exit_code == 2);
-    CHECK_THAT(outcome.output, Catch::Contains("WORLD_SIZE='x'"));
+    CHECK_THAT(outcome.output, Catch::Contains(bad.message));
   }
+  // A torchrun-style environment cannot start MPI ranks, and nccl needs a GPU.
+  const std::vector<std::string> env{"WORLD_SIZE=2", "RANK=0", OPSNN_TRAIN_EXE, "--config", "tiny.yaml"};
+  std::vector<std::string> mpi = env;
+  mpi.insert(mpi.end(), {"--set", "distributed.backend=mpi"});
+  Outcome outcome = opsnn::testing::run_program("env", mpi, folder.path);
+  CHECK(outcome.exit_code == 2);
+  CHECK_THAT(outcome.output, Catch::Contains("MPI ranks must be started by mpirun"));
+  std::vector<std::string> nccl = env;
+  nccl.insert(nccl.end(), {"--set", "distributed.backend=nccl"});
+  outcome = opsnn::testing::run_program("env", nccl, folder.path);
+  CHECK(outcome.exit_code == 2);
+  CHECK_THAT(outcome.output, Catch::Contains("nccl"));
+  outcome = opsnn::testing::run_program("env", {"WORLD_SIZE=x", OPSNN_TRAIN_EXE, "--config", "tiny.yaml"}, folder.path);
+  CHECK(outcome.exit_code == 2);
+  CHECK_THAT(outcome.output, Catch::Contains("WORLD_SIZE='x'"));
+}
 
-  TEST_CASE("cli: a dead or stuck rank ends every rank within the timeout", "[cli][dist]") {
-    TemporaryFolder folder;
-    using Clock = std::chrono::steady_clock;
-    for (const char* mode : {"kill", "exit", "stuck"}) {
-      INFO("rank 1: " << mode);
-      const Clock::time_point start = Clock::now();
-      const Outcome outcome = run_mpirun({OPSNN_FAULT_PROBE_EXE, mode, "5"}, folder.path);
-      const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-      INFO(outcome.output);
-      CHECK(outcome.exit_code != 0);
-      CHECK(seconds < 5 + 30);
-      CHECK_THAT(outcome.output, !Catch::Contains("rank 0 finished"));
-      if (std::string(mode) == "stuck")
-        CHECK_THAT(outcome.output, Catch::Contains("probe all-reduce after the fault did not complete within "
-                                                   "distributed.timeout_s = 5 s"));
+TEST_CASE("cli: a dead or stuck rank ends every rank within the timeout", "[cli][dist]") {
+  TemporaryFolder folder;
+  using Clock = std::chrono::steady_clock;
+  for (const char* mode : {"kill", "exit", "stuck"}) {
+    INFO("rank 1: " << mode);
+    const Clock::time_point start = Clock::now();
+    const Outcome outcome = run_mpirun({OPSNN_FAULT_PROBE_EXE, mode, "5"}, folder.path);
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    INFO(outcome.output);
+    CHECK(outcome.exit_code != 0);
+    CHECK(seconds < 5 + 30);
+    CHECK_THAT(outcome.output, !Catch::Contains("rank 0 finished"));
+    if (std::string(mode) == "stuck")
+      CHECK_THAT(outcome.output, Catch::Contains("probe all-reduce after the fault did not complete within "
+                                                 "distributed.timeout_s = 5 s"));
+  }
+}
+
+TEST_CASE("cli: world size 1 over NCCL trains exactly as one process", "[cli][dist][cuda]") {
+  if (opsnn::testing::gpu_missing("the NCCL world-1 run")) return;
+  TemporaryFolder folder;
+  write_text(folder.path / "tiny.yaml", kTinyYaml);
+  const std::vector<std::string> gpu{"--set", "train.device=cuda", "--set", "distributed.check_every_steps=2"};
+  std::vector<std::string> alone{OPSNN_TRAIN_EXE, "--config", "tiny.yaml", "--out", "alone"};
+  alone.insert(alone.end(), gpu.begin(), gpu.end());
+  REQUIRE(opsnn::testing::run_program("env", alone, folder.path).exit_code == 0);
+  std::vector<std::string> nccl{"WORLD_SIZE=1",      "RANK=0",        "MASTER_ADDR=127.0.0.1",
+                                "MASTER_PORT=29517", OPSNN_TRAIN_EXE, "--config",
+                                "tiny.yaml",         "--out",         "nccl"};
+  nccl.insert(nccl.end(), gpu.begin(), gpu.end());
+  const Outcome run = opsnn::testing::run_program("env", nccl, folder.path);
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  CHECK_THAT(read_text(folder.path / "nccl" / "train.log"), Catch::Contains("backend nccl"));
+  const fs::path last = fs::path("checkpoints") / "step_00000008" / "model.safetensors";
+  CHECK(read_text(folder.path / "alone" / last) == read_text(folder.path / "nccl" / last));
+}
+
+TEST_CASE("cli: ZeRO-1 on the GPU equals plain data parallel over NCCL world 1 and 2 MPI ranks on one GPU",
+          "[cli][dist][cuda]") {
+  if (opsnn::testing::gpu_missing("the GPU ZeRO-1 runs")) return;
+  TemporaryFolder folder;
+  write_text(folder.path / "tiny.yaml", kTinyYaml);
+  const fs::path last = fs::path("checkpoints") / "step_00000008";
+  for (const char* optimizer : {"adamw", "lamb"}) {
+    INFO("optimizer " << optimizer);
+    const std::string name = optimizer;
+    const std::vector<std::string> common{"--config", "tiny.yaml",
+                                          "--set",    "train.device=cuda",
+                                          "--set",    "optimizer.name=" + name,
+                                          "--set",    "distributed.check_every_steps=2"};
+    auto command = [&](std::vector<std::string> prefix, const std::string& out, const std::string& zero) {
+      prefix.insert(prefix.end(), common.begin(), common.end());
+      prefix.insert(prefix.end(), {"--out", out, "--set", "distributed.zero_stage=" + zero});
+      return prefix;
+    };
+    // World 1 over NCCL: one shard holding everything, through the sharded step's code paths.
+    const std::vector<std::string> env{"WORLD_SIZE=1", "RANK=0", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29521",
+                                       OPSNN_TRAIN_EXE};
+    for (const char* zero : {"0", "1"}) {
+      const Outcome run = opsnn::testing::run_program("env", command(env, name + "-nccl" + zero, zero), folder.path);
+      INFO(run.output);
+      REQUIRE(run.exit_code == 0);
     }
-  }
-
-  TEST_CASE("cli: world size 1 over NCCL trains exactly as one process", "[cli][dist][cuda]") {
-    if (opsnn::testing::gpu_missing("the NCCL world-1 run")) return;
-    TemporaryFolder folder;
-    write_text(folder.path / "tiny.yaml", kTinyYaml);
-    const std::vector<std::string> gpu{"--set", "train.device=cuda", "--set", "distributed.check_every_steps=2"};
-    std::vector<std::string> alone{OPSNN_TRAIN_EXE, "--config", "tiny.yaml", "--out", "alone"};
-    alone.insert(alone.end(), gpu.begin(), gpu.end());
-    REQUIRE(opsnn::testing::run_program("env", alone, folder.path).exit_code == 0);
-    std::vector<std::string> nccl{"WORLD_SIZE=1",      "RANK=0",        "MASTER_ADDR=127.0.0.1",
-                                  "MASTER_PORT=29517", OPSNN_TRAIN_EXE, "--config",
-                                  "tiny.yaml",         "--out",         "nccl"};
-    nccl.insert(nccl.end(), gpu.begin(), gpu.end());
-    const Outcome run = opsnn::testing::run_program("env", nccl, folder.path);
-    INFO(run.output);
-    REQUIRE(run.exit_code == 0);
-    CHECK_THAT(read_text(folder.path / "nccl" / "train.log"), Catch::Contains("backend nccl"));
-    const fs::path last = fs::path("checkpoints") / "step_00000008" / "model.safetensors";
-    CHECK(read_text(folder.path / "alone" / last) == read_text(folder.path / "nccl" / last));
-  }
-
-  TEST_CASE("cli: ZeRO-1 on the GPU equals plain data parallel over NCCL world 1 and 2 MPI ranks on one GPU",
-            "[cli][dist][cuda]") {
-    if (opsnn::testing::gpu_missing("the GPU ZeRO-1 runs")) return;
-    TemporaryFolder folder;
-    write_text(folder.path / "tiny.yaml", kTinyYaml);
-    const fs::path last = fs::path("checkpoints") / "step_00000008";
-    for (const char* optimizer : {"adamw", "lamb"}) {
-      INFO("optimizer " << optimizer);
-      const std::string name = optimizer;
-      const std::vector<std::string> common{"--config", "tiny.yaml",
-                                            "--set",    "train.device=cuda",
-                                            "--set",    "optimizer.name=" + name,
-                                            "--set",    "distributed.check_every_steps=2"};
-      auto command = [&](std::vector<std::string> prefix, const std::string& out, const std::string& zero) {
-        prefix.insert(prefix.end(), common.begin(), common.end());
-        prefix.insert(prefix.end(), {"--out", out, "--set", "distributed.zero_stage=" + zero});
-        return prefix;
-      };
-      // World 1 over NCCL: one shard holding everything, through the sharded step's code paths.
-      const std::vector<std::string> env{"WORLD_SIZE=1", "RANK=0", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29521",
-                                         OPSNN_TRAIN_EXE};
-      for (const char* zero : {"0", "1"}) {
-        const Outcome run = opsnn::testing::run_program("env", command(env, name + "-nccl" + zero, zero), folder.path);
-        INFO(run.output);
-        REQUIRE(run.exit_code == 0);
-      }
-      // 2 MPI ranks sharing the GPU: each steps half of the arena on it.
-      for (const char* zero : {"0", "1"}) {
-        const Outcome run =
-            train2(folder.path, command({"--set", "distributed.backend=mpi"}, name + "-mpi" + zero, zero));
-        INFO(run.output);
-        REQUIRE(run.exit_code == 0);
-      }
-      CHECK_THAT(read_text(folder.path / (name + "-mpi1") / "train.log"), Catch::Contains("ZeRO-1: this rank steps"));
-      // Element-wise rules: the same bits; LAMB's norms are sums of per-slice partials.
-      const double tolerance = name == "lamb" ? 1e-6 : 0.0;
-      for (const char* backend : {"-nccl", "-mpi"})
-        for (const char* file : {"model.safetensors", "optimizer.safetensors"})
-          check_close(folder.path / (name + backend + "1") / last / file,
-                      folder.path / (name + backend + "0") / last / file, tolerance);
+    // 2 MPI ranks sharing the GPU: each steps half of the arena on it.
+    for (const char* zero : {"0", "1"}) {
+      const Outcome run =
+          train2(folder.path, command({"--set", "distributed.backend=mpi"}, name + "-mpi" + zero, zero));
+      INFO(run.output);
+      REQUIRE(run.exit_code == 0);
     }
+    CHECK_THAT(read_text(folder.path / (name + "-mpi1") / "train.log"), Catch::Contains("ZeRO-1: this rank steps"));
+    // Element-wise rules: the same bits; LAMB's norms are sums of per-slice partials.
+    const double tolerance = name == "lamb" ? 1e-6 : 0.0;
+    for (const char* backend : {"-nccl", "-mpi"})
+      for (const char* file : {"model.safetensors", "optimizer.safetensors"})
+        check_close(folder.path / (name + backend + "1") / last / file,
+                    folder.path / (name + backend + "0") / last / file, tolerance);
   }
+}
 
-  TEST_CASE("cli: 2 MPI ranks share one GPU, 2 NCCL ranks on one GPU are refused", "[cli][dist][cuda]") {
-    if (opsnn::testing::gpu_missing("the GPU data-parallel runs")) return;
-    if (opsnn::cuda_device_count() > 1) return;  // the refusal needs fewer GPUs than ranks
-    TemporaryFolder folder;
-    write_text(folder.path / "tiny.yaml", kTinyYaml);
-    const Outcome shared =
-        train2(folder.path, {"--config", "tiny.yaml", "--out", "mpi", "--set", "train.device=cuda", "--set",
-                             "distributed.backend=mpi", "--set", "distributed.check_every_steps=1"});
-    INFO(shared.output);
-    REQUIRE(shared.exit_code == 0);
-    CHECK_THAT(read_text(folder.path / "mpi" / "train.log"), Catch::Contains("backend mpi"));
-    const Outcome refused = train2(folder.path, {"--config", "tiny.yaml", "--out", "nccl", "--set", "train.device=cuda",
-                                                 "--set", "distributed.backend=nccl"});
-    CHECK(refused.exit_code == 2);
-    CHECK_THAT(refused.output, Catch::Contains("2 ranks on this host but only 1 GPU(s)"));
-  }
+TEST_CASE("cli: 2 MPI ranks share one GPU, 2 NCCL ranks on one GPU are refused", "[cli][dist][cuda]") {
+  if (opsnn::testing::gpu_missing("the GPU data-parallel runs")) return;
+  if (opsnn::cuda_device_count() > 1) return;  // the refusal needs fewer GPUs than ranks
+  TemporaryFolder folder;
+  write_text(folder.path / "tiny.yaml", kTinyYaml);
+  const Outcome shared =
+      train2(folder.path, {"--config", "tiny.yaml", "--out", "mpi", "--set", "train.device=cuda", "--set",
+                           "distributed.backend=mpi", "--set", "distributed.check_every_steps=1"});
+  INFO(shared.output);
+  REQUIRE(shared.exit_code == 0);
+  CHECK_THAT(read_text(folder.path / "mpi" / "train.log"), Catch::Contains("backend mpi"));
+  const Outcome refused = train2(folder.path, {"--config", "tiny.yaml", "--out", "nccl", "--set", "train.device=cuda",
+                                               "--set", "distributed.backend=nccl"});
+  CHECK(refused.exit_code == 2);
+  CHECK_THAT(refused.output, Catch::Contains("2 ranks on this host but only 1 GPU(s)"));
+}
 #endif

@@ -12,6 +12,7 @@
 
 #include "ops/op_test_helpers.h"
 #include "opsnn/core/rng.h"
+#include "opsnn/nn/sync_batch_norm.h"
 #include "opsnn/ops/backend.h"
 #include "opsnn/ops/ops.h"
 #include "support/catch.h"
@@ -435,4 +436,49 @@ TEST_CASE("CUDA kernels refuse unsupported dtypes with a TypeError", "[cuda][ops
   CHECK_THAT(softmax_message, Catch::Contains("log_softmax") && Catch::Contains("f16"));
   const Tensor table = Tensor::ones({4, 4}, DType::bf16, kGpu);
   require_throws<TypeError>([&] { ops::embedding(table, Tensor::zeros({2}, DType::i64, kGpu)); });
+}
+
+namespace {
+
+// A world of one rank: the statistics are this rank's (what SyncBatchNorm computes with one rank).
+class OneRankReducer final : public nn::BatchStatisticsReducer {
+ public:
+  int world_size() const override { return 1; }
+  void all_reduce_sum(const Tensor&, const std::string&) override {}
+};
+
+}  // namespace
+
+TEST_CASE("CUDA slice batch_norm_invstd and sync_batch_norm match the CPU", "[cuda][ops][batch_norm]") {
+  if (gpu_missing()) return;
+  Generator generator(31);
+  check_twins(
+      "slice rows 2..5 of 7x3x4", [](const std::vector<Tensor>& in) { return ops::slice(in[0], 2, 5); },
+      {random_twin({7, 3, 4}, generator)}, kElementwiseTolerance, generator);
+  check_twins(
+      "batch_norm_invstd", [](const std::vector<Tensor>& in) { return ops::batch_norm_invstd(in[0], 1e-5); },
+      {random_twin({37}, generator, 0.01, 2.0)}, kElementwiseTolerance, generator);
+  auto reducer = std::make_shared<OneRankReducer>();
+  for (const bool channels_last : {false, true}) {
+    for (const bool relu : {false, true}) {
+      const Shape shape = channels_last ? Shape{6, 5, 7, 3} : Shape{6, 3, 5, 7};
+      Tensor cpu_mean = Tensor::zeros({3}), cpu_var = Tensor::ones({3});
+      Tensor gpu_mean = cpu_mean.to(kGpu), gpu_var = cpu_var.to(kGpu);
+      bool on_gpu = false;
+      check_twins(
+          std::string("sync_batch_norm") + (channels_last ? " channels_last" : "") + (relu ? " relu" : ""),
+          [&](const std::vector<Tensor>& in) {
+            Tensor& mean = on_gpu ? gpu_mean : cpu_mean;
+            Tensor& var = on_gpu ? gpu_var : cpu_var;
+            on_gpu = !on_gpu;  // check_twins runs the CPU leaves first
+            return nn::sync_batch_norm(in[0], in[1], in[2], mean, var, 0.1, 1e-5, channels_last, relu, reducer,
+                                       "test layer");
+          },
+          {random_twin(shape, generator, -2.0, 3.0), random_twin({3}, generator, 0.5, 1.5),
+           random_twin({3}, generator)},
+          kReductionTolerance, generator);
+      require_match(gpu_mean, cpu_mean, kReductionTolerance, "sync_batch_norm running_mean");
+      require_match(gpu_var, cpu_var, kReductionTolerance, "sync_batch_norm running_var");
+    }
+  }
 }
