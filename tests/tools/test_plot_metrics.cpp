@@ -91,3 +91,33 @@ TEST_CASE("plot_metrics.py: an experiment folder and plain run folders give a PN
   CHECK(both.exit_code != 0);
   CHECK_THAT(both.output, Catch::Contains("not both"));
 }
+
+TEST_CASE("fused_step_record.py: the committed benchmark JSON gives the fused_step record and bad JSON fails",
+          "[tools]") {
+  const std::string python = python_with_matplotlib();
+  if (python.empty()) {
+    WARN("skipped: no python3 with matplotlib (apt install python3-matplotlib)");
+    return;
+  }
+  opsnn::testing::TemporaryFolder folder("opsnn-fused-record-test");
+  const std::string script = std::string(OPSNN_SOURCE_DIR) + "/tools/fused_step_record.py";
+  const fs::path committed = fs::path(OPSNN_SOURCE_DIR) / "configs/experiments/fused_step";
+  const Outcome made = opsnn::testing::run_program(
+      python, {script, (committed / "opsnn_bench_optim_cuda.json").string(), "record", "--date", "2026-12-02"},
+      folder.path);
+  INFO(made.output);
+  REQUIRE(made.exit_code == 0);
+  CHECK(is_png(folder.path / "record" / "curves.png"));
+  // The committed record is what the script makes of the committed JSON.
+  for (const char* file : {"results.md", "results.csv"}) {
+    std::ifstream made_file(folder.path / "record" / file), committed_file(committed / file);
+    const std::string a((std::istreambuf_iterator<char>(made_file)), std::istreambuf_iterator<char>());
+    const std::string b((std::istreambuf_iterator<char>(committed_file)), std::istreambuf_iterator<char>());
+    CHECK(a == b);
+  }
+  std::ofstream(folder.path / "bad.json") << "{\"rows\": [{\"problem\": \"1e6\"}]";
+  const Outcome bad =
+      opsnn::testing::run_program(python, {script, "bad.json", "out", "--date", "2026-12-02"}, folder.path);
+  CHECK(bad.exit_code != 0);
+  CHECK_THAT(bad.output, Catch::Contains("bad.json: not opsnn-bench optim JSON"));
+}
