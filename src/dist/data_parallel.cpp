@@ -79,6 +79,7 @@ DataParallel::DataParallel(nn::Module& model, optim::Optimizer& optimizer, std::
   if (optimizer_.sparsifies()) {
     topk_ = true;
     const double density = optimizer_.gradient_sparsifier()->sparsifier().options().density;
+    optimizer_.gradient_sparsifier()->set_ranks(communicator_->size());  // local clipping's share per rank
     topk_pairs_ = options_.topk_exchange == DataParallelOptions::TopKExchange::pairs ||
                   (options_.topk_exchange == DataParallelOptions::TopKExchange::automatic &&
                    density * communicator_->size() < 1.0);

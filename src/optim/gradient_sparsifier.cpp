@@ -23,6 +23,12 @@ GradientSparsifier::GradientSparsifier(const Optimizer& optimizer, const TopKOpt
   }
   sparsifier_ =
       std::make_unique<TopKSparsifier>(optimizer.arena().padded_elements(), options, optimizer.arena().device());
+  clip_threshold_ = options.local_clip_norm;
+}
+
+void GradientSparsifier::set_ranks(int ranks) {
+  OPSNN_CHECK_AS(UsageError, ranks >= 1, "GradientSparsifier::set_ranks: ", ranks, " ranks");
+  clip_threshold_ = sparsifier_->options().local_clip_norm / std::sqrt(static_cast<double>(ranks));
 }
 
 std::optional<TopKStepReport> GradientSparsifier::apply(const Optimizer& optimizer) {
@@ -37,6 +43,23 @@ std::optional<TopKStepReport> GradientSparsifier::apply(const Optimizer& optimiz
     finite = std::isfinite(ops::sum(ops::scale(gradient, 0.0)).item());
   }
   if (!finite) return std::nullopt;
+  // Local gradient clipping (DGC section 3.3): this step's gradient, before it joins the accumulation.
+  last_clip_factor_ = 1.0;
+  if (clip_threshold_ > 0.0) {
+    autograd::NoGradGuard no_grad;
+    double sum_of_squares = 0.0;
+    if (gradient.device().is_cpu()) {
+      const float* values = gradient.data<float>();
+      for (int64_t i = 0; i < gradient.numel(); ++i) sum_of_squares += static_cast<double>(values[i]) * values[i];
+    } else {
+      sum_of_squares = ops::sum(ops::mul(gradient, gradient)).item();
+    }
+    const double norm = std::sqrt(sum_of_squares);
+    if (norm > clip_threshold_) {
+      last_clip_factor_ = clip_threshold_ / norm;
+      gradient.copy_(ops::scale(gradient, last_clip_factor_));
+    }
+  }
   float lr = static_cast<float>(optimizer.next_lr());
   return sparsifier_->sparsify(gradient, sparsifier_->state().steps, 1.0f, lr);
 }

@@ -41,6 +41,9 @@ void TopKOptions::validate() const {
   check_unit_interval(variance_beta, true, false, "topk.variance_beta");
   check_unit_interval(momentum, true, false, "topk.momentum");
   check_unit_interval(warmup_start_density, false, true, "topk.warmup_start_density");
+  OPSNN_CHECK_AS(ConfigError, local_clip_norm >= 0.0 && std::isfinite(local_clip_norm),
+                 "top-k sparsification: topk.local_clip_norm = ", local_clip_norm,
+                 " must be a finite number >= 0 (0 = off)");
   OPSNN_CHECK_AS(ConfigError, min_sample_selected >= 1,
                  "top-k sparsification: topk.min_sample_selected = ", min_sample_selected, " must be at least 1");
   OPSNN_CHECK_AS(ConfigError, warmup_epochs >= 0, "top-k sparsification: topk.warmup_epochs = ", warmup_epochs,

@@ -595,6 +595,8 @@ std::vector<KeySpec> build_schema() {
                  OPSNN_FIELD(optimizer.settings.sparsification.sample_fraction), Range::open_closed(0, 1)),
       bool_key("optimizer.settings.sparsification.lr_compensation",
                OPSNN_FIELD(optimizer.settings.sparsification.lr_compensation)),
+      number_key("optimizer.settings.sparsification.local_clip_norm",
+                 OPSNN_FIELD(optimizer.settings.sparsification.local_clip_norm), float_non_negative),
 
       choice_key("scheduler.name", OPSNN_FIELD(scheduler.name), fixed({"constant", "warmup_cosine", "step", "linear"})),
       integer_key("scheduler.warmup_steps", OPSNN_FIELD(scheduler.warmup_steps), Range::closed(0, kMaxSteps)),

@@ -185,6 +185,7 @@ optim::TopKOptions make_topk_options(const TrainConfig& config) {
   options.momentum_correction = settings.momentum_correction;
   options.momentum = settings.momentum_correction ? config.optimizer.momentum : 0.0;
   options.lr_compensation = settings.lr_compensation;
+  options.local_clip_norm = settings.local_clip_norm;
   options.seed = config.train.seed;
   // The sparsifier's warm-up counts "epochs"; the optimizer feeds it applied steps, so its exponential
   // warm-up runs over sparsification.warmup_steps steps.

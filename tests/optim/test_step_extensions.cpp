@@ -1,6 +1,8 @@
 // The optimizer's own step extensions (step_extensions.h): row-sparse tables get their updater from
 // make_optimizer and from direct construction, top-k runs inside step() when OptimizerOptions asks for it,
 // and both keep their state in state_dict(); the combinations the optimizer cannot honour are refused.
+#include <algorithm>
+#include <cmath>
 #include <memory>
 
 #include "opsnn/nn/layers.h"
@@ -195,4 +197,45 @@ TEST_CASE("top-k is refused with loss scaling and with momentum the sparsifier w
   TopKOptions bad = topk;
   bad.density = 0.0;
   CHECK_THROWS_AS(SGD(parameters(), SgdOptions().sparsification(bad)), ConfigError);
+}
+
+TEST_CASE("top-k local gradient clipping scales the step's gradient to the norm before it accumulates",
+          "[sparse][optim]") {
+  TopKOptions topk;
+  topk.density = 1.0;  // everything is sent: the step applies exactly the clipped gradient
+  topk.local_clip_norm = 0.5;
+  NamedParameters clipped = testing::random_parameters({{20, 10}, {20}}, 9);
+  NamedParameters reference = testing::random_parameters({{20, 10}, {20}}, 9);
+  SGD with_clip(clipped, SgdOptions(0.1).sparsification(topk));
+  SGD plain(reference, SgdOptions(0.1));
+  for (int step = 0; step < 3; ++step) {
+    auto grads = testing::make_grads(clipped, step, 6, testing::GradPattern::normal);  // norm ~ 15 >> 0.5
+    double sum = 0.0;
+    for (const auto& tensor : grads)
+      for (double g : tensor) sum += g * g;
+    const double factor = 0.5 / std::sqrt(sum);
+    testing::write_grads(clipped, grads);
+    for (auto& tensor : grads)
+      for (double& g : tensor) g = static_cast<float>(static_cast<float>(g) * static_cast<float>(factor));
+    testing::write_grads(reference, grads);
+    with_clip.step();
+    plain.step();
+    CHECK(std::fabs(with_clip.gradient_sparsifier()->last_clip_factor() - factor) <= 1e-12 * factor);
+    with_clip.zero_grad();
+    plain.zero_grad();
+  }
+  const auto a = testing::values_of(clipped), b = testing::values_of(reference);
+  for (size_t t = 0; t < a.size(); ++t)
+    for (size_t i = 0; i < a[t].size(); ++i)
+      REQUIRE(std::fabs(a[t][i] - b[t][i]) <= 1e-6 * std::max(1.0, std::fabs(b[t][i])));
+  // A gradient already below the norm is left alone; 4 ranks clip each to norm / 2.
+  with_clip.gradient_sparsifier()->set_ranks(4);
+  auto small = testing::make_grads(clipped, 7, 6, testing::GradPattern::normal, 1e-3);
+  testing::write_grads(clipped, small);
+  with_clip.step();
+  CHECK(with_clip.gradient_sparsifier()->last_clip_factor() == 1.0);
+  TopKOptions bad = topk;
+  bad.local_clip_norm = -1.0;
+  CHECK_THROWS_WITH(SGD(testing::random_parameters({{4}}, 1), SgdOptions().sparsification(bad)),
+                    Catch::Contains("topk.local_clip_norm = -1"));
 }

@@ -162,6 +162,7 @@ class Optimizer {
   std::optional<TopKStepReport> sparsify_gradients();
   // The sparsifier (null without sparsification): its options and last selected pairs.
   const GradientSparsifier* gradient_sparsifier() const { return sparsifier_.get(); }
+  GradientSparsifier* gradient_sparsifier() { return sparsifier_.get(); }
   const std::optional<TopKStepReport>& last_sparsification() const { return last_sparsification_; }
 
   // ZeRO-1 (shard.h): keep the optimizer states only for arena elements [begin, end) (arena_shard_range)

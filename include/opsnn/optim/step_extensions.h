@@ -62,6 +62,11 @@ class GradientSparsifier {
 
   // The sparsifier itself: its options and the pairs the last step selected (the distributed exchange).
   const TopKSparsifier& sparsifier() const { return *sparsifier_; }
+  // Data parallelism over `ranks` processes: local clipping (TopKOptions::local_clip_norm) then clips
+  // each rank's gradient to local_clip_norm / sqrt(ranks).
+  void set_ranks(int ranks);
+  // The factor the last step's local clipping scaled the gradient by (1: not clipped, or clipping off).
+  double last_clip_factor() const { return last_clip_factor_; }
 
   std::vector<std::pair<std::string, Tensor>> state_tensors() const;  // "@topk.<field>"
   // Takes its entries out of `tensors`; DataError when one is missing or mismatched.
@@ -69,6 +74,8 @@ class GradientSparsifier {
 
  private:
   std::unique_ptr<TopKSparsifier> sparsifier_;
+  double clip_threshold_ = 0.0;  // local_clip_norm / sqrt(ranks); 0: off
+  double last_clip_factor_ = 1.0;
 };
 
 }  // namespace opsnn::optim

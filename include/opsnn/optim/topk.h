@@ -50,6 +50,12 @@ struct TopKOptions {
   // exactly sum_s lr_s * g_s, however the schedule changed the lr meanwhile. With a constant lr the factor
   // is 1 and nothing changes (an extra 1 / density factor on top would count the waiting steps twice).
   bool lr_compensation = false;
+  // Local gradient clipping (DGC section 3.3): before a step's gradient joins the accumulation, scale it
+  // down to this L2 norm over the whole arena when it is larger (0: off). With data parallelism over N
+  // ranks each rank clips to local_clip_norm / sqrt(N), so that the sum of the ranks' gradients keeps
+  // about this norm (GradientSparsifier::set_ranks). Without it, large accumulated values at high
+  // sparsity can make one step's sent update blow the network up.
+  double local_clip_norm = 0.0;
   // Seed of the threshold sample; the same seed, inputs and step count give the same mask on any rank.
   uint64_t seed = 0;
 

@@ -146,6 +146,7 @@ struct SparsificationConfig {
   bool momentum_correction = true;
   double sample_fraction = 0.01;  // share of scores sampled to estimate the top-k threshold
   bool lr_compensation = false;
+  double local_clip_norm = 0.0;  // DGC's local gradient clipping before accumulation; 0 = off
   bool operator==(const SparsificationConfig&) const = default;
 };
 
