@@ -3,6 +3,7 @@
 // what one process computes alone, or the ranks against each other.
 #include <cmath>
 #include <cstring>
+#include <functional>
 
 #include "opsnn/autograd/node.h"
 #include "opsnn/dist/data_parallel.h"
@@ -210,37 +211,51 @@ TEST_CASE("A 2-rank data-parallel run repeats bit for bit", "[dist]") {
   CHECK(std::memcmp(first.params.data(), second.params.data(), first.params.size() * sizeof(float)) == 0);
 }
 
-TEST_CASE("An inf on one rank makes every rank skip the step and back off the loss scale alike", "[dist]") {
+namespace {
+
+// Three data-parallel steps with loss scaling from 1024 in which rank 1 alone meets an overflow at step 1,
+// by `inject` (which may replace its batch or write its gradient arena before backward): every rank
+// skips that step, backs off to 512 and keeps its parameters, and the ranks stay equal.
+void check_inf_on_rank_1(const std::string& name, int zero_stage,
+                         const std::function<void(optim::Optimizer&, Tensor&)>& inject) {
   dist::Communicator& comm = world();
   const Problem problem = make_problem(2 * kRankBatch);
-  Tensor inputs = rows(problem.inputs, comm.rank() * kRankBatch, kRankBatch);
+  const Tensor inputs = rows(problem.inputs, comm.rank() * kRankBatch, kRankBatch);
   const Tensor labels = label_rows(problem.labels, comm.rank() * kRankBatch, kRankBatch);
   auto model = make_mlp();
   optim::OptimizerOptions options(1e-2);
   options.loss_scaling(optim::LossScalingOptions().enabled(true).initial_scale(1024.0));
-  auto optimizer = optim::make_optimizer("adam", model->named_parameters(), options);
+  auto optimizer = optim::make_optimizer(name, model->named_parameters(), options);
   std::shared_ptr<dist::Communicator> shared(&comm, [](dist::Communicator*) {});
-  dist::DataParallel parallel(*model, *optimizer, shared);
+  dist::DataParallelOptions parallel_options;
+  parallel_options.zero_stage = zero_stage;
+  dist::DataParallel parallel(*model, *optimizer, shared, parallel_options);
   for (int step = 0; step < 3; ++step) {
     Tensor batch = inputs;
-    if (step == 1 && comm.rank() == 1) {  // only rank 1 sees an overflow, in one sample
-      std::vector<float> values = inputs.to_vector<float>();
-      values[3] = INFINITY;
-      batch = Tensor::from_vector(values, inputs.shape());
-    }
+    if (step == 1 && comm.rank() == 1) inject(*optimizer, batch);
     const std::vector<float> before = optimizer->arena().params().to_vector<float>();
     parallel.backward(optimizer->scale_loss(opsnn::ops::cross_entropy(model->forward(batch), labels)));
     const optim::StepState state = parallel.step();
     optimizer->zero_grad();
+    CHECK(state.skipped_steps == (step == 0 ? 0 : 1));
     if (step == 1) {
-      CHECK(state.skipped_steps == 1);
       CHECK(state.step == 1);
       CHECK(state.loss_scale == 512.0f);
       CHECK(optimizer->arena().params().to_vector<float>() == before);
     }
   }
-  parallel.check_consistency(3);  // same weights, state and scale on both ranks (throws otherwise)
+  parallel.check_consistency(3);  // same weights and step state on both ranks (throws otherwise)
   CHECK(optimizer->step_state().step == 2);
+}
+
+}  // namespace
+
+TEST_CASE("An inf on one rank makes every rank skip the step and back off the loss scale alike", "[dist]") {
+  check_inf_on_rank_1("adam", 0, [](optim::Optimizer&, Tensor& batch) {  // an overflow in one sample
+    std::vector<float> values = batch.to_vector<float>();
+    values[3] = INFINITY;
+    batch = Tensor::from_vector(values, batch.shape());
+  });
 }
 
 TEST_CASE("distributed.check_every_steps stops every rank when the ranks' weights differ", "[dist]") {
@@ -446,40 +461,13 @@ TEST_CASE("A ZeRO-1 state_dict is the whole state and resumes with another shard
 }
 
 TEST_CASE("ZeRO-1: an inf on one rank in a slice another rank owns skips the step on every rank", "[dist]") {
-  dist::Communicator& comm = world();
-  const Problem problem = make_problem(2 * kRankBatch);
-  const Tensor inputs = rows(problem.inputs, comm.rank() * kRankBatch, kRankBatch);
-  const Tensor labels = label_rows(problem.labels, comm.rank() * kRankBatch, kRankBatch);
-  auto model = make_mlp();
-  optim::OptimizerOptions options(1e-2);
-  options.loss_scaling(optim::LossScalingOptions().enabled(true).initial_scale(1024.0));
-  auto optimizer = optim::make_optimizer("lamb", model->named_parameters(), options);
-  std::shared_ptr<dist::Communicator> shared(&comm, [](dist::Communicator*) {});
-  dist::DataParallelOptions parallel_options;
-  parallel_options.zero_stage = 1;
-  dist::DataParallel parallel(*model, *optimizer, shared, parallel_options);
-  REQUIRE((parallel.shard().begin > 0) == (comm.rank() == 1));  // element 0 is rank 0's
-  for (int step = 0; step < 3; ++step) {
-    if (step == 1 && comm.rank() == 1) {  // element 0 lies in rank 0's slice: backward accumulates onto it
-      Tensor grads = optimizer->arena().grads();
-      std::vector<float> values = grads.to_vector<float>();
-      values[0] = INFINITY;
-      grads.copy_(Tensor::from_vector(values, grads.shape()));
-    }
-    const std::vector<float> before = optimizer->arena().params().to_vector<float>();
-    parallel.backward(optimizer->scale_loss(opsnn::ops::cross_entropy(model->forward(inputs), labels)));
-    const optim::StepState state = parallel.step();
-    optimizer->zero_grad();
-    if (step == 1) {
-      CHECK(state.skipped_steps == 1);
-      CHECK(state.step == 1);
-      CHECK(state.loss_scale == 512.0f);
-      CHECK(optimizer->arena().params().to_vector<float>() == before);
-    } else {
-      CHECK(state.skipped_steps == (step == 0 ? 0 : 1));
-    }
-  }
-  parallel.check_consistency(3);  // the same weights and step state on both ranks
+  check_inf_on_rank_1("lamb", 1, [](optim::Optimizer& optimizer, Tensor&) {
+    // Element 0 lies in rank 0's slice; backward accumulates onto it, and only rank 0 steps it.
+    Tensor grads = optimizer.arena().grads();
+    std::vector<float> values = grads.to_vector<float>();
+    values[0] = INFINITY;
+    grads.copy_(Tensor::from_vector(values, grads.shape()));
+  });
 }
 
 TEST_CASE("ZeRO-1 refuses zero_stage 2 and top-k", "[dist]") {

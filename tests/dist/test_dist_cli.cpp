@@ -106,6 +106,31 @@ Outcome train2(const fs::path& folder, std::vector<std::string> arguments) {
   return run_mpirun(command, folder);
 }
 
+// `arguments` (a config and settings) trained by 2 ranks for 4 steps into "parts" and resumed there to
+// step 8, whose files must equal the uninterrupted run's in "whole" bit for bit; then the step-4
+// checkpoint resumed by one process with the same global batch (16) into "single" (that outcome).
+Outcome resume_with_2_then_1(const fs::path& folder, const std::vector<std::string>& arguments) {
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> all = arguments;
+    all.insert(all.end(), more.begin(), more.end());
+    return all;
+  };
+  REQUIRE(train2(folder, with({"--out", "parts", "--set", "train.max_steps=4"})).exit_code == 0);
+  const Outcome resumed = train2(folder, with({"--out", "parts", "--resume", "auto"}));
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  const fs::path last = fs::path("checkpoints") / "step_00000008";
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"})
+    CHECK(read_text(folder / "whole" / last / file) == read_text(folder / "parts" / last / file));
+  fs::copy(folder / "parts" / "checkpoints" / "step_00000004", folder / "step4", fs::copy_options::recursive);
+  const Outcome single = opsnn::testing::run_program(
+      OPSNN_TRAIN_EXE, {"--config", "tiny.yaml", "--out", "single", "--resume", "step4", "--set", "data.batch_size=16"},
+      folder);
+  INFO(single.output);
+  REQUIRE(single.exit_code == 0);
+  return single;
+}
+
 }  // namespace
 
 TEST_CASE("cli: mpirun -np 2 opsnn-train trains with rank 0 alone writing the run folder", "[cli][dist]") {
@@ -133,22 +158,8 @@ TEST_CASE("cli: a resumed 2-rank run repeats the uninterrupted one bit for bit a
   TemporaryFolder folder;
   write_text(folder.path / "tiny.yaml", kTinyYaml);
   REQUIRE(train2(folder.path, {"--config", "tiny.yaml", "--out", "whole"}).exit_code == 0);
-  REQUIRE(train2(folder.path, {"--config", "tiny.yaml", "--out", "parts", "--set", "train.max_steps=4"}).exit_code ==
-          0);
-  const Outcome resumed = train2(folder.path, {"--config", "tiny.yaml", "--out", "parts", "--resume", "auto"});
-  INFO(resumed.output);
-  REQUIRE(resumed.exit_code == 0);
+  const Outcome single = resume_with_2_then_1(folder.path, {"--config", "tiny.yaml"});
   const fs::path last = fs::path("checkpoints") / "step_00000008";
-  for (const char* file : {"model.safetensors", "optimizer.safetensors"})
-    CHECK(read_text(folder.path / "whole" / last / file) == read_text(folder.path / "parts" / last / file));
-
-  // The step-4 checkpoint of the 2-rank run, resumed by one process with the same global batch (16).
-  fs::copy(folder.path / "parts" / "checkpoints" / "step_00000004", folder.path / "step4", fs::copy_options::recursive);
-  const Outcome single = opsnn::testing::run_program(
-      OPSNN_TRAIN_EXE, {"--config", "tiny.yaml", "--out", "single", "--resume", "step4", "--set", "data.batch_size=16"},
-      folder.path);
-  INFO(single.output);
-  REQUIRE(single.exit_code == 0);
   CHECK_THAT(single.output, Catch::Contains("resumed from step4 at step 4"));
   const auto together = opsnn::train::read_safetensors(folder.path / "whole" / last / "model.safetensors");
   const auto alone = opsnn::train::read_safetensors(folder.path / "single" / last / "model.safetensors");
@@ -205,20 +216,8 @@ TEST_CASE("cli: ZeRO-1 trains as plain data parallel and its checkpoints resume 
               folder.path / "plain" / last / "optimizer.safetensors", 0.0);
 
   // 2 ranks -> 2 ranks: the resumed run repeats the uninterrupted one bit for bit.
-  REQUIRE(train2(folder.path, with(zero, {"--out", "parts", "--set", "train.max_steps=4"})).exit_code == 0);
-  const Outcome resumed = train2(folder.path, with(zero, {"--out", "parts", "--resume", "auto"}));
-  INFO(resumed.output);
-  REQUIRE(resumed.exit_code == 0);
-  for (const char* file : {"model.safetensors", "optimizer.safetensors"})
-    CHECK(read_text(folder.path / "whole" / last / file) == read_text(folder.path / "parts" / last / file));
-
-  // 2 ranks -> 1 process (the same global batch of 16).
-  fs::copy(folder.path / "parts" / "checkpoints" / "step_00000004", folder.path / "step4", fs::copy_options::recursive);
-  const Outcome single = opsnn::testing::run_program(
-      OPSNN_TRAIN_EXE, {"--config", "tiny.yaml", "--out", "single", "--resume", "step4", "--set", "data.batch_size=16"},
-      folder.path);
-  INFO(single.output);
-  REQUIRE(single.exit_code == 0);
+  // 2 ranks -> 2 ranks bit for bit, and 2 ranks -> 1 process (the same global batch of 16).
+  resume_with_2_then_1(folder.path, zero);
   check_close(folder.path / "single" / last / "model.safetensors", folder.path / "whole" / last / "model.safetensors",
               1e-5);
 
