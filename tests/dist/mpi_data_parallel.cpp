@@ -72,6 +72,13 @@ Tensor label_rows(const Tensor& labels, int64_t begin, int64_t count) {
   return Tensor::from_vector(part, {count});
 }
 
+// This rank's kRankBatch samples of the 2 x kRankBatch problem (rank r takes rows [r B, (r + 1) B)).
+Problem rank_batch(const dist::Communicator& comm) {
+  const Problem problem = make_problem(2 * kRankBatch);
+  return {rows(problem.inputs, comm.rank() * kRankBatch, kRankBatch),
+          label_rows(problem.labels, comm.rank() * kRankBatch, kRankBatch)};
+}
+
 optim::OptimizerOptions options_for(const std::string& name) {
   optim::OptimizerOptions options(name == "sgd" ? 0.05 : name == "lion" ? 1e-3 : 1e-2);
   if (name == "sgd") options.momentum(0.9);
@@ -166,8 +173,9 @@ TEST_CASE("MPI communicator collectives", "[dist]") {
 TEST_CASE("2 ranks x batch B/2 equal 1 rank x batch B after 50 steps", "[dist]") {
   dist::Communicator& comm = world();
   const Problem problem = make_problem(2 * kRankBatch);
-  const Tensor mine_inputs = rows(problem.inputs, comm.rank() * kRankBatch, kRankBatch);
-  const Tensor mine_labels = label_rows(problem.labels, comm.rank() * kRankBatch, kRankBatch);
+  const Problem mine = rank_batch(comm);
+  const Tensor& mine_inputs = mine.inputs;
+  const Tensor& mine_labels = mine.labels;
   for (const std::string name : {"sgd", "adam", "adamw", "lamb", "lion"}) {
     INFO("optimizer " << name);
     const optim::OptimizerOptions options = options_for(name);
@@ -203,9 +211,9 @@ TEST_CASE("2 ranks x batch B/2 equal 1 rank x batch B after 50 steps", "[dist]")
 
 TEST_CASE("A 2-rank data-parallel run repeats bit for bit", "[dist]") {
   dist::Communicator& comm = world();
-  const Problem problem = make_problem(2 * kRankBatch);
-  const Tensor inputs = rows(problem.inputs, comm.rank() * kRankBatch, kRankBatch);
-  const Tensor labels = label_rows(problem.labels, comm.rank() * kRankBatch, kRankBatch);
+  const Problem mine = rank_batch(comm);
+  const Tensor& inputs = mine.inputs;
+  const Tensor& labels = mine.labels;
   const Trained first = train("adamw", inputs, labels, &comm, options_for("adamw"));
   const Trained second = train("adamw", inputs, labels, &comm, options_for("adamw"));
   CHECK(std::memcmp(first.params.data(), second.params.data(), first.params.size() * sizeof(float)) == 0);
@@ -219,9 +227,9 @@ namespace {
 void check_inf_on_rank_1(const std::string& name, int zero_stage,
                          const std::function<void(optim::Optimizer&, Tensor&)>& inject) {
   dist::Communicator& comm = world();
-  const Problem problem = make_problem(2 * kRankBatch);
-  const Tensor inputs = rows(problem.inputs, comm.rank() * kRankBatch, kRankBatch);
-  const Tensor labels = label_rows(problem.labels, comm.rank() * kRankBatch, kRankBatch);
+  const Problem mine = rank_batch(comm);
+  const Tensor& inputs = mine.inputs;
+  const Tensor& labels = mine.labels;
   auto model = make_mlp();
   optim::OptimizerOptions options(1e-2);
   options.loss_scaling(optim::LossScalingOptions().enabled(true).initial_scale(1024.0));
@@ -309,9 +317,9 @@ namespace {
 std::vector<float> train_topk(double density, dist::DataParallelOptions::TopKExchange exchange,
                               dist::ExchangeReport* last = nullptr) {
   dist::Communicator& comm = world();
-  const Problem problem = make_problem(2 * kRankBatch);
-  const Tensor inputs = rows(problem.inputs, comm.rank() * kRankBatch, kRankBatch);
-  const Tensor labels = label_rows(problem.labels, comm.rank() * kRankBatch, kRankBatch);
+  const Problem mine = rank_batch(comm);
+  const Tensor& inputs = mine.inputs;
+  const Tensor& labels = mine.labels;
   auto model = make_mlp();
   optim::OptimizerOptions options(0.1);
   if (density > 0) {
@@ -376,9 +384,9 @@ double relative_difference(const std::vector<float>& a, const std::vector<float>
 
 TEST_CASE("ZeRO-1 equals plain data parallel for SGD Adam AdamW LAMB and Lion", "[dist]") {
   dist::Communicator& comm = world();
-  const Problem problem = make_problem(2 * kRankBatch);
-  const Tensor inputs = rows(problem.inputs, comm.rank() * kRankBatch, kRankBatch);
-  const Tensor labels = label_rows(problem.labels, comm.rank() * kRankBatch, kRankBatch);
+  const Problem mine = rank_batch(comm);
+  const Tensor& inputs = mine.inputs;
+  const Tensor& labels = mine.labels;
   for (const std::string name : {"sgd", "adam", "adamw", "lamb", "lion"}) {
     for (const bool clip : {false, true}) {
       INFO("optimizer " << name << (clip ? " with clipping" : ""));
@@ -422,9 +430,9 @@ TEST_CASE("ZeRO-1 keeps 1/world of the optimizer states and steps only its slice
 
 TEST_CASE("A ZeRO-1 state_dict is the whole state and resumes with another sharding bit for bit", "[dist]") {
   dist::Communicator& comm = world();
-  const Problem problem = make_problem(2 * kRankBatch);
-  const Tensor inputs = rows(problem.inputs, comm.rank() * kRankBatch, kRankBatch);
-  const Tensor labels = label_rows(problem.labels, comm.rank() * kRankBatch, kRankBatch);
+  const Problem mine = rank_batch(comm);
+  const Tensor& inputs = mine.inputs;
+  const Tensor& labels = mine.labels;
   std::shared_ptr<dist::Communicator> shared(&comm, [](dist::Communicator*) {});
   // `steps` steps of AdamW from `state` (if any) with ZeRO stage `zero`: its parameters and state dict.
   auto run = [&](int zero, int steps, const optim::StateDict* state, const std::vector<float>* params) {
