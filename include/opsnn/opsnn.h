@@ -17,6 +17,7 @@
 #include "opsnn/models/models.h"
 #include "opsnn/nn/nn.h"
 #include "opsnn/ops/ops.h"
+#include "opsnn/optim/adagrad.h"
 #include "opsnn/optim/adam.h"
 #include "opsnn/optim/lamb.h"
 #include "opsnn/optim/lion.h"

@@ -73,7 +73,7 @@ StepConstants Optimizer::device_step_constants() const {
   k.amsgrad = options_.amsgrad() ? 1 : 0;
   k.nesterov = options_.nesterov() ? 1 : 0;
   std::tie(k.beta1, k.beta2) = options_.effective_betas(*descriptor_);
-  k.eps = static_cast<float>(options_.eps());
+  k.eps = static_cast<float>(options_.effective_eps(*descriptor_));
   k.eps_relative = static_cast<float>(options_.eps_relative());
   k.momentum = static_cast<float>(options_.momentum());
   k.dampening = static_cast<float>(options_.dampening());
@@ -309,7 +309,7 @@ void Optimizer::step_scalars(const StepState& state, double lr, AdamScalars& ada
   adam.one_minus_beta2 = static_cast<float>(1.0 - beta2);
   adam.inv_bias_correction1 = inverse_bias_correction(state.beta1_power * beta1);
   adam.inv_bias_correction2 = inverse_bias_correction(state.beta2_power * beta2);
-  adam.eps = static_cast<float>(options_.eps());
+  adam.eps = static_cast<float>(options_.effective_eps(*descriptor_));
   adam.eps_relative = static_cast<float>(options_.eps_relative());
   adam.weight_decay = static_cast<float>(weight_decay);
   adam.decoupled = descriptor_->decoupled_weight_decay;

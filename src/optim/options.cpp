@@ -106,6 +106,10 @@ Betas OptimizerOptions::effective_betas(const OptimizerDescriptor& descriptor) c
   return betas_.value_or(descriptor.default_betas);
 }
 
+double OptimizerOptions::effective_eps(const OptimizerDescriptor& descriptor) const {
+  return eps_.value_or(descriptor.default_eps);
+}
+
 double OptimizerOptions::effective_weight_decay(std::string_view optimizer) const {
   return effective_weight_decay(optimizer_descriptor(optimizer));
 }
@@ -125,7 +129,8 @@ void OptimizerOptions::validate(const OptimizerDescriptor& descriptor, std::stri
   auto [beta1, beta2] = effective_betas(descriptor);
   if (!(beta1 >= 0.0 && beta1 < 1.0)) fail("betas[0] = ", beta1, " must be in [0, 1)");
   if (!(beta2 >= 0.0 && beta2 < 1.0)) fail("betas[1] = ", beta2, " must be in [0, 1)");
-  if (!(eps_ > 0.0) || !std::isfinite(eps_)) fail("eps = ", eps_, " must be a finite number > 0");
+  const double eps = effective_eps(descriptor);
+  if (!(eps > 0.0) || !std::isfinite(eps)) fail("eps = ", eps, " must be a finite number > 0");
   if (!(eps_relative_ >= 0.0) || !std::isfinite(eps_relative_))
     fail("eps_relative = ", eps_relative_, " must be a finite number >= 0");
   if (weight_decay_ && (!(*weight_decay_ >= 0.0) || !std::isfinite(*weight_decay_)))
@@ -136,6 +141,10 @@ void OptimizerOptions::validate(const OptimizerDescriptor& descriptor, std::stri
     fail("weight_decay = ", *weight_decay_, " and fp32_weight_decay = ", fp32_weight_decay_,
          " disagree: both name the one weight decay coefficient (decay is always computed in fp32 from the"
          " master weight); set only one");
+  if (!(initial_accumulator_value_ >= 0.0) || !std::isfinite(initial_accumulator_value_))
+    fail("initial_accumulator_value = ", initial_accumulator_value_, " must be a finite number >= 0");
+  if (initial_accumulator_value_ != 0.0 && descriptor.rule != UpdateRule::adagrad)
+    fail("initial_accumulator_value = ", initial_accumulator_value_, " applies to adagrad only, not ", optimizer);
   if (!(momentum_ >= 0.0 && momentum_ < 1.0)) fail("momentum = ", momentum_, " must be in [0, 1)");
   if (!(dampening_ >= 0.0 && dampening_ <= 1.0)) fail("dampening = ", dampening_, " must be in [0, 1]");
   auto amsgrad_names = [] { return builtins_with([](const OptimizerDescriptor& d) { return d.supports_amsgrad; }); };
@@ -171,7 +180,12 @@ void OptimizerOptions::validate(const OptimizerDescriptor& descriptor, std::stri
   monitor_.validate();
 
   // fp16 momentum storage needs beta1 > 0.9 to avoid underflow (src/optim/README.md). Accepted, with a warning.
-  if (state_dtype_ == DType::f16) {
+  if (state_dtype_ == DType::f16 && descriptor.rule == UpdateRule::adagrad) {
+    spdlog::warn(
+        "{}: fp16 optimizer states hold the running sum of squared gradients, which passes fp16's largest "
+        "value (65504) in long runs and then stops the updates; bf16 states (state_dtype: bf16) have fp32's range",
+        optimizer);
+  } else if (state_dtype_ == DType::f16) {
     const bool uses_betas = !descriptor.has_momentum_option;
     double momentum_factor = uses_betas ? beta1 : momentum_;
     const char* name = uses_betas ? "betas[0]" : "momentum";

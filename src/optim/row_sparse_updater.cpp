@@ -1,5 +1,6 @@
 // The row-sparse updater of Embedding tables (step_extensions.h): coalesce each table's gradient in the
-// gradient pass, then lazy Adam/AdamW or sparse SGD over the touched rows in applied steps.
+// gradient pass, then lazy Adam/AdamW, sparse SGD or a lazy element-wise rule (Adagrad) over the touched
+// rows in applied steps.
 #include <algorithm>
 
 #include "opsnn/core/error.h"
@@ -9,7 +10,7 @@
 namespace opsnn::optim {
 namespace {
 
-// "adam, adamw or sgd": the built-ins that update row-sparse tables, for the message.
+// "adam, adamw, adagrad or sgd": the built-ins that update row-sparse tables, for the message.
 std::string sparse_capable_names() {
   std::vector<const OptimizerDescriptor*> capable;
   for (const OptimizerDescriptor* descriptor : builtin_optimizer_descriptors())
@@ -39,6 +40,7 @@ RowSparseUpdater::RowSparseUpdater(const Optimizer& optimizer) {
     OPSNN_CHECK_AS(ConfigError, segment.shape.size() == 2, "parameter '", segment.name,
                    "' has row-sparse gradients but is not a [rows, width] table: ", shape_str(segment.shape));
     names_[i] = segment.name;
+    gradients_[i].atomics = optimizer.options().row_sparse_atomics();
     if (descriptor.rule == UpdateRule::sgd && optimizer.options().momentum() > 0.0)
       row_initialized_[i] = Tensor::zeros({segment.shape[0]}, DType::u8, segment.parameter.device());
   }
@@ -60,6 +62,10 @@ void RowSparseUpdater::update(const SparseSegment& segment, const SparseStepScal
     auto flags = row_initialized_.find(segment.index);
     sparse_sgd_step(parameter, momentum, flags == row_initialized_.end() ? Tensor() : flags->second, rows, scalars.sgd,
                     scalars.clip_factor);
+    return;
+  }
+  if (segment.descriptor->rule != UpdateRule::adam) {  // an element-wise rule (Adagrad)
+    sparse_rule_step(segment.descriptor->rule, parameter, segment.states, rows, scalars.adam, scalars.clip_factor);
     return;
   }
   OPSNN_CHECK(segment.states.size() >= 2, "lazy Adam for '", segment.segment->name, "' needs exp_avg and exp_avg_sq");

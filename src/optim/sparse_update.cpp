@@ -136,17 +136,22 @@ void coalesce_rows(const RowChunkView* chunks, int64_t chunk_count, int64_t num_
 #pragma omp simd
       for (int64_t j = 0; j < width; ++j) destination[j] += source[j];
     }
+#pragma omp simd
+    for (int64_t j = 0; j < width; ++j) destination[j] *= scale;
+    // In order along the row (no SIMD reduction): the CUDA coalescing repeats these bits.
     double squares = 0.0;
-#pragma omp simd reduction(+ : squares)
-    for (int64_t j = 0; j < width; ++j) {
-      destination[j] *= scale;
+    for (int64_t j = 0; j < width; ++j)
       squares += static_cast<double>(destination[j]) * static_cast<double>(destination[j]);
-    }
     squares_of_row[u] = squares;
   }
-  // Over rows in index order, serially: the total is the same for any thread count.
+  // Over rows in index order in blocks (rules.h's kCoalesceSquaresBlockRows), the same for any thread count.
   double squares = 0.0;
-  for (double row_squares : row_sum_of_squares) squares += row_squares;
+  for (int64_t block = 0; block < unique_count; block += kCoalesceSquaresBlockRows) {
+    const int64_t end = std::min<int64_t>(unique_count, block + kCoalesceSquaresBlockRows);
+    double block_squares = 0.0;
+    for (int64_t u = block; u < end; ++u) block_squares += squares_of_row[u];
+    squares += block_squares;
+  }
   out.sum_of_squares = squares;
   out.non_finite = !std::isfinite(squares);
 }
@@ -220,6 +225,37 @@ void lazy_adam_step(float* param, State* exp_avg, State* exp_avg_sq, State* max_
     }
   }
 }
+
+template <typename Rule, typename State>
+void sparse_rule_step(float* param, State* const* states, int64_t num_rows, int64_t width, const int64_t* rows,
+                      const float* grad_rows, int64_t row_count, const AdamScalars& scalars, float grad_multiplier) {
+  check_update_rows(rows, row_count, num_rows, width, "sparse_rule_step");
+  for (int k = 0; k < Rule::kStates; ++k)
+    OPSNN_CHECK(states[k] != nullptr, "sparse_rule_step: state ", k, " of ", Rule::kStates, " is missing");
+#pragma omp parallel for schedule(static) if (row_count * width >= kParallelValues)
+  for (int64_t r = 0; r < row_count; ++r) {
+    const int64_t offset = rows[r] * width;
+    float* p = param + offset;
+    const float* g = grad_rows + r * width;
+#pragma omp simd
+    for (int64_t j = 0; j < width; ++j) {
+      float values[Rule::kStates];
+      for (int k = 0; k < Rule::kStates; ++k) values[k] = load_value(states[k][offset + j]);
+      Rule::element(p[j], values, g[j] * grad_multiplier, scalars);
+      for (int k = 0; k < Rule::kStates; ++k) store_value(states[k][offset + j], values[k]);
+    }
+  }
+}
+
+#define OPSNN_INSTANTIATE_SPARSE_RULE(name, Rule)                                                                    \
+  template void sparse_rule_step<Rule, float>(float*, float* const*, int64_t, int64_t, const int64_t*, const float*, \
+                                              int64_t, const AdamScalars&, float);                                   \
+  template void sparse_rule_step<Rule, Half>(float*, Half* const*, int64_t, int64_t, const int64_t*, const float*,   \
+                                             int64_t, const AdamScalars&, float);                                    \
+  template void sparse_rule_step<Rule, BFloat16>(float*, BFloat16* const*, int64_t, int64_t, const int64_t*,         \
+                                                 const float*, int64_t, const AdamScalars&, float);
+OPSNN_ELEMENTWISE_RULES(OPSNN_INSTANTIATE_SPARSE_RULE)
+#undef OPSNN_INSTANTIATE_SPARSE_RULE
 
 template void sparse_sgd_step<float>(float*, float*, uint8_t*, int64_t, int64_t, const int64_t*, const float*, int64_t,
                                      const SgdScalars&, float);
@@ -396,6 +432,52 @@ void lazy_adam_step(const Tensor& param, const Tensor& exp_avg, const Tensor& ex
       State* max_state = scalars.amsgrad ? max_exp_avg_sq.data<State>() : nullptr;
       lazy_adam_step<State>(param.data<float>(), exp_avg.data<State>(), exp_avg_sq.data<State>(), max_state, num_rows,
                             width, grad.indices.data(), grad.values.data(), grad.row_count(), scalars, grad_multiplier);
+    }
+  });
+}
+
+void sparse_rule_step(UpdateRule rule, const Tensor& param, const std::vector<Tensor>& states,
+                      const CoalescedRows& grad, const AdamScalars& scalars, float grad_multiplier) {
+  const char* who = "sparse_rule_step";
+  const std::pair<int64_t, int64_t> table = check_table(param, grad, who);  // lambdas below capture both
+  const int64_t num_rows = table.first, width = table.second;
+  int state_count = -1;
+#define OPSNN_RULE_STATES(name, Rule) \
+  if (rule == UpdateRule::name) state_count = Rule::kStates;
+  OPSNN_ELEMENTWISE_RULES(OPSNN_RULE_STATES)
+#undef OPSNN_RULE_STATES
+  OPSNN_CHECK(state_count >= 0, who, ": update rule ", static_cast<int>(rule), " is not an element-wise rule");
+  OPSNN_CHECK(static_cast<int>(states.size()) == state_count && state_count <= kMaxOptimizerStates, who,
+              ": the rule has ", state_count, " states, got ", states.size());
+  const DType state_dtype = state_count > 0 ? states[0].dtype() : DType::f32;
+  void* pointers[kMaxOptimizerStates] = {};
+  for (int k = 0; k < state_count; ++k) {
+    check_state(states[static_cast<size_t>(k)], param, state_dtype, "a state", who);
+    pointers[k] = states[static_cast<size_t>(k)].data_ptr();
+  }
+  if (!param.device().is_cpu()) {
+    if (grad.row_count() > 0)
+      sparse_row_kernels(param.device())
+          .rule_step(rule, param.data<float>(), pointers, state_dtype, width, grad.device_indices.data<int64_t>(),
+                     grad.device_values.data<float>(), grad.row_count(), scalars, grad_multiplier);
+    return;
+  }
+  visit_dtype(state_dtype, [&](auto tag) {
+    using State = decltype(tag);
+    if constexpr (std::is_same_v<State, float> || std::is_same_v<State, Half> || std::is_same_v<State, BFloat16>) {
+      State* typed[kMaxOptimizerStates] = {};
+      for (int k = 0; k < kMaxOptimizerStates; ++k) typed[k] = static_cast<State*>(pointers[k]);
+      switch (rule) {
+#define OPSNN_RULE_CASE(name, Rule)                                                                 \
+  case UpdateRule::name:                                                                            \
+    sparse_rule_step<Rule, State>(param.data<float>(), typed, num_rows, width, grad.indices.data(), \
+                                  grad.values.data(), grad.row_count(), scalars, grad_multiplier);  \
+    break;
+        OPSNN_ELEMENTWISE_RULES(OPSNN_RULE_CASE)
+#undef OPSNN_RULE_CASE
+        default:
+          break;
+      }
     }
   });
 }

@@ -476,10 +476,11 @@ TrainConfig load(const std::string& text, const std::string& source, const std::
   if (!model_file.empty()) config.model.file = model_file;
   if (config.run.name.empty()) config.run.name = default_run_name;
   if (config.run.out_dir.empty()) config.run.out_dir = "runs/" + config.run.name;
-  // optimizer.lr and optimizer.betas left out of the file take the optimizer's own defaults (lion: 1e-4 and
-  // [0.9, 0.99]); the resolved config.yaml then records them.
+  // optimizer.lr, optimizer.eps and optimizer.betas left out of the file take the optimizer's own defaults
+  // (lion: 1e-4 and [0.9, 0.99]; adagrad: 1e-2 and eps 1e-10); the resolved config.yaml then records them.
   if (const optim::OptimizerDescriptor* descriptor = optim::find_optimizer(config.optimizer.name)) {
     if (!reader.was_set("optimizer.lr")) config.optimizer.lr = descriptor->default_lr;
+    if (!reader.was_set("optimizer.eps")) config.optimizer.eps = descriptor->default_eps;
     if (!reader.was_set("optimizer.betas"))
       config.optimizer.betas = {descriptor->default_betas.first, descriptor->default_betas.second};
   }

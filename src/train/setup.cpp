@@ -113,7 +113,9 @@ optim::OptimizerOptions make_optimizer_options(const TrainConfig& config, int64_
       .trust_clamp_upper(s.lamb_trust_bounds[1])
       .state_dtype(parse_dtype(config.effective_state_dtype()))
       .max_grad_norm(s.max_grad_norm)
-      .decay_1d_params(s.decay_bias_and_norm);
+      .decay_1d_params(s.decay_bias_and_norm)
+      .initial_accumulator_value(s.initial_accumulator_value)
+      .row_sparse_atomics(s.row_sparse_coalescing == "atomic");
   options.weight_decay(o.weight_decay);
   if (s.fp32_weight_decay) options.fp32_weight_decay(*s.fp32_weight_decay);
 

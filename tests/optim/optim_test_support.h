@@ -102,7 +102,8 @@ inline ReferenceConfig reference_config(const std::string& name, const Optimizer
   c.lr = options.effective_lr(name);
   c.beta1 = options.effective_betas(name).first;
   c.beta2 = options.effective_betas(name).second;
-  c.eps = options.eps();
+  c.eps = options.effective_eps(optimizer_descriptor(name));
+  c.initial_accumulator = options.initial_accumulator_value();
   c.eps_relative = options.eps_relative();
   c.weight_decay = options.effective_weight_decay(name);
   c.amsgrad = options.amsgrad();

@@ -15,13 +15,14 @@
 namespace opsnn::optim::testing {
 
 struct ReferenceConfig {
-  std::string name = "adam";  // sgd, adam, adamw, lamb, lion
+  std::string name = "adam";  // sgd, adam, adamw, lamb, lion, adagrad
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, eps_relative = 0.0, weight_decay = 0.0;
   bool amsgrad = false;
   double momentum = 0.0, dampening = 0.0;
   bool nesterov = false;
   double trust_lower = 1e-3, trust_upper = 10.0;
   DType state_dtype = DType::f32;
+  double initial_accumulator = 0.0;  // adagrad
   double max_grad_norm = 0.0;
   // schedule: lr(s) with s = applied steps so far
   int kind = 0;  // 0 constant, 1 warmup_cosine, 2 step_decay, 3 linear_decay
@@ -69,7 +70,7 @@ class ReferenceOptimizer {
         lr_multiplier(std::move(multipliers)),
         decays(std::move(decay)) {
     for (const auto& p : params) {
-      m.emplace_back(p.size(), 0.0);
+      m.emplace_back(p.size(), config.name == "adagrad" ? stored(config.initial_accumulator) : 0.0);
       v.emplace_back(p.size(), 0.0);
       v_max.emplace_back(p.size(), 0.0);
       peak.push_back(0.0);
@@ -124,6 +125,12 @@ class ReferenceOptimizer {
           double sign = interpolation > 0 ? 1.0 : interpolation < 0 ? -1.0 : 0.0;
           p[i] -= lr * (sign + wd * p[i]);
           m[t][i] = stored(c.beta2 * m[t][i] + (1 - c.beta2) * g);
+          continue;
+        }
+        if (c.name == "adagrad") {  // Duchi et al. 2011, as torch.optim.Adagrad: L2 decay, sum of g^2
+          g += wd * p[i];
+          m[t][i] = stored(m[t][i] + g * g);
+          p[i] -= lr * g / (std::sqrt(m[t][i]) + c.eps);
           continue;
         }
         double eps = std::max(c.eps, std::fabs(p[i]) * c.eps_relative);

@@ -185,6 +185,23 @@ TEST_CASE("cuda fused step: Lion (the generic element-wise pass) equals the CPU 
   }
 }
 
+TEST_CASE("cuda fused step: Adagrad (the generic element-wise pass) equals the CPU bit for bit", "[cuda][optim]") {
+  if (!have_gpu()) return;
+  ScheduleParams cosine;
+  cosine.kind = ScheduleKind::warmup_cosine;
+  cosine.warmup_steps = 10;
+  cosine.total_steps = 150;
+  cosine.min_lr = 1e-5;
+  for (DType dtype : kStateTypes) {
+    GradPattern pattern = dtype == DType::f32 ? GradPattern::mixed : GradPattern::bounded;
+    run_scenario(scenario("adagrad", OptimizerOptions().state_dtype(dtype), 150, pattern));
+    run_scenario(scenario(
+        "adagrad",
+        OptimizerOptions(5e-2).weight_decay(0.01).initial_accumulator_value(0.1).schedule(cosine).state_dtype(dtype),
+        200, pattern));
+  }
+}
+
 TEST_CASE("cuda fused step: parameter groups with lr multipliers and decay flags", "[cuda][optim]") {
   if (!have_gpu()) return;
   NamedParameters all = testing::random_parameters(kShapes, 3);

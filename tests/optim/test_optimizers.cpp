@@ -3,6 +3,7 @@
 // schedules, groups with lr multipliers and no-decay, fp16/bf16 states; zero, huge and tiny gradients.
 #include <omp.h>
 
+#include "opsnn/optim/adagrad.h"
 #include "opsnn/optim/adam.h"
 #include "optim/optim_test_support.h"
 #include "support/catch.h"
@@ -107,6 +108,36 @@ TEST_CASE("lion matches the double reference: sign update, decoupled decay, its 
                           kFloat);
 }
 
+TEST_CASE("adagrad matches the double reference: L2 decay, initial accumulator, its defaults", "[optim]") {
+  // torch.optim.Adagrad's defaults: lr 1e-2, eps 1e-10, no weight decay, the sum starting at 0.
+  OptimizerOptions defaults;
+  REQUIRE(defaults.effective_lr("adagrad") == 1e-2);
+  REQUIRE(defaults.effective_eps(optimizer_descriptor("adagrad")) == 1e-10);
+  REQUIRE(defaults.effective_weight_decay("adagrad") == 0.0);
+  REQUIRE(AdagradOptions().eps() == 1e-10);
+  check_against_reference("adagrad", OptimizerOptions(), kFloat, GradPattern::bounded);
+  check_against_reference("adagrad", OptimizerOptions(5e-2).weight_decay(0.1).initial_accumulator_value(0.1), kFloat,
+                          GradPattern::mixed, 40);
+  check_against_reference("adagrad", OptimizerOptions(5e-2).eps(1e-6).weight_decay(0.01).decay_1d_params(true), kFloat,
+                          GradPattern::bounded, 30, true);
+  check_against_reference("adagrad",
+                          OptimizerOptions(5e-2).max_grad_norm(1.0).schedule(
+                              ScheduleParams{ScheduleKind::warmup_cosine, 5e-2, 1e-4, 5, 40, 1, 0.1}),
+                          kFloat);
+}
+
+TEST_CASE("adagrad's initial accumulator fills every tensor and is refused elsewhere", "[optim]") {
+  NamedParameters parameters = random_parameters({{3, 5}, {7}}, 4);
+  Adagrad optimizer(parameters, AdagradOptions(0.1).initial_accumulator_value(0.25));
+  for (size_t segment = 0; segment < optimizer.arena().segments().size(); ++segment)
+    for (float x : optimizer.arena().state_view(0, segment).to_vector<float>()) REQUIRE(x == 0.25f);
+  REQUIRE_THROWS_WITH(
+      make_optimizer("adam", random_parameters({{2, 2}}, 1), OptimizerOptions().initial_accumulator_value(0.1)),
+      Catch::Contains("initial_accumulator_value") && Catch::Contains("adagrad only"));
+  REQUIRE_THROWS_WITH(Adagrad(random_parameters({{2, 2}}, 1), AdagradOptions().initial_accumulator_value(-1.0)),
+                      Catch::Contains("initial_accumulator_value = -1"));
+}
+
 TEST_CASE("clipping by global norm and schedules inside the step match the reference", "[optim]") {
   check_against_reference("adam", OptimizerOptions(1e-2).max_grad_norm(1.0), kFloat);
   check_against_reference("sgd", OptimizerOptions(0.1).momentum(0.9).max_grad_norm(0.5), kFloat);
@@ -143,6 +174,8 @@ TEST_CASE("fp16 and bf16 optimizer states follow the reference with rounded stat
                             GradPattern::bounded);
     check_against_reference("lion", OptimizerOptions(1e-3).betas({0.95, 0.99}).weight_decay(0.1).state_dtype(dtype),
                             tolerance, GradPattern::bounded);
+    check_against_reference("adagrad", OptimizerOptions(5e-2).weight_decay(0.1).state_dtype(dtype), tolerance,
+                            GradPattern::bounded);
   }
 }
 

@@ -354,6 +354,81 @@ TEMPLATE_TEST_CASE("lazy Adam/AdamW equal rules.h on touched rows, other rows an
   }
 }
 
+TEMPLATE_TEST_CASE("lazy Adagrad equals the dense step on a gradient that is zero off the touched rows", "[sparse]",
+                   float, Half, BFloat16) {
+  // Without weight decay a zero gradient leaves dense Adagrad's parameter and sum as they are, so the lazy
+  // update must give the dense step's bits everywhere; with decay, touched rows follow the rule and the
+  // others keep their bits.
+  using State = TestType;
+  for (float weight_decay : {0.0f, 0.05f}) {
+    INFO("weight decay " << weight_decay);
+    const int64_t num_rows = 40, width = 9, size = num_rows * width;
+    std::mt19937_64 rng(11);
+    std::vector<float> param = random_values(rng, size, -1, 1), dense_param = param;
+    std::vector<State> sum(static_cast<size_t>(size)), dense_sum;
+    std::vector<float> start = random_values(rng, size, 0.0f, 0.5f);
+    for (int64_t e = 0; e < size; ++e) store_value(sum[e], start[e]);
+    dense_sum = sum;
+    const std::vector<float> initial = param;
+    std::vector<bool> ever_touched(static_cast<size_t>(num_rows), false);
+    for (int step = 1; step <= 6; ++step) {
+      AdamScalars scalars{};
+      scalars.lr = 0.05f * static_cast<float>(step);
+      scalars.eps = 1e-10f;
+      scalars.weight_decay = weight_decay;
+      std::vector<int64_t> pool;
+      for (int64_t r = step % 4; r < 32; r += 4) pool.push_back(r);
+      Chunks chunks = random_chunks(rng, pool, 2, 7, width);
+      CoalescedRows grad = coalesce_chunks(chunks, num_rows, width, 0.5f);
+      State* states[1] = {sum.data()};
+      sparse_rule_step<AdagradRule, State>(param.data(), states, num_rows, width, grad.indices.data(),
+                                           grad.values.data(), grad.row_count(), scalars, 0.75f);
+      std::vector<bool> touched;
+      std::vector<float> dense = chunks.dense(num_rows, width, touched);
+      for (int64_t e = 0; e < size; ++e) {
+        if (weight_decay != 0.0f && !touched[e / width]) continue;
+        if (touched[e / width]) ever_touched[e / width] = true;
+        float state[1] = {load_value(dense_sum[e])};
+        AdagradRule::element(dense_param[e], state, dense[e] * 0.5f * 0.75f, scalars);
+        store_value(dense_sum[e], state[0]);
+      }
+      REQUIRE(bits_equal(param, dense_param));
+      REQUIRE(std::memcmp(sum.data(), dense_sum.data(), sum.size() * sizeof(State)) == 0);
+    }
+    // Independent of rules.h: untouched rows kept their bits, touched rows moved.
+    for (int64_t row = 0; row < num_rows; ++row) {
+      const bool same = std::memcmp(&param[row * width], &initial[row * width], width * sizeof(float)) == 0;
+      REQUIRE(same == !ever_touched[row]);
+    }
+  }
+}
+
+TEST_CASE("coalesce's sum of squares follows the fixed per-row then 256-row-block order", "[sparse]") {
+  // 700 unique rows: three blocks. The order is what the CUDA coalescing repeats, so it is pinned here.
+  const int64_t num_rows = 1000, width = 3;
+  std::mt19937_64 rng(8);
+  std::vector<int64_t> pool(700);
+  for (int64_t r = 0; r < 700; ++r) pool[r] = r + 100;
+  Chunks chunks = random_chunks(rng, pool, 2, 900, width);
+  CoalescedRows grad = coalesce_chunks(chunks, num_rows, width, 0.25f);
+  const int64_t rows = grad.row_count();
+  REQUIRE(rows > 512);
+  double total = 0.0;
+  for (int64_t block = 0; block < rows; block += kCoalesceSquaresBlockRows) {
+    double block_sum = 0.0;
+    for (int64_t u = block; u < std::min<int64_t>(rows, block + kCoalesceSquaresBlockRows); ++u) {
+      double row_sum = 0.0;
+      for (int64_t j = 0; j < width; ++j) {
+        const double x = grad.values[u * width + j];
+        row_sum += x * x;
+      }
+      block_sum += row_sum;
+    }
+    total += block_sum;
+  }
+  REQUIRE(std::memcmp(&total, &grad.sum_of_squares, sizeof(double)) == 0);
+}
+
 TEST_CASE("lazy Adam's first step moves a touched row by about lr * sign(g)", "[sparse]") {
   // Independent of rules.h: from zero moments at t = 1, m_hat = g and v_hat = g^2.
   Tensor param = Tensor::from_vector<float>({1, 1, 1, 2, 2, 2, 3, 3, 3}, {3, 3});

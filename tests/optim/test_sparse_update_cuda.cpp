@@ -1,7 +1,9 @@
 // Tests of the CUDA row-sparse updates (src/optim/cuda/sparse_rows.*) against the CPU implementation
 // (src/optim/sparse_update.cpp): coalescing with duplicates across chunks, f16/bf16 chunks, bad indices,
-// and many steps of sparse SGD and lazy Adam/AdamW with f32/f16/bf16 states on odd widths and misaligned
-// tables, including non-finite and zero gradients. Run under compute-sanitizer memcheck and racecheck.
+// sorted (the CPU's bits, run after run, hot rows and large tables included) and atomic; many steps of
+// sparse SGD, lazy Adam/AdamW and lazy Adagrad with f32/f16/bf16 states on odd widths and misaligned
+// tables, including non-finite and zero gradients; and an optimizer over a table on the GPU against the
+// same on the CPU, clipping included. Run under compute-sanitizer memcheck and racecheck.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "opsnn/core/storage.h"
+#include "opsnn/optim/optimizer.h"
 #include "opsnn/optim/sparse_update.h"
 #include "support/catch.h"
 #include "support/cuda_test_support.h"
@@ -102,10 +105,73 @@ CoalescedRows sorted_copy(const CoalescedRows& device) {
 
 }  // namespace
 
-TEST_CASE("CUDA coalescing equals the CPU's: duplicates, chunks, dtypes, scale, norm", "[cuda][sparse]") {
+TEST_CASE("CUDA sorted coalescing gives the CPU's bits: duplicates, chunks, dtypes, scale, norm", "[cuda][sparse]") {
   if (gpu_missing()) return;
   std::mt19937_64 rng(5);
   CoalescedRows gpu_rows;  // reused across cases, as a training loop does
+  for (int64_t width : {1, 3, 32, 33, 130}) {
+    for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+      const int64_t num_rows = 97;
+      RandomGrad grad = random_grad(rng, num_rows, width, 3, 41, dtype, width == 3);
+      const float scale = 1.0f / 256.0f;
+      CoalescedRows cpu_rows = coalesce(grad.cpu, num_rows, width, scale);
+      coalesce(grad.gpu, num_rows, width, scale, gpu_rows);
+      INFO("width " << width << ", rows " << dtype_name(dtype));
+      REQUIRE(gpu_rows.device == kGpu);
+      REQUIRE(gpu_rows.row_count() == cpu_rows.row_count());
+      const int64_t count = gpu_rows.row_count();
+      // Ascending as on the CPU, no reordering needed; every value and the norm bit for bit.
+      REQUIRE(gpu_rows.device_indices.slice(0, 0, count).to_vector<int64_t>() == cpu_rows.indices);
+      REQUIRE(count_mismatches(gpu_rows.device_values.slice(0, 0, count * width).to_vector<float>(), cpu_rows.values,
+                               "coalesced value") == 0);
+      REQUIRE(std::memcmp(&gpu_rows.sum_of_squares, &cpu_rows.sum_of_squares, sizeof(double)) == 0);
+      REQUIRE(gpu_rows.non_finite == cpu_rows.non_finite);
+    }
+  }
+}
+
+TEST_CASE("CUDA sorted coalescing repeats itself and the CPU on hot rows and a large table", "[cuda][sparse]") {
+  if (gpu_missing()) return;
+  // Zipf-like ids (a few rows thousands of times, many once) over a 2^22-row table: CUB's multi-pass sort,
+  // long runs per row, thousands of rows in the norm's blocks.
+  const int64_t num_rows = int64_t{1} << 22, width = 20, total = 200000;
+  std::mt19937_64 rng(17);
+  std::vector<int64_t> indices(static_cast<size_t>(total));
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  for (int64_t& index : indices) {
+    const double u = unit(rng);
+    index = static_cast<int64_t>(std::pow(static_cast<double>(num_rows), u * u * u)) - 1;  // skewed to small ids
+  }
+  std::vector<float> rows(static_cast<size_t>(total * width));
+  std::normal_distribution<float> value(0.0f, 1.0f);
+  for (float& x : rows) x = value(rng);
+  RowSparseGrad cpu_grad, gpu_grad;
+  cpu_grad.indices = {Tensor::from_vector(indices, {total})};
+  cpu_grad.rows = {Tensor::from_vector(rows, {total, width})};
+  gpu_grad.indices = {cpu_grad.indices[0].to(kGpu)};
+  gpu_grad.rows = {cpu_grad.rows[0].to(kGpu)};
+  CoalescedRows cpu_rows = coalesce(cpu_grad, num_rows, width, 0.125f);
+  REQUIRE(cpu_rows.row_count() > 10000);
+  std::vector<float> first_values;
+  for (int run = 0; run < 3; ++run) {
+    CoalescedRows gpu_rows;
+    coalesce(gpu_grad, num_rows, width, 0.125f, gpu_rows);
+    const int64_t count = gpu_rows.row_count();
+    REQUIRE(count == cpu_rows.row_count());
+    REQUIRE(gpu_rows.device_indices.slice(0, 0, count).to_vector<int64_t>() == cpu_rows.indices);
+    std::vector<float> values = gpu_rows.device_values.slice(0, 0, count * width).to_vector<float>();
+    REQUIRE(count_mismatches(values, cpu_rows.values, "coalesced value") == 0);
+    REQUIRE(std::memcmp(&gpu_rows.sum_of_squares, &cpu_rows.sum_of_squares, sizeof(double)) == 0);
+    if (run == 0) first_values = values;
+    REQUIRE(std::memcmp(values.data(), first_values.data(), values.size() * sizeof(float)) == 0);
+  }
+}
+
+TEST_CASE("CUDA atomic coalescing (the opt-in) equals the CPU's up to the order of additions", "[cuda][sparse]") {
+  if (gpu_missing()) return;
+  std::mt19937_64 rng(5);
+  CoalescedRows gpu_rows;  // reused across cases, as a training loop does
+  gpu_rows.atomics = true;
   for (int64_t width : {1, 3, 32, 33, 130}) {
     for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
       const int64_t num_rows = 97;
@@ -155,11 +221,14 @@ TEST_CASE("CUDA coalescing equals the CPU's: duplicates, chunks, dtypes, scale, 
 
 TEST_CASE("CUDA coalescing rejects indices outside the table and stays usable", "[cuda][sparse]") {
   if (gpu_missing()) return;
+  const bool atomics = GENERATE(false, true);
+  INFO((atomics ? "atomic" : "sorted") << " coalescing");
   RowSparseGrad grad;
   grad.indices = {Tensor::from_vector<int64_t>({1, 2}, {2}, DType::i64, kGpu),
                   Tensor::from_vector<int64_t>({4, 10, 3, -1}, {4}, DType::i64, kGpu)};
   grad.rows = {Tensor::ones({2, 2}, DType::f32, kGpu), Tensor::ones({4, 2}, DType::f32, kGpu)};
   CoalescedRows rows;
+  rows.atomics = atomics;
   REQUIRE_THROWS_WITH(coalesce(grad, 10, 2, 1.0f, rows), Catch::Contains("index 10") &&
                                                              Catch::Contains("chunk 1, position 1") &&
                                                              Catch::Contains("table of 10 rows"));
@@ -205,15 +274,16 @@ TEST_CASE("CUDA sparse SGD and lazy Adam equal the CPU bit for bit over many ste
   const int64_t num_rows = 61;
   for (int64_t width : {1, 7, 33, 96}) {
     for (DType state_dtype : {DType::f32, DType::f16, DType::bf16}) {
-      for (int variant = 0; variant < 4; ++variant) {
-        // 0: SGD momentum + wd, 1: SGD Nesterov + dampening 0, 2: Adam L2 + amsgrad + eps_relative, 3: AdamW
-        const bool sgd = variant < 2;
+      for (int variant = 0; variant < 5; ++variant) {
+        // 0: SGD momentum + wd, 1: SGD Nesterov + dampening 0, 2: Adam L2 + amsgrad + eps_relative, 3: AdamW,
+        // 4: Adagrad with L2 decay
+        const bool sgd = variant < 2, adagrad = variant == 4;
         INFO("width " << width << ", states " << dtype_name(state_dtype) << ", variant " << variant);
         std::mt19937_64 rng(static_cast<uint64_t>(width * 10 + variant));
         Table param = make_table(rng, num_rows, width, DType::f32, -1.0f, 1.0f);
         const std::vector<float> initial = param.cpu.to_vector<float>();
         std::vector<Table> states;
-        for (int s = 0; s < (sgd ? 1 : 3); ++s)
+        for (int s = 0; s < (sgd || adagrad ? 1 : 3); ++s)
           states.push_back(make_table(rng, num_rows, width, state_dtype, s == 0 ? -0.1f : 0.0f, 0.1f));
         Tensor flags_cpu = Tensor::zeros({num_rows}, DType::u8);
         Tensor flags_gpu = Tensor::zeros({num_rows}, DType::u8, kGpu);
@@ -237,6 +307,13 @@ TEST_CASE("CUDA sparse SGD and lazy Adam equal the CPU bit for bit over many ste
                                .first_step = false};
             sparse_sgd_step(param.cpu, states[0].cpu, flags_cpu, cpu_rows, scalars, multiplier);
             sparse_sgd_step(param.gpu, states[0].gpu, flags_gpu, gpu_rows, scalars, multiplier);
+          } else if (adagrad) {
+            AdamScalars scalars{};
+            scalars.lr = 0.02f;
+            scalars.eps = 1e-10f;
+            scalars.weight_decay = 0.01f;
+            sparse_rule_step(UpdateRule::adagrad, param.cpu, {states[0].cpu}, cpu_rows, scalars, multiplier);
+            sparse_rule_step(UpdateRule::adagrad, param.gpu, {states[0].gpu}, gpu_rows, scalars, multiplier);
           } else {
             beta1_power *= 0.9f;
             beta2_power *= 0.999f;
@@ -268,6 +345,53 @@ TEST_CASE("CUDA sparse SGD and lazy Adam equal the CPU bit for bit over many ste
             changed_untouched += bits_of(final_values[row * width + j]) != bits_of(initial[row * width + j]);
         REQUIRE(changed_untouched == 0);
       }
+    }
+  }
+}
+
+TEST_CASE("an optimizer over a row-sparse table steps the GPU copy to the CPU's bits, clipping included",
+          "[cuda][sparse]") {
+  if (gpu_missing()) return;
+  const int64_t num_rows = 5000, width = 24;
+  for (const char* name : {"adam", "adamw", "sgd", "adagrad"}) {
+    for (DType state_dtype : {DType::f32, DType::bf16}) {
+      INFO(name << " with " << dtype_name(state_dtype) << " states");
+      std::mt19937_64 rng(23);
+      std::vector<float> initial(static_cast<size_t>(num_rows * width));
+      std::normal_distribution<float> value(0.0f, 0.1f);
+      for (float& x : initial) x = value(rng);
+      Tensor cpu_table = Tensor::from_vector(initial, {num_rows, width}), gpu_table = cpu_table.to(kGpu);
+      cpu_table.set_requires_grad(true).set_sparse_grad(true);
+      gpu_table.set_requires_grad(true).set_sparse_grad(true);
+      OptimizerOptions options(0.05);
+      options.max_grad_norm(2.0).state_dtype(state_dtype).weight_decay(0.01).decay_1d_params(true);
+      if (std::string(name) == "sgd") options.momentum(0.9);
+      auto cpu = make_optimizer(name, {{"table", cpu_table}}, options);
+      auto gpu = make_optimizer(name, {{"table", gpu_table}}, options);
+      for (int step = 0; step < 8; ++step) {
+        // Two lookups per step, ids skewed towards small rows, as an embedding bag's would be.
+        for (int chunk = 0; chunk < 2; ++chunk) {
+          const int64_t count = 3000;
+          std::vector<int64_t> ids(static_cast<size_t>(count));
+          std::vector<float> rows(static_cast<size_t>(count * width));
+          std::uniform_real_distribution<double> unit(0.0, 1.0);
+          for (int64_t& id : ids)
+            id = static_cast<int64_t>(std::pow(static_cast<double>(num_rows), unit(rng) * unit(rng))) - 1;
+          for (float& x : rows) x = value(rng);
+          Tensor id_tensor = Tensor::from_vector(ids, {count}), row_tensor = Tensor::from_vector(rows, {count, width});
+          cpu_table.row_sparse_grad().indices.push_back(id_tensor);
+          cpu_table.row_sparse_grad().rows.push_back(row_tensor);
+          gpu_table.row_sparse_grad().indices.push_back(id_tensor.to(kGpu));
+          gpu_table.row_sparse_grad().rows.push_back(row_tensor.to(kGpu));
+        }
+        cpu->step();
+        gpu->step();
+        cpu->zero_grad();
+        gpu->zero_grad();
+        REQUIRE(count_mismatches(cpu_table.to_vector<float>(), gpu_table.to(kCPU).to_vector<float>(), "table") == 0);
+      }
+      // The gradients were large enough for clipping to act (else the clip path went untested).
+      REQUIRE(cpu->grad_norm() > 2.0);
     }
   }
 }

@@ -7,6 +7,7 @@
 
 #include "opsnn/nn/layers.h"
 #include "opsnn/ops/ops.h"
+#include "opsnn/optim/adagrad.h"
 #include "opsnn/optim/adam.h"
 #include "opsnn/optim/lamb.h"
 #include "opsnn/optim/sgd.h"
@@ -61,6 +62,36 @@ TEST_CASE("make_optimizer and direct construction both come with the row-sparse 
     }
 }
 
+TEST_CASE("sparse Adagrad through an Embedding equals dense Adagrad on the same lookups", "[sparse][optim]") {
+  // A zero gradient leaves dense Adagrad's parameter and sum unchanged (no decay), so the lazy update of the
+  // sparse table and the dense update of the same table with dense gradients give the same bits.
+  Generator generator(4);
+  nn::Embedding sparse(nn::EmbeddingOptions(12, 3).sparse(true), generator);
+  Generator again(4);
+  nn::Embedding dense(nn::EmbeddingOptions(12, 3).sparse(false), again);
+  Adagrad sparse_optimizer(sparse.named_parameters(), AdagradOptions(0.1).initial_accumulator_value(0.1));
+  auto dense_optimizer =
+      make_optimizer("adagrad", dense.named_parameters(), OptimizerOptions(0.1).initial_accumulator_value(0.1));
+  REQUIRE(sparse_optimizer.sparse_updater() != nullptr);
+  REQUIRE(dense_optimizer->sparse_updater() == nullptr);
+  const std::vector<float> before = weights_of(sparse);
+  const std::vector<std::vector<int64_t>> lookups = {{2, 7, 7}, {0, 2, 11}, {7}};
+  for (const std::vector<int64_t>& ids : lookups) {
+    embedding_backward(sparse, ids);
+    embedding_backward(dense, ids);
+    sparse_optimizer.step();
+    dense_optimizer->step();
+    sparse_optimizer.zero_grad();
+    dense_optimizer->zero_grad();
+    REQUIRE(weights_of(sparse) == weights_of(dense));
+  }
+  const std::vector<float> after = weights_of(sparse);
+  for (int64_t row = 0; row < 12; ++row) {
+    const bool touched = row == 0 || row == 2 || row == 7 || row == 11;
+    for (int64_t col = 0; col < 3; ++col) CHECK((after[row * 3 + col] != before[row * 3 + col]) == touched);
+  }
+}
+
 TEST_CASE("LAMB refuses a row-sparse table, naming it and the optimizers that can", "[sparse][optim]") {
   Generator generator(1);
   nn::Embedding table(nn::EmbeddingOptions(8, 2).sparse(true), generator);
@@ -68,7 +99,7 @@ TEST_CASE("LAMB refuses a row-sparse table, naming it and the optimizers that ca
   CHECK_THROWS_WITH(LAMB(table.named_parameters(), LambOptions()),
                     Catch::Contains("'weight' has row-sparse gradients, which lamb cannot update") &&
                         Catch::Contains("trust ratio needs whole-tensor norms") &&
-                        Catch::Contains("adam, adamw or sgd"));
+                        Catch::Contains("adam, adamw, adagrad or sgd"));
 }
 
 TEST_CASE("top-k inside step() equals sparsifying the arena by hand before a plain step", "[sparse][optim]") {

@@ -340,10 +340,12 @@ TEST_CASE("Config: unknown model, optimizer and dataset names list the known one
         "test.yaml:2:9: key 'model.arch': expected one of: mlp, small_cnn, resnet18, resnet34, resnet50, ctr, got "
         "resnet19 (did you mean 'resnet18'?)");
   CHECK(error_of("optimizer:\n  name: adan\n") ==
-        "test.yaml:2:9: key 'optimizer.name': expected one of: sgd, adam, adamw, lamb, lion, got adan (did you mean "
+        "test.yaml:2:9: key 'optimizer.name': expected one of: sgd, adam, adamw, lamb, lion, adagrad, got adan (did "
+        "you mean "
         "'adam'?)");
   CHECK(error_of("optimizer:\n  name: lino\n") ==
-        "test.yaml:2:9: key 'optimizer.name': expected one of: sgd, adam, adamw, lamb, lion, got lino (did you mean "
+        "test.yaml:2:9: key 'optimizer.name': expected one of: sgd, adam, adamw, lamb, lion, adagrad, got lino (did "
+        "you mean "
         "'lion'?)");
   CHECK(error_of("data:\n  dataset: imagenet\n") ==
         "test.yaml:2:12: key 'data.dataset': expected one of: fashion_mnist, synthetic, ctr_synthetic, cifar10, "

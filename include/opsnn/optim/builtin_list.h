@@ -6,8 +6,8 @@
 #pragma once
 
 // X(name): name_descriptor() is defined in src/optim/<name>.cpp.
-#define OPSNN_BUILTIN_OPTIMIZERS(X) X(sgd) X(adam) X(adamw) X(lamb) X(lion)
+#define OPSNN_BUILTIN_OPTIMIZERS(X) X(sgd) X(adam) X(adamw) X(lamb) X(lion) X(adagrad)
 
 // X(name, Rule): single-pass element-wise rules (rules.h) run by the generic pass on every device; name is
 // the UpdateRule enumerator.
-#define OPSNN_ELEMENTWISE_RULES(X) X(lion, LionRule)
+#define OPSNN_ELEMENTWISE_RULES(X) X(lion, LionRule) X(adagrad, AdagradRule)

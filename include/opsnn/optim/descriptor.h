@@ -34,6 +34,7 @@ struct OptimizerDescriptor {
   double default_lr = 1e-3;
   Betas default_betas{0.9, 0.999};
   double default_weight_decay = 0.0;
+  double default_eps = 1e-8;
   bool decoupled_weight_decay = false;  // p -= lr*wd*p apart from the gradient (AdamW, Lion)
   bool has_momentum_option = false;     // momentum / dampening / nesterov apply (SGD); else betas[0] is it
   bool supports_amsgrad = false;

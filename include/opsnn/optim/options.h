@@ -72,7 +72,6 @@ struct OptimizerOptions {
   OptimizerOptions() = default;
   explicit OptimizerOptions(double lr) : lr_(lr) {}
 
-  OPSNN_OPTION(double, eps, 1e-8);
   // eps auto-scaling: eps_t = max(eps, |p| * eps_relative) per element; 0 is plain Adam.
   OPSNN_OPTION(double, eps_relative, 0.0);
   // The weight decay coefficient, computed in fp32 from the fp32 master weight (the config's
@@ -92,6 +91,11 @@ struct OptimizerOptions {
   OPSNN_OPTION(double, max_grad_norm, 0.0);
   // By default parameters with dim() <= 1 (biases, BatchNorm gamma/beta) get no weight decay.
   OPSNN_OPTION(bool, decay_1d_params, false);
+  // Adagrad: the value its running sum of squared gradients starts at (PyTorch's initial_accumulator_value).
+  OPSNN_OPTION(double, initial_accumulator_value, 0.0);
+  // Row-sparse gradients on a GPU: sum duplicate rows with float atomics instead of sorting them (faster
+  // with many duplicates, but the order of the additions, so the bits, vary from run to run).
+  OPSNN_OPTION(bool, row_sparse_atomics, false);
   OPSNN_OPTION(ScheduleParams, schedule, ScheduleParams{});
   OPSNN_OPTION(LossScalingOptions, loss_scaling, LossScalingOptions{});
   OPSNN_OPTION(MonitorOptions, monitor, MonitorOptions{});
@@ -113,6 +117,13 @@ struct OptimizerOptions {
     return *this;
   }
   Betas betas() const { return betas_.value_or(Betas(0.9, 0.999)); }
+  // The denominator's eps. Unset: the getter gives 1e-8, the optimizer uses effective_eps (adagrad: 1e-10,
+  // PyTorch's).
+  OptimizerOptions& eps(double value) {
+    eps_ = value;
+    return *this;
+  }
+  double eps() const { return eps_.value_or(1e-8); }
   // Unset: the optimizer's default (1e-2 for adamw as in PyTorch, 0 otherwise).
   OptimizerOptions& weight_decay(double value) {
     weight_decay_ = value;
@@ -130,6 +141,7 @@ struct OptimizerOptions {
   double effective_lr(std::string_view optimizer) const;
   Betas effective_betas(std::string_view optimizer) const;
   double effective_weight_decay(std::string_view optimizer) const;
+  double effective_eps(const OptimizerDescriptor& descriptor) const;
   double effective_lr(const OptimizerDescriptor& descriptor) const;
   Betas effective_betas(const OptimizerDescriptor& descriptor) const;
   double effective_weight_decay(const OptimizerDescriptor& descriptor) const;
@@ -142,6 +154,7 @@ struct OptimizerOptions {
  private:
   std::optional<double> lr_;
   std::optional<Betas> betas_;
+  std::optional<double> eps_;
   std::optional<double> weight_decay_;
 };
 

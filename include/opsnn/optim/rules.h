@@ -6,7 +6,7 @@
 // (Alg. 1); AdamW: Loshchilov & Hutter 2019, "Decoupled Weight Decay Regularization" (Alg. 2); LAMB: You
 // et al. 2020, "Large Batch Optimization for Deep Learning: Training BERT in 76 minutes" (Alg. 2);
 // SGD/Nesterov: PyTorch's torch.optim.SGD (Sutskever et al. 2013, "On the importance of initialization
-// and momentum in deep learning"); Lion: Chen et al. 2023 (below).
+// and momentum in deep learning"); Lion: Chen et al. 2023 (below); Adagrad: Duchi et al. 2011 (below).
 #pragma once
 
 #include <cmath>
@@ -140,6 +140,26 @@ struct LionRule {
     m = fmaf(s.beta2, m, s.one_minus_beta2 * g);
   }
 };
+
+// Adagrad (Duchi, Hazan & Singer 2011, "Adaptive Subgradient Methods for Online Learning and Stochastic
+// Optimization"; diagonal form as torch.optim.Adagrad): one state, the running sum of squared gradients,
+// and L2 weight decay folded into the gradient: g += wd*p; sum += g*g; p -= lr*g/(sqrt(sum) + eps). No
+// betas, no bias correction. The sum starts at initial_accumulator_value (0 by default, as PyTorch).
+struct AdagradRule {
+  static constexpr int kStates = 1;  // sum
+  static OPSNN_HD void element(float& p, float (&state)[1], float g, const AdamScalars& s) {
+    float& sum = state[0];
+    g = fmaf(s.weight_decay, p, g);
+    sum = fmaf(g, g, sum);
+    p -= s.lr * (g / safe_denominator(sum, s.eps));
+  }
+};
+
+// ---- the order of one reduction, shared by the CPU and CUDA row-sparse coalescing ----
+// The sum of squares of a coalesced row-sparse gradient: in double, per row over its width in order, then
+// over consecutive blocks of this many rows in order, then over the blocks in order. A fixed shape that a
+// GPU runs in parallel and the CPU repeats, so both get the same bits.
+inline constexpr long long kCoalesceSquaresBlockRows = 256;
 
 // ---- learning-rate schedules, evaluated from the count of applied steps ----
 enum class ScheduleKind : int { constant = 0, warmup_cosine = 1, step_decay = 2, linear_decay = 3 };

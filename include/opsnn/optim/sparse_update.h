@@ -10,6 +10,7 @@
 #include "opsnn/core/half.h"
 #include "opsnn/core/tensor.h"
 #include "opsnn/optim/rules.h"
+#include "opsnn/optim/step_kernels.h"
 
 namespace opsnn::optim {
 
@@ -36,9 +37,13 @@ struct CoalescedRows {
   bool non_finite = false;
 
   // Where the rows live. On a CUDA device (coalesce() of a gradient whose chunks are there) `indices` and
-  // `values` stay empty: device_indices holds row_count() unique rows in an unspecified order (atomics
-  // decide it) and device_values their [row_count, width] sums, both on `device` with room for more rows
-  // than used; sum_of_squares and non_finite are still set on the host.
+  // `values` stay empty: device_indices holds row_count() unique rows and device_values their
+  // [row_count, width] sums, both on `device` with room for more rows than used; sum_of_squares and
+  // non_finite are still set on the host. By default the device sorts the occurrences by row id, so the
+  // rows are ascending and every value and the sum of squares are the CPU's bits; with `atomics` set
+  // (before coalesce()) it scatter-adds them with float atomics instead: the rows come in an unspecified
+  // order and the sums' last bits vary from run to run.
+  bool atomics = false;
   Device device = kCPU;
   int64_t device_row_count = 0;
   int64_t table_rows = 0;  // the table size the device rows were checked against
@@ -46,6 +51,7 @@ struct CoalescedRows {
   Tensor device_values;    // f32 [capacity * width]
   Tensor row_slots;        // i32 [table_rows] scratch of the CUDA coalescing: -1 for every row between calls
   Tensor device_header;    // small scratch of the CUDA coalescing (row count, first bad index, norm)
+  Tensor device_scratch;   // u8 scratch of the sorted CUDA coalescing (sort buffers, CUB's storage)
 
   int64_t row_count() const { return device.is_cpu() ? static_cast<int64_t>(indices.size()) : device_row_count; }
 };
@@ -53,8 +59,9 @@ struct CoalescedRows {
 // Sums duplicate rows of all chunks into `out`. The occurrences of one index are summed in occurrence
 // order (chunk order, then position within the chunk) in fp32 starting from the first occurrence, then
 // multiplied once by `scale` (e.g. 1/loss_scale): the same arithmetic as accumulating a dense gradient
-// row by row and unscaling it. Row indices outside [0, num_rows) throw opsnn::Error naming the first bad
-// index (in occurrence order), its chunk and position, and the table size.
+// row by row and unscaling it. The sum of squares follows rules.h's kCoalesceSquaresBlockRows order. Row indices
+// outside [0, num_rows) throw opsnn::Error naming the first bad index (in occurrence order), its chunk and position,
+// and the table size.
 void coalesce_rows(const RowChunkView* chunks, int64_t chunk_count, int64_t num_rows, int64_t width, float scale,
                    CoalescedRows& out);
 
@@ -87,6 +94,15 @@ void lazy_adam_step(float* param, State* exp_avg, State* exp_avg_sq, State* max_
                     int64_t width, const int64_t* rows, const float* grad_rows, int64_t row_count,
                     const AdamScalars& scalars, float grad_multiplier = 1.0f);
 
+// Lazy updates of a single-pass element-wise rule (builtin_list.h's OPSNN_ELEMENTWISE_RULES; Adagrad for
+// embeddings): the rule's element function on the touched rows only, with this step's scalars; the states
+// of untouched rows are not read or written (Adagrad's sum of a row grows only on steps that touch it,
+// as torch.optim.Adagrad with sparse gradients). states: Rule::kStates arrays of the table's shape.
+template <typename Rule, typename State>
+void sparse_rule_step(float* param, State* const* states, int64_t num_rows, int64_t width, const int64_t* rows,
+                      const float* grad_rows, int64_t row_count, const AdamScalars& scalars,
+                      float grad_multiplier = 1.0f);
+
 extern template void sparse_sgd_step<float>(float*, float*, uint8_t*, int64_t, int64_t, const int64_t*, const float*,
                                             int64_t, const SgdScalars&, float);
 extern template void sparse_sgd_step<Half>(float*, Half*, uint8_t*, int64_t, int64_t, const int64_t*, const float*,
@@ -116,6 +132,10 @@ struct SparseRowKernels {
   void (*adam_step)(float* param, void* exp_avg, void* exp_avg_sq, void* max_exp_avg_sq, DType state_dtype,
                     int64_t width, const int64_t* rows, const float* grad_rows, int64_t row_count,
                     const AdamScalars& scalars, float grad_multiplier) = nullptr;
+  // An element-wise rule's lazy update (sparse_rule_step); states: the rule's kStates device arrays.
+  void (*rule_step)(UpdateRule rule, float* param, void* const* states, DType state_dtype, int64_t width,
+                    const int64_t* rows, const float* grad_rows, int64_t row_count, const AdamScalars& scalars,
+                    float grad_multiplier) = nullptr;
 };
 
 void register_sparse_row_kernels(DeviceType type, const SparseRowKernels& kernels);
@@ -140,5 +160,9 @@ void sparse_sgd_step(const Tensor& param, const Tensor& momentum_buffer, const T
 // f32/f16/bf16.
 void lazy_adam_step(const Tensor& param, const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& max_exp_avg_sq,
                     const CoalescedRows& grad, const AdamScalars& scalars, float grad_multiplier = 1.0f);
+// An element-wise rule's lazy update (rule: one of OPSNN_ELEMENTWISE_RULES); states: its kStates tensors,
+// param's shape, one dtype among f32/f16/bf16.
+void sparse_rule_step(UpdateRule rule, const Tensor& param, const std::vector<Tensor>& states,
+                      const CoalescedRows& grad, const AdamScalars& scalars, float grad_multiplier = 1.0f);
 
 }  // namespace opsnn::optim

@@ -158,7 +158,9 @@ struct OptimizerSettings {
   bool amsgrad = false;
   double max_grad_norm = 0.0;  // clip the global grad norm; 0 = off
   std::array<double, 2> lamb_trust_bounds = {1e-3, 10.0};
-  bool decay_bias_and_norm = false;  // apply weight decay to biases and normalisation parameters
+  bool decay_bias_and_norm = false;              // apply weight decay to biases and normalisation parameters
+  double initial_accumulator_value = 0.0;        // adagrad: the sum of squared gradients starts here
+  std::string row_sparse_coalescing = "sorted";  // sorted (deterministic) | atomic (GPU float atomics)
   LossScalingConfig loss_scaling;
   SparsificationConfig sparsification;
   bool operator==(const OptimizerSettings&) const = default;

@@ -1,6 +1,7 @@
 // The CUDA implementation of the row-sparse Tensor layer (sparse_update.h): prepares the chunks on the
-// table's device, runs the coalescing kernels (sparse_rows.cu) with one host synchronization at the end
-// (row count, first bad index, sum of squares), and registers the device table.
+// table's device, runs the coalescing kernels (sparse_rows.cu: sorted by default, atomics on request) with
+// one host synchronization at the end (row count, first bad index, sum of squares), and registers the
+// device table.
 #include "optim/cuda/sparse_rows.h"
 
 #include <cuda_runtime.h>
@@ -20,6 +21,27 @@ namespace {
 void ensure_capacity(Tensor& buffer, int64_t count, DType dtype, Device device) {
   if (buffer.defined() && buffer.device() == device && buffer.numel() >= count) return;
   buffer = Tensor::empty({count}, dtype, device);
+}
+
+// Reads the header back (the one host synchronization): the row count and sum of squares, or the error
+// naming the first occurrence outside the table.
+void finish_coalescing(const std::vector<Tensor>& indices, int64_t num_rows, const cuda::CoalesceHeader* header,
+                       CoalescedRows& out) {
+  cuda::CoalesceHeader result{};
+  OPSNN_CUDA_CHECK(cudaMemcpy(&result, header, sizeof(result), cudaMemcpyDeviceToHost));
+  if (result.first_bad_position != cuda::kNoBadPosition) {
+    int64_t position = static_cast<int64_t>(result.first_bad_position);
+    size_t chunk = 0;
+    while (position >= indices[chunk].numel()) position -= indices[chunk++].numel();
+    int64_t index = 0;
+    OPSNN_CUDA_CHECK(
+        cudaMemcpy(&index, indices[chunk].data<int64_t>() + position, sizeof(index), cudaMemcpyDeviceToHost));
+    throw Error(detail::concat("row-sparse gradient: index ", index, " (chunk ", chunk, ", position ", position,
+                               ") is outside the embedding table of ", num_rows, " rows [0, ", num_rows, ")"));
+  }
+  out.device_row_count = result.row_count;
+  out.sum_of_squares = result.sum_of_squares;
+  out.non_finite = !std::isfinite(result.sum_of_squares);
 }
 
 void cuda_coalesce(const RowSparseGrad& grad, int64_t num_rows, int64_t width, float scale, CoalescedRows& out) {
@@ -57,18 +79,43 @@ void cuda_coalesce(const RowSparseGrad& grad, int64_t num_rows, int64_t width, f
   out.non_finite = false;
   if (total == 0) return;
 
+  static_assert(sizeof(cuda::CoalesceHeader) % sizeof(int64_t) == 0);
+  ensure_capacity(out.device_header, sizeof(cuda::CoalesceHeader) / sizeof(int64_t), DType::i64, device);
+  auto* header = static_cast<cuda::CoalesceHeader*>(out.device_header.data_ptr());
+  ensure_capacity(out.device_indices, total, DType::i64, device);
+  ensure_capacity(out.device_values, total * width, DType::f32, device);
+  int64_t* unique_rows = out.device_indices.data<int64_t>();
+  float* values = out.device_values.data<float>();
+  if (!out.atomics) {
+    // One chunk is sorted where it lies; several are first laid end to end (occurrence order).
+    Tensor all_indices = indices[0], all_rows = rows[0];
+    if (indices.size() > 1) {
+      all_indices = Tensor::empty({total}, DType::i64, device);
+      all_rows = Tensor::empty({total, width}, DType::f32, device);
+      int64_t at = 0;
+      for (size_t c = 0; c < indices.size(); ++c) {
+        const int64_t n = indices[c].numel();
+        OPSNN_CUDA_CHECK(cudaMemcpy(all_indices.data<int64_t>() + at, indices[c].data<int64_t>(), n * sizeof(int64_t),
+                                    cudaMemcpyDeviceToDevice));
+        OPSNN_CUDA_CHECK(cudaMemcpy(all_rows.data<float>() + at * width, rows[c].data<float>(),
+                                    n * width * sizeof(float), cudaMemcpyDeviceToDevice));
+        at += n;
+      }
+    }
+    const size_t scratch_bytes = cuda::sorted_coalesce_scratch_bytes(total, num_rows);
+    ensure_capacity(out.device_scratch, static_cast<int64_t>(scratch_bytes), DType::u8, device);
+    cuda::launch_sorted_coalesce(all_indices.data<int64_t>(), all_rows.data<float>(), total, num_rows, width, scale,
+                                 out.device_scratch.data_ptr(), static_cast<size_t>(out.device_scratch.numel()),
+                                 unique_rows, values, header);
+    finish_coalescing(indices, num_rows, header, out);
+    return;
+  }
+
   if (!out.row_slots.defined() || out.row_slots.device() != device || out.row_slots.numel() != num_rows) {
     out.row_slots = Tensor::empty({num_rows}, DType::i32, device);
     cuda::launch_clear_row_slots(out.row_slots.data<int32_t>(), num_rows);
   }
-  ensure_capacity(out.device_indices, total, DType::i64, device);
-  ensure_capacity(out.device_values, total * width, DType::f32, device);
-  static_assert(sizeof(cuda::CoalesceHeader) % sizeof(int64_t) == 0);
-  ensure_capacity(out.device_header, sizeof(cuda::CoalesceHeader) / sizeof(int64_t), DType::i64, device);
-  auto* header = static_cast<cuda::CoalesceHeader*>(out.device_header.data_ptr());
   int* slots = out.row_slots.data<int32_t>();
-  int64_t* unique_rows = out.device_indices.data<int64_t>();
-  float* values = out.device_values.data<float>();
 
   cuda::launch_coalesce_begin(header);
   int64_t base = 0;
@@ -82,22 +129,14 @@ void cuda_coalesce(const RowSparseGrad& grad, int64_t num_rows, int64_t width, f
                               slots, values);
   // Also restores row_slots to -1 for every claimed row, so the scratch is clean even when we throw below.
   cuda::launch_finalize_rows(unique_rows, header, total, width, scale, values, slots);
+  finish_coalescing(indices, num_rows, header, out);
+}
 
-  cuda::CoalesceHeader result{};
-  OPSNN_CUDA_CHECK(cudaMemcpy(&result, header, sizeof(result), cudaMemcpyDeviceToHost));
-  if (result.first_bad_position != cuda::kNoBadPosition) {
-    int64_t position = static_cast<int64_t>(result.first_bad_position);
-    size_t chunk = 0;
-    while (position >= indices[chunk].numel()) position -= indices[chunk++].numel();
-    int64_t index = 0;
-    OPSNN_CUDA_CHECK(
-        cudaMemcpy(&index, indices[chunk].data<int64_t>() + position, sizeof(index), cudaMemcpyDeviceToHost));
-    throw Error(detail::concat("row-sparse gradient: index ", index, " (chunk ", chunk, ", position ", position,
-                               ") is outside the embedding table of ", num_rows, " rows [0, ", num_rows, ")"));
-  }
-  out.device_row_count = result.row_count;
-  out.sum_of_squares = result.sum_of_squares;
-  out.non_finite = !std::isfinite(result.sum_of_squares);
+void cuda_sparse_rule(UpdateRule rule, float* param, void* const* states, DType state_dtype, int64_t width,
+                      const int64_t* rows, const float* grad_rows, int64_t row_count, const AdamScalars& scalars,
+                      float grad_multiplier) {
+  cuda::launch_sparse_rule(rule, param, states, state_dtype, width, rows, grad_rows, row_count, scalars,
+                           grad_multiplier);
 }
 
 void cuda_sparse_sgd(float* param, void* momentum_buffer, DType state_dtype, uint8_t* row_initialized, int64_t width,
@@ -121,6 +160,7 @@ void register_cuda_sparse_gradient_kernels() {
   kernels.coalesce = cuda_coalesce;
   kernels.sgd_step = cuda_sparse_sgd;
   kernels.adam_step = cuda_lazy_adam;
+  kernels.rule_step = cuda_sparse_rule;
   register_sparse_row_kernels(DeviceType::cuda, kernels);
   register_cuda_topk_kernels();
 }

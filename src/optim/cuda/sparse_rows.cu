@@ -1,9 +1,16 @@
-// CUDA kernels of the row-sparse embedding updates: coalescing duplicate rows with atomics (claim a slot
-// per row, scatter-add the occurrences into it, scale and sum squares), then sparse SGD and lazy
-// Adam/AdamW over the coalesced rows, one warp per row. The per-element math is rules.h, as on the CPU.
+// CUDA kernels of the row-sparse embedding updates: coalescing duplicate rows deterministically (CUB's
+// stable radix sort by row id, then each row's occurrences summed in order: the CPU's bits) or with atomics
+// (claim a slot per row, scatter-add the occurrences into it, scale and sum squares), then sparse SGD, lazy
+// Adam/AdamW and lazy element-wise rules (Adagrad) over the coalesced rows, one warp per row. The
+// per-element math is rules.h, as on the CPU.
 #include <cuda_runtime.h>
+#include <thrust/iterator/counting_iterator.h>
+
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_select.cuh>
 
 #include "core/cuda/cuda_check.h"
+#include "opsnn/core/error.h"
 #include "optim/cuda/sparse_rows_kernels.h"
 
 namespace opsnn::optim::cuda {
@@ -96,6 +103,121 @@ __global__ void finalize_rows_kernel(const int64_t* unique_rows, CoalesceHeader*
   }
 }
 
+// ---- deterministic coalescing ----
+
+// Positions 0..total-1 (the sort's values) and the first index outside the table.
+__global__ void number_occurrences_kernel(const int64_t* indices, int64_t total, int64_t num_rows, int* positions,
+                                          CoalesceHeader* header) {
+  for (int64_t i = global_thread(); i < total; i += thread_stride()) {
+    positions[i] = static_cast<int>(i);
+    const int64_t row = indices[i];
+    if (row < 0 || row >= num_rows) atomicMin(&header->first_bad_position, static_cast<unsigned long long>(i));
+  }
+}
+
+// 1 where a run of equal sorted row ids starts.
+__global__ void mark_row_starts_kernel(const unsigned long long* sorted_rows, int64_t total, char* starts) {
+  for (int64_t i = global_thread(); i < total; i += thread_stride())
+    starts[i] = i == 0 || sorted_rows[i] != sorted_rows[i - 1];
+}
+
+// One thread per (unique row, column): the first occurrence, plus the others in occurrence order, times
+// scale. The same additions as the CPU's, so the same bits.
+__global__ void sum_sorted_rows_kernel(const unsigned long long* sorted_rows, const int* sorted_positions,
+                                       const int* run_starts, const float* rows, int64_t total, int64_t width,
+                                       float scale, const CoalesceHeader* header, int64_t* unique_rows, float* values) {
+  const int64_t used = static_cast<int64_t>(header->row_count) * width;
+  for (int64_t e = global_thread(); e < used; e += thread_stride()) {
+    const int64_t u = e / width, j = e - u * width;
+    const int64_t begin = run_starts[u];
+    const int64_t end = u + 1 < header->row_count ? run_starts[u + 1] : total;
+    float sum = rows[static_cast<int64_t>(sorted_positions[begin]) * width + j];
+    for (int64_t k = begin + 1; k < end; ++k) sum += rows[static_cast<int64_t>(sorted_positions[k]) * width + j];
+    values[e] = sum * scale;
+    if (j == 0) unique_rows[u] = static_cast<int64_t>(sorted_rows[begin]);
+  }
+}
+
+// The sum of squares in kCoalesceSquaresBlockRows's order: per row, then per block of rows, then blocks.
+__global__ void row_squares_kernel(const float* values, int64_t width, const CoalesceHeader* header, double* squares) {
+  for (int64_t u = global_thread(); u < header->row_count; u += thread_stride()) {
+    const float* row = values + u * width;
+    double sum = 0.0;
+    for (int64_t j = 0; j < width; ++j) sum += static_cast<double>(row[j]) * static_cast<double>(row[j]);
+    squares[u] = sum;
+  }
+}
+
+__global__ void block_squares_kernel(const double* row_squares, const CoalesceHeader* header, double* block_squares) {
+  const int64_t rows = header->row_count;
+  const int64_t blocks = (rows + kCoalesceSquaresBlockRows - 1) / kCoalesceSquaresBlockRows;
+  for (int64_t b = global_thread(); b < blocks; b += thread_stride()) {
+    const int64_t end = (b + 1) * kCoalesceSquaresBlockRows < rows ? (b + 1) * kCoalesceSquaresBlockRows : rows;
+    double sum = 0.0;
+    for (int64_t u = b * kCoalesceSquaresBlockRows; u < end; ++u) sum += row_squares[u];
+    block_squares[b] = sum;
+  }
+}
+
+__global__ void total_squares_kernel(const double* block_squares, CoalesceHeader* header) {
+  const int64_t blocks = (header->row_count + kCoalesceSquaresBlockRows - 1) / kCoalesceSquaresBlockRows;
+  double sum = 0.0;
+  for (int64_t b = 0; b < blocks; ++b) sum += block_squares[b];
+  header->sum_of_squares = sum;
+}
+
+// The scratch of launch_sorted_coalesce, carved from one allocation (256-byte aligned pieces).
+struct SortedScratch {
+  unsigned long long* sorted_rows;
+  int* positions;
+  int* sorted_positions;
+  char* starts;
+  int* run_starts;
+  double* row_squares;
+  double* block_squares;
+  void* cub_storage;
+  size_t cub_bytes;
+};
+
+int significant_bits(int64_t num_rows) {
+  int bits = 1;
+  while (bits < 64 && (int64_t{1} << bits) < num_rows) ++bits;
+  return bits;
+}
+
+size_t cub_bytes_for(int64_t total, int64_t num_rows) {
+  size_t sort_bytes = 0, select_bytes = 0;
+  const int count = static_cast<int>(total);
+  OPSNN_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
+      nullptr, sort_bytes, static_cast<const unsigned long long*>(nullptr), static_cast<unsigned long long*>(nullptr),
+      static_cast<const int*>(nullptr), static_cast<int*>(nullptr), count, 0, significant_bits(num_rows)));
+  OPSNN_CUDA_CHECK(cub::DeviceSelect::Flagged(nullptr, select_bytes, thrust::counting_iterator<int>(0),
+                                              static_cast<const char*>(nullptr), static_cast<int*>(nullptr),
+                                              static_cast<int*>(nullptr), count));
+  return sort_bytes > select_bytes ? sort_bytes : select_bytes;
+}
+
+// Lays the pieces out over `base` (null: only measures); returns the bytes used.
+size_t carve_scratch(char* base, int64_t total, int64_t num_rows, SortedScratch& s) {
+  size_t offset = 0;
+  auto take = [&](size_t bytes) {
+    char* piece = base ? base + offset : nullptr;
+    offset += (bytes + 255) / 256 * 256;
+    return piece;
+  };
+  const size_t n = static_cast<size_t>(total);
+  s.sorted_rows = reinterpret_cast<unsigned long long*>(take(n * sizeof(unsigned long long)));
+  s.positions = reinterpret_cast<int*>(take(n * sizeof(int)));
+  s.sorted_positions = reinterpret_cast<int*>(take(n * sizeof(int)));
+  s.starts = take(n);
+  s.run_starts = reinterpret_cast<int*>(take(n * sizeof(int)));
+  s.row_squares = reinterpret_cast<double*>(take(n * sizeof(double)));
+  s.block_squares = reinterpret_cast<double*>(take((n / kCoalesceSquaresBlockRows + 1) * sizeof(double)));
+  s.cub_bytes = cub_bytes_for(total, num_rows);
+  s.cub_storage = take(s.cub_bytes);
+  return offset;
+}
+
 // One warp per coalesced row; rows are unique, so no two warps touch the same parameters or states.
 template <typename State>
 __global__ void sparse_sgd_kernel(float* param, State* momentum_buffer, uint8_t* row_initialized, int64_t width,
@@ -139,6 +261,26 @@ __global__ void lazy_adam_kernel(float* param, State* exp_avg, State* exp_avg_sq
       store_value(exp_avg[i], m);
       store_value(exp_avg_sq[i], v);
       if (scalars.amsgrad) store_value(max_exp_avg_sq[i], v_max);
+    }
+  }
+}
+
+// A lazy element-wise rule (Adagrad), one warp per coalesced row.
+template <typename Rule, typename State>
+__global__ void sparse_rule_kernel(float* param, State* state0, State* state1, State* state2, int64_t width,
+                                   const int64_t* rows, const float* grad_rows, int64_t row_count, AdamScalars scalars,
+                                   float grad_multiplier) {
+  State* states[3] = {state0, state1, state2};
+  const int lane = threadIdx.x % 32;
+  for (int64_t r = global_thread() / 32; r < row_count; r += thread_stride() / 32) {
+    const int64_t offset = rows[r] * width;
+    const float* g = grad_rows + r * width;
+    for (int64_t j = lane; j < width; j += 32) {
+      const int64_t i = offset + j;
+      float values[Rule::kStates];
+      for (int k = 0; k < Rule::kStates; ++k) values[k] = load_value(states[k][i]);
+      Rule::element(param[i], values, g[j] * grad_multiplier, scalars);
+      for (int k = 0; k < Rule::kStates; ++k) store_value(states[k][i], values[k]);
     }
   }
 }
@@ -197,6 +339,44 @@ void launch_finalize_rows(const int64_t* unique_rows, CoalesceHeader* header, in
   OPSNN_CUDA_CHECK(cudaGetLastError());
 }
 
+size_t sorted_coalesce_scratch_bytes(int64_t total, int64_t num_rows) {
+  SortedScratch layout{};
+  return carve_scratch(nullptr, total, num_rows, layout);
+}
+
+void launch_sorted_coalesce(const int64_t* indices, const float* rows, int64_t total, int64_t num_rows, int64_t width,
+                            float scale, void* scratch, size_t scratch_bytes, int64_t* unique_rows, float* values,
+                            CoalesceHeader* header) {
+  SortedScratch s{};
+  const size_t needed = carve_scratch(static_cast<char*>(scratch), total, num_rows, s);
+  OPSNN_CHECK(needed <= scratch_bytes, "sorted coalescing: scratch of ", scratch_bytes, " bytes, ", needed, " needed");
+  const int count = static_cast<int>(total);
+  coalesce_begin_kernel<<<1, 1>>>(header);
+  number_occurrences_kernel<<<blocks_for(total, kThreads), kThreads>>>(indices, total, num_rows, s.positions, header);
+  OPSNN_CUDA_CHECK(cudaGetLastError());
+  // Radix sort is stable: equal row ids keep their occurrence order. Bits above the table's are all zero
+  // for in-range ids (out-of-range ones are reported and their sums never used).
+  size_t cub_bytes = s.cub_bytes;
+  OPSNN_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
+      s.cub_storage, cub_bytes, reinterpret_cast<const unsigned long long*>(indices), s.sorted_rows, s.positions,
+      s.sorted_positions, count, 0, significant_bits(num_rows)));
+  mark_row_starts_kernel<<<blocks_for(total, kThreads), kThreads>>>(s.sorted_rows, total, s.starts);
+  OPSNN_CUDA_CHECK(cudaGetLastError());
+  cub_bytes = s.cub_bytes;
+  OPSNN_CUDA_CHECK(cub::DeviceSelect::Flagged(s.cub_storage, cub_bytes, thrust::counting_iterator<int>(0), s.starts,
+                                              s.run_starts, &header->row_count, count));
+  sum_sorted_rows_kernel<<<blocks_for(total * width, kThreads), kThreads>>>(
+      s.sorted_rows, s.sorted_positions, s.run_starts, rows, total, width, scale, header, unique_rows, values);
+  OPSNN_CUDA_CHECK(cudaGetLastError());
+  row_squares_kernel<<<blocks_for(total, kThreads), kThreads>>>(values, width, header, s.row_squares);
+  OPSNN_CUDA_CHECK(cudaGetLastError());
+  block_squares_kernel<<<blocks_for(total / kCoalesceSquaresBlockRows + 1, kThreads), kThreads>>>(s.row_squares, header,
+                                                                                                  s.block_squares);
+  OPSNN_CUDA_CHECK(cudaGetLastError());
+  total_squares_kernel<<<1, 1>>>(s.block_squares, header);
+  OPSNN_CUDA_CHECK(cudaGetLastError());
+}
+
 void launch_sparse_sgd(float* param, void* momentum_buffer, DType state_dtype, uint8_t* row_initialized, int64_t width,
                        const int64_t* rows, const float* grad_rows, int64_t row_count, const SgdScalars& scalars,
                        float grad_multiplier) {
@@ -217,6 +397,27 @@ void launch_lazy_adam(float* param, void* exp_avg, void* exp_avg_sq, void* max_e
     lazy_adam_kernel<State><<<blocks_for(row_count, kWarpsPerBlock), kThreads>>>(
         param, static_cast<State*>(exp_avg), static_cast<State*>(exp_avg_sq), static_cast<State*>(max_exp_avg_sq),
         width, rows, grad_rows, row_count, scalars, grad_multiplier);
+    OPSNN_CUDA_CHECK(cudaGetLastError());
+  });
+}
+
+void launch_sparse_rule(UpdateRule rule, float* param, void* const* states, DType state_dtype, int64_t width,
+                        const int64_t* rows, const float* grad_rows, int64_t row_count, const AdamScalars& scalars,
+                        float grad_multiplier) {
+  with_state_type(state_dtype, [&](auto tag) {
+    using State = decltype(tag);
+    State* typed[3] = {static_cast<State*>(states[0]), static_cast<State*>(states[1]), static_cast<State*>(states[2])};
+    switch (rule) {
+#define OPSNN_RULE_CASE(name, Rule)                                                                        \
+  case UpdateRule::name:                                                                                   \
+    sparse_rule_kernel<Rule, State><<<blocks_for(row_count, kWarpsPerBlock), kThreads>>>(                  \
+        param, typed[0], typed[1], typed[2], width, rows, grad_rows, row_count, scalars, grad_multiplier); \
+    break;
+      OPSNN_ELEMENTWISE_RULES(OPSNN_RULE_CASE)
+#undef OPSNN_RULE_CASE
+      default:
+        throw Error(detail::concat("no lazy CUDA kernel for update rule ", static_cast<int>(rule)));
+    }
     OPSNN_CUDA_CHECK(cudaGetLastError());
   });
 }

@@ -6,6 +6,7 @@
 
 #include "opsnn/core/dtype.h"
 #include "opsnn/optim/rules.h"
+#include "opsnn/optim/step_kernels.h"
 
 namespace opsnn::optim::cuda {
 
@@ -36,11 +37,27 @@ void launch_scatter_rows(const int64_t* indices, const float* rows, int64_t coun
 void launch_finalize_rows(const int64_t* unique_rows, CoalesceHeader* header, int64_t capacity_rows, int64_t width,
                           float scale, float* values, int* row_slots);
 
+// ---- deterministic coalescing: sort by row id, sum each row's occurrences in occurrence order ----
+// Device scratch bytes launch_sorted_coalesce needs for `total` occurrences in a table of num_rows rows.
+size_t sorted_coalesce_scratch_bytes(int64_t total, int64_t num_rows);
+// Coalesces `total` occurrences (indices: i64, rows: f32 [total, width]) the way the CPU's coalesce_rows
+// does, bit for bit: a stable radix sort of (row id, occurrence position), each unique row's values summed
+// in occurrence order and then scaled, unique rows ascending; the sum of squares in double per row, then
+// over blocks of kCoalesceSquaresBlockRows rows, then over the blocks, each in order. Writes the unique rows and
+// their values, and the row count, first bad position and sum of squares into the header (begun here).
+void launch_sorted_coalesce(const int64_t* indices, const float* rows, int64_t total, int64_t num_rows, int64_t width,
+                            float scale, void* scratch, size_t scratch_bytes, int64_t* unique_rows, float* values,
+                            CoalesceHeader* header);
+
 void launch_sparse_sgd(float* param, void* momentum_buffer, DType state_dtype, uint8_t* row_initialized, int64_t width,
                        const int64_t* rows, const float* grad_rows, int64_t row_count, const SgdScalars& scalars,
                        float grad_multiplier);
 void launch_lazy_adam(float* param, void* exp_avg, void* exp_avg_sq, void* max_exp_avg_sq, DType state_dtype,
                       int64_t width, const int64_t* rows, const float* grad_rows, int64_t row_count,
                       const AdamScalars& scalars, float grad_multiplier);
+// An element-wise rule's lazy update (rule: one of OPSNN_ELEMENTWISE_RULES), one warp per row.
+void launch_sparse_rule(UpdateRule rule, float* param, void* const* states, DType state_dtype, int64_t width,
+                        const int64_t* rows, const float* grad_rows, int64_t row_count, const AdamScalars& scalars,
+                        float grad_multiplier);
 
 }  // namespace opsnn::optim::cuda
