@@ -38,7 +38,7 @@ class CpuServices final : public DeviceServices {
   void* allocate(size_t bytes, int) override {
     size_t rounded = (bytes + kCpuAlignmentBytes - 1) / kCpuAlignmentBytes * kCpuAlignmentBytes;
     void* pointer = std::aligned_alloc(kCpuAlignmentBytes, rounded);
-    if (pointer == nullptr) throw Error(detail::concat("out of host memory allocating ", bytes, " bytes"));
+    if (pointer == nullptr) throw OutOfMemoryError(detail::concat("out of host memory allocating ", bytes, " bytes"));
     return pointer;
   }
   void deallocate(void* pointer, size_t, int) override { std::free(pointer); }

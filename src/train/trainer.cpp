@@ -234,6 +234,26 @@ void check_same_config(dist::Communicator& comm, const TrainConfig& c) {
                                        "digests differ): every rank must get the same config file and --set options"));
 }
 
+// The clear error for a model whose parameters, gradients and optimizer states do not fit in the memory
+// of the training device (a recommender's embedding tables, typically), with what they need.
+ConfigError model_too_large(const TrainConfig& c, const nn::Module& model, Device device,
+                            const OutOfMemoryError& error) {
+  const int64_t parameters = models::count_parameters(model);
+  size_t states = 0;
+  if (const optim::OptimizerDescriptor* descriptor = optim::find_optimizer(c.optimizer.name))
+    if (descriptor->state_names) states = descriptor->state_names(make_optimizer_options(c, 1, 1)).size();
+  const std::string state_dtype = c.effective_state_dtype();
+  const double state_bytes = state_dtype == "f32" ? 4.0 : 2.0;
+  const double needed = static_cast<double>(parameters) * (4.0 + 4.0 + static_cast<double>(states) * state_bytes);
+  return ConfigError(detail::concat(
+      c.source, ": key 'model': the model's ", parameters, " parameters do not fit on ", device.str(), ": with ",
+      c.optimizer.name, " (", states, " ", state_dtype, " state", states == 1 ? "" : "s",
+      " per parameter) they need about ", std::lround(needed / 1e9 * 10.0) / 10.0,
+      " GB for parameters, gradients and optimizer states, and ", error.what(),
+      ". Make the model smaller (embedding tables: model.field_vocab_sizes or the hash buckets, model.embedding_dim) "
+      "or keep the optimizer states in bf16 (optimizer.settings.state_dtype: bf16)"));
+}
+
 }  // namespace
 
 Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_unique<State>()) {
@@ -359,8 +379,18 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
   }
 
   Generator init_generator(c.train.seed);
-  s.model = models::build_model(model_options, init_generator);
-  s.model->to(s.device);
+  try {
+    s.model = models::build_model(model_options, init_generator);
+  } catch (const OutOfMemoryError& error) {
+    throw ConfigError(detail::concat(c.source, ": key 'model': building ", c.model.arch,
+                                     " on the host ran out of memory (", error.what(),
+                                     "); make the model smaller (e.g. its embedding tables)"));
+  }
+  try {
+    s.model->to(s.device);
+  } catch (const OutOfMemoryError& error) {
+    throw model_too_large(c, *s.model, s.device, error);
+  }
   s.model->train();
   if (!c.model.init_from.empty()) {
     if (resume_from)
@@ -380,7 +410,11 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
   }
   load_conv_algorithm_choices(c, s.run_dir, *s.logger);
   optim::OptimizerOptions optimizer_options = make_optimizer_options(c, s.steps_per_epoch, s.total_steps);
-  s.optimizer = make_checked_optimizer(c, s.model->named_parameters(), optimizer_options);
+  try {
+    s.optimizer = make_checked_optimizer(c, s.model->named_parameters(), optimizer_options);
+  } catch (const OutOfMemoryError& error) {
+    throw model_too_large(c, *s.model, s.device, error);
+  }
   // Mixed precision on the GPU: the optimizer keeps the bf16/fp16 copy of the weights (written in its
   // update pass) and Conv2d/Linear compute with it instead of casting the fp32 masters every forward.
   const bool keeps_param_copy =

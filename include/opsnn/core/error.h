@@ -24,6 +24,10 @@ class TypeError : public Error {
 class DeviceError : public Error {
   using Error::Error;
 };
+// An allocation the device (or the host) could not satisfy; the message names the device and the size.
+class OutOfMemoryError : public DeviceError {
+  using DeviceError::DeviceError;
+};
 // Bad configuration values and bad command-line usage (exit code 2 in opsnn-train).
 class ConfigError : public Error {
   using Error::Error;

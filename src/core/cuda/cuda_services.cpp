@@ -34,8 +34,8 @@ class CudaServices final : public DeviceServices {
     cudaError_t status = cudaMallocAsync(&pointer, bytes, nullptr);
     if (status != cudaSuccess) {
       cudaGetLastError();
-      throw Error(detail::concat("out of GPU memory on cuda:", index, " allocating ", bytes, " bytes (",
-                                 cudaGetErrorString(status), ")"));
+      throw OutOfMemoryError(detail::concat("out of GPU memory on cuda:", index, " allocating ", bytes, " bytes (",
+                                            cudaGetErrorString(status), ")"));
     }
     return pointer;
   }
