@@ -61,7 +61,7 @@ std::optional<TopKStepReport> GradientSparsifier::apply(const Optimizer& optimiz
     }
   }
   float lr = static_cast<float>(optimizer.next_lr());
-  return sparsifier_->sparsify(gradient, sparsifier_->state().steps, 1.0f, lr);
+  return sparsifier_->sparsify(gradient, sparsifier_->steps(), 1.0f, lr);
 }
 
 std::vector<std::pair<std::string, Tensor>> GradientSparsifier::state_tensors() const {

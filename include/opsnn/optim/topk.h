@@ -158,6 +158,8 @@ class TopKSparsifier {
   Device device() const { return device_; }
   const TopKOptions& options() const { return options_; }
   // On a CUDA sparsifier this copies the device buffers to the host (a checkpoint, a test).
+  // sparsify() calls so far (what state().steps holds), without copying a device's buffers to the host.
+  int64_t steps() const { return state_.steps; }
   const TopKState& state() const;
   // Restores a saved state (checkpoint resume); throws ShapeError when its buffers do not fit n and the
   // momentum-correction setting.

@@ -102,7 +102,14 @@ void cuda_coalesce(const RowSparseGrad& grad, int64_t num_rows, int64_t width, f
         at += n;
       }
     }
-    const size_t scratch_bytes = cuda::sorted_coalesce_scratch_bytes(total, num_rows);
+    // Sized (CUB's size queries) only when the occurrences or the table change, not every step.
+    thread_local int64_t sized_total = -1, sized_rows = -1;
+    thread_local size_t scratch_bytes = 0;
+    if (total != sized_total || num_rows != sized_rows) {
+      scratch_bytes = cuda::sorted_coalesce_scratch_bytes(total, num_rows);
+      sized_total = total;
+      sized_rows = num_rows;
+    }
     ensure_capacity(out.device_scratch, static_cast<int64_t>(scratch_bytes), DType::u8, device);
     cuda::launch_sorted_coalesce(all_indices.data<int64_t>(), all_rows.data<float>(), total, num_rows, width, scale,
                                  out.device_scratch.data_ptr(), static_cast<size_t>(out.device_scratch.numel()),

@@ -132,30 +132,47 @@ __global__ void sum_sorted_rows_kernel(const unsigned long long* sorted_rows, co
     const int64_t begin = run_starts[u];
     const int64_t end = u + 1 < header->row_count ? run_starts[u + 1] : total;
     float sum = rows[static_cast<int64_t>(sorted_positions[begin]) * width + j];
-    for (int64_t k = begin + 1; k < end; ++k) sum += rows[static_cast<int64_t>(sorted_positions[k]) * width + j];
+    int64_t k = begin + 1;
+    // A hot row (a Zipf head occurs thousands of times) is one long chain of additions: load a batch of
+    // occurrences ahead, then add them in order, so the additions stay the CPU's and the loads overlap.
+    constexpr int kAhead = 16;
+    for (; k + kAhead <= end; k += kAhead) {
+      float ahead[kAhead];
+#pragma unroll
+      for (int a = 0; a < kAhead; ++a) ahead[a] = rows[static_cast<int64_t>(sorted_positions[k + a]) * width + j];
+#pragma unroll
+      for (int a = 0; a < kAhead; ++a) sum += ahead[a];
+    }
+    for (; k < end; ++k) sum += rows[static_cast<int64_t>(sorted_positions[k]) * width + j];
     values[e] = sum * scale;
     if (j == 0) unique_rows[u] = static_cast<int64_t>(sorted_rows[begin]);
   }
 }
 
-// The sum of squares in kCoalesceSquaresBlockRows's order: per row, then per block of rows, then blocks.
-__global__ void row_squares_kernel(const float* values, int64_t width, const CoalesceHeader* header, double* squares) {
-  for (int64_t u = global_thread(); u < header->row_count; u += thread_stride()) {
-    const float* row = values + u * width;
-    double sum = 0.0;
-    for (int64_t j = 0; j < width; ++j) sum += static_cast<double>(row[j]) * static_cast<double>(row[j]);
-    squares[u] = sum;
-  }
-}
-
-__global__ void block_squares_kernel(const double* row_squares, const CoalesceHeader* header, double* block_squares) {
+// The sum of squares in kCoalesceSquaresBlockRows's order: one warp per block of rows, each lane summing
+// whole rows in order (double), then lane 0 summing the block's rows in order.
+__global__ void block_squares_kernel(const float* values, int64_t width, const CoalesceHeader* header,
+                                     double* block_squares) {
+  __shared__ double row_squares[kWarpsPerBlock][kCoalesceSquaresBlockRows];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t rows = header->row_count;
   const int64_t blocks = (rows + kCoalesceSquaresBlockRows - 1) / kCoalesceSquaresBlockRows;
-  for (int64_t b = global_thread(); b < blocks; b += thread_stride()) {
-    const int64_t end = (b + 1) * kCoalesceSquaresBlockRows < rows ? (b + 1) * kCoalesceSquaresBlockRows : rows;
-    double sum = 0.0;
-    for (int64_t u = b * kCoalesceSquaresBlockRows; u < end; ++u) sum += row_squares[u];
-    block_squares[b] = sum;
+  for (int64_t b = global_thread() / 32; b < blocks; b += thread_stride() / 32) {
+    const int64_t first = b * kCoalesceSquaresBlockRows;
+    const int64_t count = rows - first < kCoalesceSquaresBlockRows ? rows - first : kCoalesceSquaresBlockRows;
+    for (int64_t r = lane; r < count; r += 32) {
+      const float* row = values + (first + r) * width;
+      double sum = 0.0;
+      for (int64_t j = 0; j < width; ++j) sum += static_cast<double>(row[j]) * static_cast<double>(row[j]);
+      row_squares[warp][r] = sum;
+    }
+    __syncwarp();
+    if (lane == 0) {
+      double sum = 0.0;
+      for (int64_t r = 0; r < count; ++r) sum += row_squares[warp][r];
+      block_squares[b] = sum;
+    }
+    __syncwarp();
   }
 }
 
@@ -173,7 +190,6 @@ struct SortedScratch {
   int* sorted_positions;
   char* starts;
   int* run_starts;
-  double* row_squares;
   double* block_squares;
   void* cub_storage;
   size_t cub_bytes;
@@ -197,8 +213,9 @@ size_t cub_bytes_for(int64_t total, int64_t num_rows) {
   return sort_bytes > select_bytes ? sort_bytes : select_bytes;
 }
 
-// Lays the pieces out over `base` (null: only measures); returns the bytes used.
-size_t carve_scratch(char* base, int64_t total, int64_t num_rows, SortedScratch& s) {
+// Lays the pieces out over `base` (null: only measures) with `cub_bytes` for CUB at the end; returns the
+// bytes used.
+size_t carve_scratch(char* base, int64_t total, size_t cub_bytes, SortedScratch& s) {
   size_t offset = 0;
   auto take = [&](size_t bytes) {
     char* piece = base ? base + offset : nullptr;
@@ -211,9 +228,8 @@ size_t carve_scratch(char* base, int64_t total, int64_t num_rows, SortedScratch&
   s.sorted_positions = reinterpret_cast<int*>(take(n * sizeof(int)));
   s.starts = take(n);
   s.run_starts = reinterpret_cast<int*>(take(n * sizeof(int)));
-  s.row_squares = reinterpret_cast<double*>(take(n * sizeof(double)));
   s.block_squares = reinterpret_cast<double*>(take((n / kCoalesceSquaresBlockRows + 1) * sizeof(double)));
-  s.cub_bytes = cub_bytes_for(total, num_rows);
+  s.cub_bytes = cub_bytes;
   s.cub_storage = take(s.cub_bytes);
   return offset;
 }
@@ -341,15 +357,19 @@ void launch_finalize_rows(const int64_t* unique_rows, CoalesceHeader* header, in
 
 size_t sorted_coalesce_scratch_bytes(int64_t total, int64_t num_rows) {
   SortedScratch layout{};
-  return carve_scratch(nullptr, total, num_rows, layout);
+  return carve_scratch(nullptr, total, cub_bytes_for(total, num_rows), layout);
 }
 
 void launch_sorted_coalesce(const int64_t* indices, const float* rows, int64_t total, int64_t num_rows, int64_t width,
                             float scale, void* scratch, size_t scratch_bytes, int64_t* unique_rows, float* values,
                             CoalesceHeader* header) {
+  // CUB's storage is what the fixed pieces leave of the scratch (sized by sorted_coalesce_scratch_bytes):
+  // no size query per call.
   SortedScratch s{};
-  const size_t needed = carve_scratch(static_cast<char*>(scratch), total, num_rows, s);
-  OPSNN_CHECK(needed <= scratch_bytes, "sorted coalescing: scratch of ", scratch_bytes, " bytes, ", needed, " needed");
+  const size_t fixed = carve_scratch(nullptr, total, 0, s);
+  OPSNN_CHECK(fixed < scratch_bytes, "sorted coalescing: scratch of ", scratch_bytes, " bytes, more than ", fixed,
+              " needed");
+  carve_scratch(static_cast<char*>(scratch), total, scratch_bytes - fixed, s);
   const int count = static_cast<int>(total);
   coalesce_begin_kernel<<<1, 1>>>(header);
   number_occurrences_kernel<<<blocks_for(total, kThreads), kThreads>>>(indices, total, num_rows, s.positions, header);
@@ -368,10 +388,8 @@ void launch_sorted_coalesce(const int64_t* indices, const float* rows, int64_t t
   sum_sorted_rows_kernel<<<blocks_for(total * width, kThreads), kThreads>>>(
       s.sorted_rows, s.sorted_positions, s.run_starts, rows, total, width, scale, header, unique_rows, values);
   OPSNN_CUDA_CHECK(cudaGetLastError());
-  row_squares_kernel<<<blocks_for(total, kThreads), kThreads>>>(values, width, header, s.row_squares);
-  OPSNN_CUDA_CHECK(cudaGetLastError());
-  block_squares_kernel<<<blocks_for(total / kCoalesceSquaresBlockRows + 1, kThreads), kThreads>>>(s.row_squares, header,
-                                                                                                  s.block_squares);
+  block_squares_kernel<<<blocks_for(total / kCoalesceSquaresBlockRows + 1, kWarpsPerBlock), kThreads>>>(
+      values, width, header, s.block_squares);
   OPSNN_CUDA_CHECK(cudaGetLastError());
   total_squares_kernel<<<1, 1>>>(s.block_squares, header);
   OPSNN_CUDA_CHECK(cudaGetLastError());
