@@ -4,8 +4,8 @@
 Writes tests/golden/optim_<case>.json: a few small parameter tensors, a fixed sequence of gradients made
 deterministically here (and stored, so the C++ test replays exactly the same float32 values), and the
 parameter values after selected steps, for torch.optim.SGD (momentum + dampening + weight decay, and
-Nesterov), Adam (L2 weight decay, amsgrad), AdamW, and Adam under torch.amp.GradScaler with injected inf
-gradients (scale history and skipped steps recorded). Needs only torch; run on the GPU machine:
+Nesterov), Adam (L2 weight decay, amsgrad), AdamW, Adagrad (L2 weight decay, initial accumulator), and
+Adam under torch.amp.GradScaler with injected inf gradients (scale history and skipped steps recorded). Needs only torch; run on the GPU machine:
 
     python3 tools/gen_golden_optim.py [--out tests/golden]
 
@@ -57,6 +57,10 @@ def run_case(name, optimizer_name, options, seed, scaler_options=None, inject_in
         cls = torch.optim.Adam if optimizer_name == "adam" else torch.optim.AdamW
         optimizer = cls(params, lr=options["lr"], betas=tuple(options["betas"]), eps=options["eps"],
                         weight_decay=options["weight_decay"], amsgrad=options["amsgrad"], foreach=False)
+    elif optimizer_name == "adagrad":
+        optimizer = torch.optim.Adagrad(params, lr=options["lr"], eps=options["eps"],
+                                        weight_decay=options["weight_decay"],
+                                        initial_accumulator_value=options["initial_accumulator_value"], foreach=False)
     else:
         raise ValueError(optimizer_name)
     scaler = None
@@ -125,6 +129,8 @@ def main():
         run_case("adam", "adam", adam, seed=3),
         run_case("adam_amsgrad", "adam", dict(adam, amsgrad=True, weight_decay=0.0), seed=4),
         run_case("adamw", "adamw", dict(adam, weight_decay=0.1), seed=5),
+        run_case("adagrad", "adagrad",
+                 {"lr": 0.05, "eps": 1e-10, "weight_decay": 1e-2, "initial_accumulator_value": 0.1}, seed=7),
         run_case("grad_scaler", "adam", dict(adam, weight_decay=0.0), seed=6,
                  scaler_options={"initial_scale": 1024.0, "growth_factor": 2.0, "backoff_factor": 0.5,
                                  "growth_interval": 10},

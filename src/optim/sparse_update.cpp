@@ -138,20 +138,21 @@ void coalesce_rows(const RowChunkView* chunks, int64_t chunk_count, int64_t num_
     }
 #pragma omp simd
     for (int64_t j = 0; j < width; ++j) destination[j] *= scale;
-    // In order along the row (no SIMD reduction): the CUDA coalescing repeats these bits.
-    double squares = 0.0;
+    double partial[kCoalesceSquaresLanes] = {};
     for (int64_t j = 0; j < width; ++j)
-      squares += static_cast<double>(destination[j]) * static_cast<double>(destination[j]);
-    squares_of_row[u] = squares;
+      partial[j % kCoalesceSquaresLanes] += static_cast<double>(destination[j]) * static_cast<double>(destination[j]);
+    squares_of_row[u] = fold_lane_sums(partial);
   }
-  // Over rows in index order in blocks (rules.h's kCoalesceSquaresBlockRows), the same for any thread count.
-  double squares = 0.0;
-  for (int64_t block = 0; block < unique_count; block += kCoalesceSquaresBlockRows) {
+  // Rows in blocks, then the blocks (rules.h's kCoalesceSquaresBlockRows order), for any thread count.
+  double block_partial[kCoalesceSquaresLanes] = {};
+  int64_t block_index = 0;
+  for (int64_t block = 0; block < unique_count; block += kCoalesceSquaresBlockRows, ++block_index) {
     const int64_t end = std::min<int64_t>(unique_count, block + kCoalesceSquaresBlockRows);
-    double block_squares = 0.0;
-    for (int64_t u = block; u < end; ++u) block_squares += squares_of_row[u];
-    squares += block_squares;
+    double row_partial[kCoalesceSquaresLanes] = {};
+    for (int64_t u = block; u < end; ++u) row_partial[(u - block) % kCoalesceSquaresLanes] += squares_of_row[u];
+    block_partial[block_index % kCoalesceSquaresLanes] += fold_lane_sums(row_partial);
   }
+  const double squares = fold_lane_sums(block_partial);
   out.sum_of_squares = squares;
   out.non_finite = !std::isfinite(squares);
 }

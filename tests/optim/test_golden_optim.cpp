@@ -1,5 +1,5 @@
 // Golden trajectories from PyTorch (tools/gen_golden_optim.py, run on the GPU machine): torch.optim.SGD
-// (momentum + dampening + decay, Nesterov), Adam (L2, amsgrad), AdamW and Adam under GradScaler with
+// (momentum + dampening + decay, Nesterov), Adam (L2, amsgrad), AdamW, Adagrad and Adam under GradScaler with
 // injected inf gradients, 200 steps each, replayed here with the stored float32 gradients; Lion from
 // tools/gen_golden_lion.py (torch has no Lion: the formula in float64, see the script). A missing fixture
 // is a failure, not a skip.
@@ -30,7 +30,9 @@ OptimizerOptions options_of(const json& fixture) {
   const std::string optimizer = fixture.at("optimizer");
   OptimizerOptions options(o.at("lr").get<double>());
   options.weight_decay(o.at("weight_decay").get<double>()).decay_1d_params(true);  // torch decays every tensor
-  if (optimizer == "sgd") {
+  if (optimizer == "adagrad") {
+    options.eps(o.at("eps").get<double>()).initial_accumulator_value(o.at("initial_accumulator_value").get<double>());
+  } else if (optimizer == "sgd") {
     options.momentum(o.at("momentum").get<double>())
         .dampening(o.at("dampening").get<double>())
         .nesterov(o.at("nesterov").get<bool>());
@@ -118,6 +120,11 @@ TEST_CASE("golden: torch.optim.Adam with amsgrad", "[golden][optim]") { check_fi
 
 TEST_CASE("golden: torch.optim.AdamW", "[golden][optim]") { check_fixture("adamw", 2e-5, 1e-4); }
 
+// Adagrad's sum only grows, so its steps shrink and fp32 rounding stays at the scale of the first steps.
+TEST_CASE("golden: torch.optim.Adagrad with L2 weight decay and an initial accumulator", "[golden][optim]") {
+  check_fixture("adagrad", 1e-5, 1e-5);
+}
+
 // Lion's step is lr * (+-1 + wd*p): float32 rounding of p and of the decay only, while a sign agrees.
 TEST_CASE("golden: Lion in float64 (tools/gen_golden_lion.py)", "[golden][optim]") {
   check_fixture("lion", 1e-5, 1e-5);
@@ -141,4 +148,5 @@ TEST_CASE("golden: the PyTorch trajectories through the fused CUDA step", "[gold
   check_fixture("adamw", 2e-5, 1e-4, gpu);
   check_fixture("grad_scaler", 2e-5, 1e-4, gpu);
   check_fixture("lion", 1e-5, 1e-5, gpu);
+  check_fixture("adagrad", 1e-5, 1e-5, gpu);
 }

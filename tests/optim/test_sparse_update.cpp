@@ -403,9 +403,11 @@ TEMPLATE_TEST_CASE("lazy Adagrad equals the dense step on a gradient that is zer
   }
 }
 
-TEST_CASE("coalesce's sum of squares follows the fixed per-row then 256-row-block order", "[sparse]") {
-  // 700 unique rows: three blocks. The order is what the CUDA coalescing repeats, so it is pinned here.
-  const int64_t num_rows = 1000, width = 3;
+TEST_CASE("coalesce's sum of squares follows the fixed 32-lane order per row, per 256-row block, over blocks",
+          "[sparse]") {
+  // 700 unique rows of width 45: three blocks, lanes with two columns and with one. The order is what the
+  // CUDA coalescing repeats, so it is pinned here, written out without rules.h's helper.
+  const int64_t num_rows = 1000, width = 45;
   std::mt19937_64 rng(8);
   std::vector<int64_t> pool(700);
   for (int64_t r = 0; r < 700; ++r) pool[r] = r + 100;
@@ -413,20 +415,30 @@ TEST_CASE("coalesce's sum of squares follows the fixed per-row then 256-row-bloc
   CoalescedRows grad = coalesce_chunks(chunks, num_rows, width, 0.25f);
   const int64_t rows = grad.row_count();
   REQUIRE(rows > 512);
-  double total = 0.0;
-  for (int64_t block = 0; block < rows; block += kCoalesceSquaresBlockRows) {
-    double block_sum = 0.0;
-    for (int64_t u = block; u < std::min<int64_t>(rows, block + kCoalesceSquaresBlockRows); ++u) {
-      double row_sum = 0.0;
+  auto fold = [](std::vector<double> partial) {  // a warp's shuffle-down: 16, 8, 4, 2, 1
+    for (size_t offset = 16; offset > 0; offset /= 2)
+      for (size_t lane = 0; lane < offset; ++lane) partial[lane] = partial[lane] + partial[lane + offset];
+    return partial[0];
+  };
+  std::vector<double> block_lanes(32, 0.0);
+  for (int64_t block = 0; block * 256 < rows; ++block) {
+    std::vector<double> row_lanes(32, 0.0);
+    for (int64_t u = block * 256; u < std::min<int64_t>(rows, (block + 1) * 256); ++u) {
+      std::vector<double> lanes(32, 0.0);
       for (int64_t j = 0; j < width; ++j) {
         const double x = grad.values[u * width + j];
-        row_sum += x * x;
+        lanes[j % 32] += x * x;
       }
-      block_sum += row_sum;
+      row_lanes[(u - block * 256) % 32] += fold(lanes);
     }
-    total += block_sum;
+    block_lanes[block % 32] += fold(row_lanes);
   }
+  const double total = fold(block_lanes);
   REQUIRE(std::memcmp(&total, &grad.sum_of_squares, sizeof(double)) == 0);
+  // And it is the sum of squares, up to double rounding.
+  double plain = 0.0;
+  for (float x : grad.values) plain += static_cast<double>(x) * x;
+  REQUIRE(grad.sum_of_squares == Approx(plain).epsilon(1e-12));
 }
 
 TEST_CASE("lazy Adam's first step moves a touched row by about lr * sign(g)", "[sparse]") {

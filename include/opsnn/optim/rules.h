@@ -156,10 +156,19 @@ struct AdagradRule {
 };
 
 // ---- the order of one reduction, shared by the CPU and CUDA row-sparse coalescing ----
-// The sum of squares of a coalesced row-sparse gradient: in double, per row over its width in order, then
-// over consecutive blocks of this many rows in order, then over the blocks in order. A fixed shape that a
-// GPU runs in parallel and the CPU repeats, so both get the same bits.
+// The sum of squares of a coalesced row-sparse gradient, in double, in three levels of the same "lane
+// sum": 32 partial sums, partial l taking items l, l + 32, l + 64, ... in order, then folded as a warp's
+// shuffle-down does (p[l] += p[l + 16] for l < 16, then 8, 4, 2, 1; p[0] is the sum). Level one sums a
+// row's squared values, level two the row sums of each block of kCoalesceSquaresBlockRows consecutive
+// rows, level three the block sums. A fixed shape that a GPU runs one warp per row or block, and the CPU
+// repeats, so both get the same bits.
 inline constexpr long long kCoalesceSquaresBlockRows = 256;
+inline constexpr int kCoalesceSquaresLanes = 32;
+OPSNN_HD double fold_lane_sums(double (&partial)[kCoalesceSquaresLanes]) {
+  for (int offset = kCoalesceSquaresLanes / 2; offset > 0; offset /= 2)
+    for (int lane = 0; lane < offset; ++lane) partial[lane] += partial[lane + offset];
+  return partial[0];
+}
 
 // ---- learning-rate schedules, evaluated from the count of applied steps ----
 enum class ScheduleKind : int { constant = 0, warmup_cosine = 1, step_decay = 2, linear_decay = 3 };

@@ -52,6 +52,7 @@ struct CoalescedRows {
   Tensor row_slots;        // i32 [table_rows] scratch of the CUDA coalescing: -1 for every row between calls
   Tensor device_header;    // small scratch of the CUDA coalescing (row count, first bad index, norm)
   Tensor device_scratch;   // u8 scratch of the sorted CUDA coalescing (sort buffers, CUB's storage)
+  Tensor device_squares;   // f64 scratch of the CUDA sum of squares (per row, per block of rows)
 
   int64_t row_count() const { return device.is_cpu() ? static_cast<int64_t>(indices.size()) : device_row_count; }
 };

@@ -84,8 +84,10 @@ void cuda_coalesce(const RowSparseGrad& grad, int64_t num_rows, int64_t width, f
   auto* header = static_cast<cuda::CoalesceHeader*>(out.device_header.data_ptr());
   ensure_capacity(out.device_indices, total, DType::i64, device);
   ensure_capacity(out.device_values, total * width, DType::f32, device);
+  ensure_capacity(out.device_squares, cuda::coalesced_squares_scratch(total), DType::f64, device);
   int64_t* unique_rows = out.device_indices.data<int64_t>();
   float* values = out.device_values.data<float>();
+  double* squares = out.device_squares.data<double>();
   if (!out.atomics) {
     // One chunk is sorted where it lies; several are first laid end to end (occurrence order).
     Tensor all_indices = indices[0], all_rows = rows[0];
@@ -113,7 +115,7 @@ void cuda_coalesce(const RowSparseGrad& grad, int64_t num_rows, int64_t width, f
     ensure_capacity(out.device_scratch, static_cast<int64_t>(scratch_bytes), DType::u8, device);
     cuda::launch_sorted_coalesce(all_indices.data<int64_t>(), all_rows.data<float>(), total, num_rows, width, scale,
                                  out.device_scratch.data_ptr(), static_cast<size_t>(out.device_scratch.numel()),
-                                 unique_rows, values, header);
+                                 unique_rows, values, header, squares);
     finish_coalescing(indices, num_rows, header, out);
     return;
   }
@@ -135,7 +137,7 @@ void cuda_coalesce(const RowSparseGrad& grad, int64_t num_rows, int64_t width, f
     cuda::launch_scatter_rows(indices[c].data<int64_t>(), rows[c].data<float>(), indices[c].numel(), width, num_rows,
                               slots, values);
   // Also restores row_slots to -1 for every claimed row, so the scratch is clean even when we throw below.
-  cuda::launch_finalize_rows(unique_rows, header, total, width, scale, values, slots);
+  cuda::launch_finalize_rows(unique_rows, header, total, width, scale, values, slots, squares);
   finish_coalescing(indices, num_rows, header, out);
 }
 

@@ -77,29 +77,12 @@ __global__ void scatter_rows_kernel(const int64_t* indices, const float* rows, i
   }
 }
 
-__device__ __forceinline__ double warp_sum(double value) {
-  for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_down_sync(0xffffffffu, value, offset);
-  return value;
-}
-
-__global__ void finalize_rows_kernel(const int64_t* unique_rows, CoalesceHeader* header, int64_t width, float scale,
-                                     float* values, int* row_slots) {
-  const int lane = threadIdx.x % 32;
-  const int64_t row_count = header->row_count;
-  const int64_t warp_stride = thread_stride() / 32;
-  for (int64_t slot = global_thread() / 32; slot < row_count; slot += warp_stride) {
-    float* row_values = values + slot * width;
-    double squares = 0.0;
-    for (int64_t j = lane; j < width; j += 32) {
-      const float value = row_values[j] * scale;
-      row_values[j] = value;
-      squares += static_cast<double>(value) * static_cast<double>(value);
-    }
-    squares = warp_sum(squares);
-    if (lane == 0) {
-      atomicAdd(&header->sum_of_squares, squares);
-      row_slots[unique_rows[slot]] = -1;
-    }
+__global__ void finalize_rows_kernel(const int64_t* unique_rows, const CoalesceHeader* header, int64_t width,
+                                     float scale, float* values, int* row_slots) {
+  const int64_t used = static_cast<int64_t>(header->row_count) * width;
+  for (int64_t e = global_thread(); e < used; e += thread_stride()) {
+    values[e] *= scale;
+    if (e % width == 0) row_slots[unique_rows[e / width]] = -1;
   }
 }
 
@@ -149,38 +132,49 @@ __global__ void sum_sorted_rows_kernel(const unsigned long long* sorted_rows, co
   }
 }
 
-// The sum of squares in kCoalesceSquaresBlockRows's order: one warp per block of rows, each lane summing
-// whole rows in order (double), then lane 0 summing the block's rows in order.
-__global__ void block_squares_kernel(const float* values, int64_t width, const CoalesceHeader* header,
-                                     double* block_squares) {
-  __shared__ double row_squares[kWarpsPerBlock][kCoalesceSquaresBlockRows];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+// rules.h's fold_lane_sums over a warp: lane l holds partial l; afterwards lane 0 holds the sum.
+__device__ __forceinline__ double fold_warp_sums(double partial) {
+  for (int offset = kCoalesceSquaresLanes / 2; offset > 0; offset /= 2)
+    partial += __shfl_down_sync(0xffffffffu, partial, offset);
+  return partial;
+}
+
+// The sum of squares in rules.h's order, level one: one warp per row, lane l summing columns l, l + 32, ...
+__global__ void row_squares_kernel(const float* values, int64_t width, const CoalesceHeader* header,
+                                   double* row_squares) {
+  const int lane = threadIdx.x % 32;
+  for (int64_t u = global_thread() / 32; u < header->row_count; u += thread_stride() / 32) {
+    const float* row = values + u * width;
+    double partial = 0.0;
+    for (int64_t j = lane; j < width; j += 32) partial += static_cast<double>(row[j]) * static_cast<double>(row[j]);
+    partial = fold_warp_sums(partial);
+    if (lane == 0) row_squares[u] = partial;
+  }
+}
+
+// Level two: one warp per block of kCoalesceSquaresBlockRows rows, lane l summing rows l, l + 32, ...
+__global__ void block_squares_kernel(const double* row_squares, const CoalesceHeader* header, double* block_squares) {
+  const int lane = threadIdx.x % 32;
   const int64_t rows = header->row_count;
   const int64_t blocks = (rows + kCoalesceSquaresBlockRows - 1) / kCoalesceSquaresBlockRows;
   for (int64_t b = global_thread() / 32; b < blocks; b += thread_stride() / 32) {
     const int64_t first = b * kCoalesceSquaresBlockRows;
-    const int64_t count = rows - first < kCoalesceSquaresBlockRows ? rows - first : kCoalesceSquaresBlockRows;
-    for (int64_t r = lane; r < count; r += 32) {
-      const float* row = values + (first + r) * width;
-      double sum = 0.0;
-      for (int64_t j = 0; j < width; ++j) sum += static_cast<double>(row[j]) * static_cast<double>(row[j]);
-      row_squares[warp][r] = sum;
-    }
-    __syncwarp();
-    if (lane == 0) {
-      double sum = 0.0;
-      for (int64_t r = 0; r < count; ++r) sum += row_squares[warp][r];
-      block_squares[b] = sum;
-    }
-    __syncwarp();
+    const int64_t end = rows - first < kCoalesceSquaresBlockRows ? rows : first + kCoalesceSquaresBlockRows;
+    double partial = 0.0;
+    for (int64_t u = first + lane; u < end; u += 32) partial += row_squares[u];
+    partial = fold_warp_sums(partial);
+    if (lane == 0) block_squares[b] = partial;
   }
 }
 
+// Level three: one warp, lane l summing blocks l, l + 32, ...
 __global__ void total_squares_kernel(const double* block_squares, CoalesceHeader* header) {
+  const int lane = threadIdx.x;
   const int64_t blocks = (header->row_count + kCoalesceSquaresBlockRows - 1) / kCoalesceSquaresBlockRows;
-  double sum = 0.0;
-  for (int64_t b = 0; b < blocks; ++b) sum += block_squares[b];
-  header->sum_of_squares = sum;
+  double partial = 0.0;
+  for (int64_t b = lane; b < blocks; b += 32) partial += block_squares[b];
+  partial = fold_warp_sums(partial);
+  if (lane == 0) header->sum_of_squares = partial;
 }
 
 // The scratch of launch_sorted_coalesce, carved from one allocation (256-byte aligned pieces).
@@ -190,7 +184,6 @@ struct SortedScratch {
   int* sorted_positions;
   char* starts;
   int* run_starts;
-  double* block_squares;
   void* cub_storage;
   size_t cub_bytes;
 };
@@ -228,7 +221,6 @@ size_t carve_scratch(char* base, int64_t total, size_t cub_bytes, SortedScratch&
   s.sorted_positions = reinterpret_cast<int*>(take(n * sizeof(int)));
   s.starts = take(n);
   s.run_starts = reinterpret_cast<int*>(take(n * sizeof(int)));
-  s.block_squares = reinterpret_cast<double*>(take((n / kCoalesceSquaresBlockRows + 1) * sizeof(double)));
   s.cub_bytes = cub_bytes;
   s.cub_storage = take(s.cub_bytes);
   return offset;
@@ -349,9 +341,22 @@ void launch_scatter_rows(const int64_t* indices, const float* rows, int64_t coun
 }
 
 void launch_finalize_rows(const int64_t* unique_rows, CoalesceHeader* header, int64_t capacity_rows, int64_t width,
-                          float scale, float* values, int* row_slots) {
-  finalize_rows_kernel<<<blocks_for(capacity_rows, kWarpsPerBlock), kThreads>>>(unique_rows, header, width, scale,
-                                                                                values, row_slots);
+                          float scale, float* values, int* row_slots, double* squares) {
+  finalize_rows_kernel<<<blocks_for(capacity_rows * width, kThreads), kThreads>>>(unique_rows, header, width, scale,
+                                                                                  values, row_slots);
+  OPSNN_CUDA_CHECK(cudaGetLastError());
+  launch_coalesced_squares(values, capacity_rows, width, header, squares);
+}
+
+void launch_coalesced_squares(const float* values, int64_t capacity_rows, int64_t width, CoalesceHeader* header,
+                              double* squares) {
+  double* block_squares = squares + capacity_rows;
+  row_squares_kernel<<<blocks_for(capacity_rows, kWarpsPerBlock), kThreads>>>(values, width, header, squares);
+  OPSNN_CUDA_CHECK(cudaGetLastError());
+  block_squares_kernel<<<blocks_for(capacity_rows / kCoalesceSquaresBlockRows + 1, kWarpsPerBlock), kThreads>>>(
+      squares, header, block_squares);
+  OPSNN_CUDA_CHECK(cudaGetLastError());
+  total_squares_kernel<<<1, 32>>>(block_squares, header);
   OPSNN_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -362,7 +367,7 @@ size_t sorted_coalesce_scratch_bytes(int64_t total, int64_t num_rows) {
 
 void launch_sorted_coalesce(const int64_t* indices, const float* rows, int64_t total, int64_t num_rows, int64_t width,
                             float scale, void* scratch, size_t scratch_bytes, int64_t* unique_rows, float* values,
-                            CoalesceHeader* header) {
+                            CoalesceHeader* header, double* squares) {
   // CUB's storage is what the fixed pieces leave of the scratch (sized by sorted_coalesce_scratch_bytes):
   // no size query per call.
   SortedScratch s{};
@@ -388,11 +393,7 @@ void launch_sorted_coalesce(const int64_t* indices, const float* rows, int64_t t
   sum_sorted_rows_kernel<<<blocks_for(total * width, kThreads), kThreads>>>(
       s.sorted_rows, s.sorted_positions, s.run_starts, rows, total, width, scale, header, unique_rows, values);
   OPSNN_CUDA_CHECK(cudaGetLastError());
-  block_squares_kernel<<<blocks_for(total / kCoalesceSquaresBlockRows + 1, kWarpsPerBlock), kThreads>>>(
-      values, width, header, s.block_squares);
-  OPSNN_CUDA_CHECK(cudaGetLastError());
-  total_squares_kernel<<<1, 1>>>(s.block_squares, header);
-  OPSNN_CUDA_CHECK(cudaGetLastError());
+  launch_coalesced_squares(values, total, width, header, squares);
 }
 
 void launch_sparse_sgd(float* param, void* momentum_buffer, DType state_dtype, uint8_t* row_initialized, int64_t width,

@@ -33,21 +33,28 @@ void launch_assign_slots(const int64_t* unique_rows, const CoalesceHeader* heade
 // values[slot(row)] += rows[i] for every in-range occurrence (atomicAdd).
 void launch_scatter_rows(const int64_t* indices, const float* rows, int64_t count, int64_t width, int64_t num_rows,
                          const int* row_slots, float* values);
-// values *= scale, sum of squares into the header, row_slots back to -1.
+// values *= scale, row_slots back to -1, then launch_coalesced_squares.
 void launch_finalize_rows(const int64_t* unique_rows, CoalesceHeader* header, int64_t capacity_rows, int64_t width,
-                          float scale, float* values, int* row_slots);
+                          float scale, float* values, int* row_slots, double* squares);
+// The sum of squares of the header's row_count rows of `values` in rules.h's order (fold_lane_sums at
+// three levels), into the header. squares: scratch of coalesced_squares_scratch(capacity_rows) doubles.
+void launch_coalesced_squares(const float* values, int64_t capacity_rows, int64_t width, CoalesceHeader* header,
+                              double* squares);
+inline int64_t coalesced_squares_scratch(int64_t capacity_rows) {
+  return capacity_rows + capacity_rows / kCoalesceSquaresBlockRows + 1;
+}
 
 // ---- deterministic coalescing: sort by row id, sum each row's occurrences in occurrence order ----
 // Device scratch bytes launch_sorted_coalesce needs for `total` occurrences in a table of num_rows rows.
 size_t sorted_coalesce_scratch_bytes(int64_t total, int64_t num_rows);
 // Coalesces `total` occurrences (indices: i64, rows: f32 [total, width]) the way the CPU's coalesce_rows
 // does, bit for bit: a stable radix sort of (row id, occurrence position), each unique row's values summed
-// in occurrence order and then scaled, unique rows ascending; the sum of squares in double per row, then
-// over blocks of kCoalesceSquaresBlockRows rows, then over the blocks, each in order. Writes the unique rows and
+// in occurrence order and then scaled, unique rows ascending; the sum of squares by launch_coalesced_squares
+// (squares: its scratch). Writes the unique rows and
 // their values, and the row count, first bad position and sum of squares into the header (begun here).
 void launch_sorted_coalesce(const int64_t* indices, const float* rows, int64_t total, int64_t num_rows, int64_t width,
                             float scale, void* scratch, size_t scratch_bytes, int64_t* unique_rows, float* values,
-                            CoalesceHeader* header);
+                            CoalesceHeader* header, double* squares);
 
 void launch_sparse_sgd(float* param, void* momentum_buffer, DType state_dtype, uint8_t* row_initialized, int64_t width,
                        const int64_t* rows, const float* grad_rows, int64_t row_count, const SgdScalars& scalars,
