@@ -347,7 +347,7 @@ TEST_CASE("Config: unknown model, optimizer and dataset names list the known one
         "'lion'?)");
   CHECK(error_of("data:\n  dataset: imagenet\n") ==
         "test.yaml:2:12: key 'data.dataset': expected one of: fashion_mnist, synthetic, ctr_synthetic, cifar10, "
-        "cifar100, image_folder, got imagenet");
+        "cifar100, image_folder, criteo, got imagenet");
   CHECK(error_of("scheduler:\n  name: cosine\n") ==
         "test.yaml:2:9: key 'scheduler.name': expected one of: constant, warmup_cosine, step, linear, got cosine "
         "(did you mean 'warmup_cosine'?)");
