@@ -337,8 +337,8 @@ TEST_CASE("Config: synthetic data sizes have upper bounds (memory and time stay 
 
 TEST_CASE("Config: unknown model, optimizer and dataset names list the known ones", "[config]") {
   CHECK(error_of("model:\n  arch: resnet19\n") ==
-        "test.yaml:2:9: key 'model.arch': expected one of: mlp, small_cnn, resnet18, resnet34, resnet50, ctr, got "
-        "resnet19 (did you mean 'resnet18'?)");
+        "test.yaml:2:9: key 'model.arch': expected one of: mlp, small_cnn, resnet18, resnet34, resnet50, ctr, dlrm, "
+        "got resnet19 (did you mean 'resnet18'?)");
   CHECK(error_of("optimizer:\n  name: adan\n") ==
         "test.yaml:2:9: key 'optimizer.name': expected one of: sgd, adam, adamw, lamb, lion, got adan (did you mean "
         "'adam'?)");
