@@ -82,6 +82,7 @@ models::ModelOptions make_model_options(const TrainConfig& config, const data::D
   options.width = model.width;
   options.zero_init_residual = model.zero_init_residual;
   options.embedding_dim = model.embedding_dim;
+  options.sparse_embeddings = model.sparse_embeddings;
   return options;
 }
 

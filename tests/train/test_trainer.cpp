@@ -180,6 +180,19 @@ TEST_CASE("ctr: lazy adam leaves untouched embedding rows and their moments exac
   CHECK(untouched > 100);  // 3 batches of 32 rows cannot touch most of the 400 ids of field 0
 }
 
+TEST_CASE("trainer: model.sparse_embeddings false gives the ctr table dense gradients", "[trainer]") {
+  TemporaryFolder folder;
+  Trainer trainer(make_config(kCtrYaml, {"model.sparse_embeddings=false"}), quiet_options(folder.path));
+  Tensor table;
+  for (const auto& [name, tensor] : trainer.model().named_parameters())
+    if (name == "embedding.weight") table = tensor;
+  REQUIRE(table.defined());
+  CHECK_FALSE(table.sparse_grad());
+  CHECK(trainer.optimizer().sparse_updater() == nullptr);
+  trainer.train_steps(2);
+  CHECK(trainer.step() == 2);
+}
+
 TEST_CASE("top-k: the achieved density is logged and follows the warm-up to the target", "[trainer]") {
   TemporaryFolder folder;
   TrainConfig config =
