@@ -1,7 +1,7 @@
 // Tests of the dlrm model (src/models/dlrm.cpp): its parameters, its forward against the computation
 // written out by hand from its own weights (dense transform, hashing, interaction order, concatenation),
 // gradients reaching every parameter with row-sparse table rows, each field hashing into its own rows,
-// the hash's spread, and the range checks of its settings.
+// the hash's spread, the range checks of its settings, and ([cuda]) the model on a GPU against the CPU.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -14,6 +14,7 @@
 #include "opsnn/models/models.h"
 #include "opsnn/ops/ops.h"
 #include "support/catch.h"
+#include "support/cuda_test_support.h"
 
 using namespace opsnn;
 using models::ModelOptions;
@@ -238,4 +239,44 @@ TEST_CASE("dlrm model: bad settings and inputs are refused naming the key", "[mo
   CHECK_THROWS_AS(model->forward(Tensor::zeros({3, 38}, DType::i64)), ShapeError);
   CHECK_THROWS_WITH(model->forward(Tensor::zeros({3, 38}, DType::i64)), Catch::Contains("[batch, 39]"));
   CHECK_THROWS_AS(model->forward(Tensor::zeros({3, 39}, DType::f32)), TypeError);
+}
+
+TEST_CASE("dlrm model on the GPU matches the CPU forward and gradients", "[cuda][models]") {
+  if (testing::gpu_missing("the CUDA dlrm model test")) return;
+  ModelOptions options = small_dlrm();
+  Generator cpu_generator(46), gpu_generator(46);  // the same weights
+  auto cpu_model = models::build_model(options, cpu_generator);
+  auto gpu_model = models::build_model(options, gpu_generator);
+  gpu_model->to(testing::kGpu);
+  const int64_t batch = 33;
+  const Tensor rows = criteo_rows(batch, 47);
+  std::vector<int64_t> targets;
+  for (int64_t b = 0; b < batch; ++b) targets.push_back((b * 7) % 2);
+  const Tensor target = Tensor::from_vector<int64_t>(targets, {batch});
+  const Tensor cpu_logits = cpu_model->forward(rows);
+  const Tensor gpu_logits = gpu_model->forward(rows.to(testing::kGpu));
+  REQUIRE(gpu_logits.device() == testing::kGpu);
+  const std::vector<float> expected = cpu_logits.to_vector<float>(), actual = gpu_logits.to_vector<float>();
+  for (size_t i = 0; i < expected.size(); ++i)
+    CHECK(std::fabs(actual[i] - expected[i]) <= 1e-4f * (1.0f + std::fabs(expected[i])));
+  ops::cross_entropy(cpu_logits, target).backward();
+  ops::cross_entropy(gpu_logits, target.to(testing::kGpu)).backward();
+  const auto cpu_parameters = cpu_model->named_parameters(), gpu_parameters = gpu_model->named_parameters();
+  for (size_t p = 0; p < cpu_parameters.size(); ++p) {
+    const std::string& name = cpu_parameters[p].first;
+    INFO(name);
+    const Tensor& cpu_tensor = cpu_parameters[p].second;
+    const Tensor& gpu_tensor = gpu_parameters[p].second;
+    const bool sparse = name == "embedding.weight";
+    const Tensor cpu_grad = sparse ? cpu_tensor.row_sparse_grad().rows.front() : cpu_tensor.grad();
+    const Tensor gpu_grad = sparse ? gpu_tensor.row_sparse_grad().rows.front() : gpu_tensor.grad();
+    if (sparse)
+      CHECK(gpu_tensor.row_sparse_grad().indices.front().to_vector<int64_t>() ==
+            cpu_tensor.row_sparse_grad().indices.front().to_vector<int64_t>());
+    const std::vector<float> want = cpu_grad.to_vector<float>(), got = gpu_grad.to_vector<float>();
+    REQUIRE(got.size() == want.size());
+    double scale = 0.0;
+    for (float v : want) scale = std::max(scale, static_cast<double>(std::fabs(v)));
+    for (size_t i = 0; i < want.size(); ++i) CHECK(std::fabs(got[i] - want[i]) <= 1e-4 * (scale + 1e-6));
+  }
 }
