@@ -11,9 +11,11 @@ import gzip
 import json
 import pathlib
 import struct
+import sys
 import zlib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))  # make_criteo_sample, for the criteo seeds
 CORPUS = ROOT / "tests" / "fuzz" / "corpus"
 
 
@@ -116,6 +118,19 @@ def image_seeds():
     write("image_decode", "png_gray_alpha", png_file(4, 2, 4, 8, gray_alpha))
 
 
+def criteo_seeds():
+    # First byte: bit 0 a train.txt.gz name (else train.txt), bit 1 bad_lines fail, bits 2-7 max_lines.
+    import make_criteo_sample
+    lines = "".join(make_criteo_sample.line(0, i)[0] + "\n" for i in range(3))
+    empties = "\t".join(["1"] + [""] * 12 + ["-3"] + [""] * 25 + ["ABCDEF12"]) + "\r\n"  # I13 -3, C26 set
+    bad = "2\t" + "\t".join(["1"] * 13 + ["a"] * 26) + "\n" + "0\t12x" + "\t" * 38 + "\n"
+    write("criteo", "plain_three_lines", b"\x00" + lines.encode())
+    write("criteo", "gzip_three_lines", b"\x01" + gzip.compress(lines.encode(), mtime=0))
+    write("criteo", "empty_fields_crlf", b"\x00" + (empties + lines).encode())
+    write("criteo", "bad_lines_skip", b"\x00" + (lines + bad + lines).encode())
+    write("criteo", "fail_two_lines", bytes([(2 << 2) | 2]) + lines.encode())
+
+
 def state_seed(state_json):
     if state_json:
         write("checkpoint_state", "from_run", pathlib.Path(state_json).read_bytes())
@@ -146,4 +161,5 @@ if __name__ == "__main__":
     safetensors_seeds()
     conv_seeds()
     image_seeds()
+    criteo_seeds()
     state_seed(args.state_json)

@@ -85,6 +85,16 @@ DatasetSplits image_folder(const DatasetOptions& options) {
   return {std::move(train), std::make_shared<ImageFolder>(settings)};
 }
 
+// Criteo-format click logs: no pixel statistics to replace; the test split is test.txt or held out.
+DatasetSplits criteo(const DatasetOptions& options) {
+  OPSNN_CHECK_AS(ConfigError, options.mean.empty() && options.std.empty(),
+                 "data.mean and data.std apply to fashion_mnist, cifar10, cifar100 and image_folder, not to criteo");
+  CriteoOptions settings = options.criteo;
+  settings.root = options.root;
+  CriteoSplits splits = load_criteo(settings);
+  return {std::move(splits.train), std::move(splits.test)};
+}
+
 // Generated datasets: the test split continues the sample sequence after the training split's samples.
 template <typename Generated, typename Options>
 DatasetSplits generated(Options settings, int64_t test_size) {
@@ -111,6 +121,7 @@ const std::vector<std::pair<std::string, DatasetBuilder>>& builtin_datasets() {
       {"cifar10", [](const DatasetOptions& o) { return cifar(CifarVariant::cifar10, o); }},
       {"cifar100", [](const DatasetOptions& o) { return cifar(CifarVariant::cifar100, o); }},
       {"image_folder", image_folder},
+      {"criteo", criteo},
   };
   return datasets;
 }

@@ -24,6 +24,7 @@ const std::vector<std::pair<std::string, ModelBuilder>>& builtin_models() {
       {"resnet34", [](const ModelOptions& o, Generator& g) { return make_resnet(34, o, g); }},
       {"resnet50", [](const ModelOptions& o, Generator& g) { return make_resnet(50, o, g); }},
       {"ctr", make_ctr},
+      {"dlrm", make_dlrm},
   };
   return models;
 }

@@ -1,9 +1,11 @@
-// Differentiable reshape, flatten, permute and slice. reshape and flatten share the input's storage when the input
-// is contiguous (a non-contiguous input is copied to a contiguous one first) and reshape back in the
-// backward; permute copies to a contiguous tensor and permutes the gradient back; slice copies rows and
-// writes the gradient back into zeros.
+// Differentiable reshape, flatten, permute, slice and concat. reshape and flatten share the input's storage when the
+// input is contiguous (a non-contiguous input is copied to a contiguous one first) and reshape back in the backward;
+// permute copies to a contiguous tensor and permutes the gradient back; slice copies rows and writes the gradient back
+// into zeros; concat joins along a dimension moved to the front (where each piece is one contiguous block of rows,
+// copied on any device) and splits the gradient the same way.
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ops/op_support.h"
 #include "opsnn/autograd/node.h"
@@ -83,7 +85,87 @@ class SliceNode final : public autograd::Node {
   int64_t start_, end_;
 };
 
+// The order that moves dimension `dim` to the front, keeping the others in order, and its inverse.
+std::vector<int64_t> front_order(int64_t dim, int64_t rank) {
+  std::vector<int64_t> order{dim};
+  for (int64_t d = 0; d < rank; ++d)
+    if (d != dim) order.push_back(d);
+  return order;
+}
+
+std::vector<int64_t> inverse_order(const std::vector<int64_t>& order) {
+  std::vector<int64_t> inverse(order.size());
+  for (size_t i = 0; i < order.size(); ++i) inverse[static_cast<size_t>(order[i])] = static_cast<int64_t>(i);
+  return inverse;
+}
+
+// x (contiguous) with dimension `dim` first, contiguous; x itself for dim 0.
+Tensor to_front(const Tensor& x, int64_t dim) {
+  return dim == 0 ? x : x.permute(front_order(dim, x.dim())).contiguous();
+}
+
+Tensor from_front(const Tensor& x, int64_t dim) {
+  return dim == 0 ? x : x.permute(inverse_order(front_order(dim, x.dim()))).contiguous();
+}
+
+// The gradient of a concat: the pieces of the incoming gradient along `dim`, one per input.
+class ConcatNode final : public autograd::Node {
+ public:
+  ConcatNode(std::vector<int64_t> sizes, int64_t dim, DType dtype)
+      : sizes_(std::move(sizes)), dim_(dim), dtype_(dtype) {}
+  std::string name() const override { return "ConcatBackward"; }
+  std::vector<Tensor> backward(const Tensor& grad_output) override {
+    const Tensor front = to_front(internal::contiguous_grad(grad_output, dtype_), dim_);
+    std::vector<Tensor> grads;
+    int64_t offset = 0;
+    for (size_t i = 0; i < sizes_.size(); ++i) {
+      grads.push_back(needs_grad(i) ? from_front(front.slice(0, offset, offset + sizes_[i]).contiguous(), dim_)
+                                    : Tensor());
+      offset += sizes_[i];
+    }
+    return grads;
+  }
+
+ private:
+  std::vector<int64_t> sizes_;  // each input's extent along dim_
+  int64_t dim_;
+  DType dtype_;
+};
+
 }  // namespace
+
+Tensor concat(const std::vector<Tensor>& tensors, int64_t dim) {
+  OPSNN_CHECK_AS(ShapeError, !tensors.empty(), "concat: no tensors to join");
+  const Tensor& first = tensors.front();
+  OPSNN_CHECK_AS(ShapeError, first.dim() >= 1, "concat: a 0-d tensor has no dimension to join along, got ",
+                 first.str());
+  const int64_t axis = internal::wrap_dim(dim, first.shape(), "concat");
+  Shape shape = first.shape();
+  shape[static_cast<size_t>(axis)] = 0;
+  std::vector<int64_t> sizes;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    internal::check_same_dtype_and_device(first, t, "concat");
+    bool fits = t.dim() == first.dim();
+    for (int64_t d = 0; fits && d < t.dim(); ++d) fits = d == axis || t.size(d) == first.size(d);
+    OPSNN_CHECK_AS(ShapeError, fits, "concat: tensor ", i, " ", shape_str(t.shape()),
+                   " does not line up with tensor 0 ", shape_str(first.shape()), " outside dimension ", axis);
+    sizes.push_back(t.size(axis));
+    shape[static_cast<size_t>(axis)] += t.size(axis);
+  }
+  Shape front_shape;
+  for (int64_t d : front_order(axis, first.dim())) front_shape.push_back(shape[static_cast<size_t>(d)]);
+  Tensor front = Tensor::empty(front_shape, first.dtype(), first.device());
+  int64_t offset = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    // Along the first dimension a piece is one contiguous block of the result: a plain device copy.
+    front.slice(0, offset, offset + sizes[i]).copy_(to_front(tensors[i].detach().contiguous(), axis));
+    offset += sizes[i];
+  }
+  Tensor out = from_front(front, axis);
+  if (!autograd::any_requires_grad(tensors)) return out;
+  return autograd::record(out, std::make_shared<ConcatNode>(std::move(sizes), axis, first.dtype()), tensors);
+}
 
 Tensor slice(const Tensor& x, int64_t start, int64_t end) {
   OPSNN_CHECK_AS(ShapeError, x.dim() >= 1, "slice: a 0-d tensor has no rows to slice, got ", x.str());

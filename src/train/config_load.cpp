@@ -15,9 +15,11 @@
 #include <sstream>
 
 #include "opsnn/core/error.h"
+#include "opsnn/data/criteo.h"
 #include "opsnn/optim/descriptor.h"
 #include "opsnn/train/config.h"
 #include "train/config_schema.h"
+#include "train/setup.h"
 
 namespace opsnn::train {
 namespace {
@@ -355,23 +357,33 @@ void check_consistency(const TrainConfig& config, const ConfigReader& reader) {
           {"scheduler.warmup_steps"}, "set scheduler.warmup_steps or scheduler.warmup_epochs, not both");
   require(scheduler.min_lr <= optimizer.lr, "scheduler.min_lr", {"optimizer.lr"},
           "must not exceed optimizer.lr (" + format(optimizer.lr) + ")");
-  const bool ctr_model = config.model.arch == "ctr", ctr_data = config.data.dataset == "ctr_synthetic";
-  require(ctr_model == ctr_data, "model.arch", {"data.dataset"},
-          ctr_model ? "model 'ctr' needs data.dataset ctr_synthetic (it is " + config.data.dataset + ")"
-                    : "model '" + config.model.arch + "' needs an image dataset (data.dataset is ctr_synthetic)");
-  require(!ctr_data || (config.data.augment.crop_padding == 0 && !config.data.augment.flip),
+  // Models of feature rows (ctr, dlrm) each read one dataset; image models read images.
+  const RowModel* row_model = row_model_of_arch(config.model.arch);
+  const RowModel* rows_for = row_model_of_dataset(config.data.dataset);
+  if (row_model != nullptr)
+    require(config.data.dataset == row_model->dataset, "model.arch", {"data.dataset"},
+            "model '" + config.model.arch + "' needs data.dataset " + row_model->dataset + " (it is " +
+                config.data.dataset + ")" +
+                (rows_for != nullptr ? "; " + config.data.dataset + " goes with model '" + rows_for->arch + "'" : ""));
+  else
+    require(rows_for == nullptr, "model.arch", {"data.dataset"},
+            "model '" + config.model.arch + "' needs an image dataset (data.dataset is " + config.data.dataset +
+                ", which goes with model '" + (rows_for != nullptr ? rows_for->arch : "") + "')");
+  require(rows_for == nullptr || (config.data.augment.crop_padding == 0 && !config.data.augment.flip),
           "data.augment.crop_padding", {"data.augment.flip"},
-          "crop/flip augmentation applies to image datasets, not ctr_synthetic");
+          "crop/flip augmentation applies to image datasets, not " + config.data.dataset);
   const DataConfig& data = config.data;
   require(data.mean.size() == data.std.size(), "data.std", {"data.mean"},
           "has " + std::to_string(data.std.size()) + " entries and data.mean " + std::to_string(data.mean.size()) +
               "; give both, one per channel, or neither (the dataset's own statistics)");
   const bool generated = data.dataset == "synthetic" || data.dataset == "ctr_synthetic";
+  const bool unnormalised = generated || rows_for != nullptr;
   const size_t channels = data.dataset == "fashion_mnist" ? 1 : 3;
-  require(data.mean.empty() || (!generated && data.mean.size() == channels), "data.mean", {"data.dataset"},
-          generated ? "applies to datasets with normalisation statistics, not to the generated " + data.dataset
-                    : "needs " + std::string(channels == 1 ? "1 entry" : "3 entries") + " for " + data.dataset +
-                          ", one per channel");
+  require(data.mean.empty() || (!unnormalised && data.mean.size() == channels), "data.mean", {"data.dataset"},
+          unnormalised ? "applies to datasets with normalisation statistics, not to " +
+                             std::string(generated ? "the generated " : "") + data.dataset
+                       : "needs " + std::string(channels == 1 ? "1 entry" : "3 entries") + " for " + data.dataset +
+                             ", one per channel");
   require(!data.color_jitter.enabled() || data.dataset == "image_folder", "data.color_jitter.brightness",
           {"data.color_jitter.contrast", "data.color_jitter.saturation", "data.color_jitter.hue"},
           "colour jitter applies to image_folder's training crops, not to " + data.dataset);
@@ -393,6 +405,26 @@ void check_consistency(const TrainConfig& config, const ConfigReader& reader) {
           "the vocabularies total " + std::to_string(vocabulary) + " values, more than the " +
               std::to_string(detail::kMaxCtrVocabulary) +
               " allowed (each needs a planted weight and an embedding row)");
+  if (config.model.arch == "dlrm") {
+    const ModelConfig& model = config.model;
+    const size_t fields = static_cast<size_t>(data::kCriteoCategoricalFields);
+    require(model.hash_buckets.size() == 1 || model.hash_buckets.size() == fields, "model.hash_buckets", {},
+            "has " + std::to_string(model.hash_buckets.size()) + " entries; give one row count for every categorical " +
+                "field or 26, one each for C1 .. C26");
+    require(model.bottom_mlp.back() == model.embedding_dim, "model.bottom_mlp", {"model.embedding_dim"},
+            "ends in " + std::to_string(model.bottom_mlp.back()) + " but must end in model.embedding_dim (" +
+                std::to_string(model.embedding_dim) +
+                "): its output is the 27th vector of the dot interaction, beside the 26 embeddings");
+    // Each entry is at most 2^40 (its key), so 26 of them add up without overflow.
+    int64_t rows = 0;
+    for (size_t f = 0; f < fields; ++f) rows += model.hash_buckets[model.hash_buckets.size() == 1 ? 0 : f];
+    int64_t values = 0;
+    require(!__builtin_mul_overflow(rows, model.embedding_dim, &values) && values <= detail::kMaxDlrmTableValues,
+            "model.hash_buckets", {"model.embedding_dim"},
+            "the table of " + std::to_string(rows) + " rows x model.embedding_dim " +
+                std::to_string(model.embedding_dim) + " has more than the " +
+                std::to_string(detail::kMaxDlrmTableValues) + " values (256 GiB of f32) allowed");
+  }
 }
 
 // A run name from a file name: its stem, with characters a folder name should not hold replaced.

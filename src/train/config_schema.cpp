@@ -426,6 +426,40 @@ KeySpec integer_list_key(std::string path, Field field, Range range, bool allow_
       }};
 }
 
+// A single integer (stored as a list of one) or a non-empty list of integers, each in `range`; written as
+// a list.
+template <typename Field>
+KeySpec integer_or_list_key(std::string path, Field field, Range range) {
+  const std::string each = range.text("integer").substr(std::string("an integer ").size());
+  std::string expected = "an integer " + each + " or a non-empty list of integers, each " + each;
+  return {path, expected,
+          [path, expected, field, range](const YAML::Node& node, const Origin& origin, TrainConfig& config) {
+            std::vector<int64_t> values;
+            if (node.IsSequence()) {
+              if (node.size() == 0) fail(origin, path, "expected " + expected + ", got " + describe(node) + " (empty)");
+              for (size_t i = 0; i < node.size(); ++i) {
+                std::optional<int64_t> value = parse_integer(node[i]);
+                if (!value || !range.contains(static_cast<double>(*value)))
+                  fail(origin_of(node[i], origin), path + "[" + std::to_string(i) + "]",
+                       "expected " + range.text("integer") + ", got " + describe_integer(node[i]));
+                values.push_back(*value);
+              }
+            } else {
+              std::optional<int64_t> value = parse_integer(node);
+              if (!value || !range.contains(static_cast<double>(*value)))
+                fail(origin, path, "expected " + expected + ", got " + describe_integer(node));
+              values.push_back(*value);
+            }
+            field(config) = values;
+          },
+          [field](const TrainConfig& config) {
+            std::string text = "[";
+            for (size_t i = 0; i < field(config).size(); ++i)
+              text += (i ? ", " : "") + std::to_string(field(config)[i]);
+            return text + "]";
+          }};
+}
+
 bool valid_device(const std::string& text) {
   if (text == "auto" || text == "cpu" || text == "cuda") return true;
   if (text.rfind("cuda:", 0) != 0 || text.size() == 5) return false;
@@ -499,6 +533,10 @@ std::vector<KeySpec> build_schema() {
       integer_list_key("model.hidden_sizes", OPSNN_FIELD(model.hidden_sizes), count, true),
       integer_key("model.embedding_dim", OPSNN_FIELD(model.embedding_dim), count),
       bool_key("model.sparse_embeddings", OPSNN_FIELD(model.sparse_embeddings)),
+      integer_or_list_key("model.hash_buckets", OPSNN_FIELD(model.hash_buckets),
+                          Range::closed(1, static_cast<double>(kMaxDlrmBuckets))),
+      integer_list_key("model.bottom_mlp", OPSNN_FIELD(model.bottom_mlp), count, false),
+      integer_list_key("model.top_mlp", OPSNN_FIELD(model.top_mlp), count, true),
       string_key("model.init_from", OPSNN_FIELD(model.init_from)),
       bool_key("model.init_strict", OPSNN_FIELD(model.init_strict)),
 
@@ -530,6 +568,11 @@ std::vector<KeySpec> build_schema() {
       number_key("data.ctr.bias", OPSNN_FIELD(data.ctr.bias), Range::any()),
       number_key("data.ctr.value_skew", OPSNN_FIELD(data.ctr.value_skew), Range::positive()),
       integer_key("data.ctr.seed", OPSNN_FIELD(data.ctr.seed), non_negative),
+      number_key("data.criteo.test_fraction", OPSNN_FIELD(data.criteo.test_fraction), Range::open(0, 1)),
+      integer_key("data.criteo.max_lines", OPSNN_FIELD(data.criteo.max_lines), non_negative),
+      choice_key("data.criteo.bad_lines", OPSNN_FIELD(data.criteo.bad_lines), fixed({"skip", "fail"})),
+      integer_key("data.criteo.bad_line_messages", OPSNN_FIELD(data.criteo.bad_line_messages),
+                  Range::closed(0, 1000000)),
       integer_key("data.image_size", OPSNN_FIELD(data.image_size), Range::closed(1, 8192)),
       pair_key("data.random_resized_crop.scale", OPSNN_FIELD(data.random_resized_crop.scale), Range::open_closed(0, 1)),
       pair_key("data.random_resized_crop.ratio", OPSNN_FIELD(data.random_resized_crop.ratio), Range::open(0, 1e6)),

@@ -39,12 +39,15 @@ struct KeySpec {
   std::function<std::string(const TrainConfig& config)> write;
 };
 
-// Upper bounds of the synthetic data keys (config_schema.cpp says why). The image extents are bounded
-// each and, in check_consistency, as a product; the CTR vocabularies each and in total.
+// Upper bounds of the synthetic data and table keys (config_schema.cpp says why). The image extents are
+// bounded each and, in check_consistency, as a product; the CTR vocabularies each and in total.
 inline constexpr int64_t kMaxSyntheticSamples = 2147483647;            // 2^31 - 1
 inline constexpr int64_t kMaxSyntheticImageExtent = 65536;             // channels, height, width
 inline constexpr int64_t kMaxSyntheticImageValues = int64_t{1} << 28;  // 1 GiB of f32 per image
 inline constexpr int64_t kMaxCtrVocabulary = int64_t{1} << 26;         // 512 MiB of planted f64 weights
+// dlrm's table: each field's rows bounded by model.hash_buckets' key, rows x embedding_dim in check_consistency.
+inline constexpr int64_t kMaxDlrmBuckets = int64_t{1} << 40;
+inline constexpr int64_t kMaxDlrmTableValues = int64_t{1} << 36;  // 256 GiB of f32, past any one machine
 
 // configs/quickstart.yaml, compiled in by CMake (config_quickstart.cpp.in).
 extern const char* const kQuickstartYaml;

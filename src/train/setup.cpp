@@ -3,11 +3,42 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "opsnn/core/error.h"
 #include "opsnn/optim/descriptor.h"
 
 namespace opsnn::train {
+
+namespace {
+
+const std::vector<RowModel>& row_models() {
+  static const std::vector<RowModel> models{{"ctr", "ctr_synthetic"}, {"dlrm", "criteo"}};
+  return models;
+}
+
+}  // namespace
+
+const RowModel* row_model_of_arch(const std::string& arch) {
+  for (const RowModel& model : row_models())
+    if (arch == model.arch) return &model;
+  return nullptr;
+}
+
+const RowModel* row_model_of_dataset(const std::string& dataset) {
+  for (const RowModel& model : row_models())
+    if (dataset == model.dataset) return &model;
+  return nullptr;
+}
+
+std::string row_model_pairs() {
+  std::string text;
+  for (const RowModel& model : row_models())
+    text +=
+        std::string(text.empty() ? "" : ", ") + model.arch + (text.empty() ? " goes with " : " with ") + model.dataset;
+  return text;
+}
 
 Datasets make_datasets(const TrainConfig& config) {
   const DataConfig& data = config.data;
@@ -40,6 +71,10 @@ Datasets make_datasets(const TrainConfig& config) {
                                        data.color_jitter.saturation, data.color_jitter.hue};
   options.image_folder.on_bad_image =
       data.on_bad_image == "error" ? data::BadImagePolicy::error : data::BadImagePolicy::skip;
+  options.criteo.test_fraction = data.criteo.test_fraction;
+  options.criteo.max_lines = data.criteo.max_lines;
+  options.criteo.bad_lines = data.criteo.bad_lines == "fail" ? data::BadLinePolicy::fail : data::BadLinePolicy::skip;
+  options.criteo.bad_line_messages = data.criteo.bad_line_messages;
   try {
     return data::build_datasets(options);
   } catch (const ConfigError& error) {  // the registry knows no file: say which config asked
@@ -51,11 +86,11 @@ models::ModelOptions make_model_options(const TrainConfig& config, const data::D
   const ModelConfig& model = config.model;
   models::ModelOptions options;
   options.arch = model.arch;
-  bool ctr_model = model.arch == "ctr";
-  if (ctr_model != !dataset.is_image())
+  const bool row_model = row_model_of_arch(model.arch) != nullptr;
+  if (row_model != !dataset.is_image())
     throw ConfigError(detail::concat(config.source, ": key 'model.arch': model '", model.arch, "' cannot train on ",
-                                     dataset.name(), " (", dataset.is_image() ? "images" : "categorical rows",
-                                     "); ctr goes with ctr_synthetic, image models with image datasets"));
+                                     dataset.name(), " (", dataset.is_image() ? "images" : "feature rows", "); ",
+                                     row_model_pairs(), ", image models with image datasets"));
   // Fewer outputs than the dataset has classes would only fail at the first loss, on a label out of range.
   if (model.num_classes > 0 && model.num_classes < dataset.num_classes())
     throw ConfigError(detail::concat(config.source, ": key 'model.num_classes': ", model.num_classes,
@@ -74,14 +109,18 @@ models::ModelOptions make_model_options(const TrainConfig& config, const data::D
       throw ConfigError(detail::concat(config.source, ": key 'model.in_channels': ", options.in_channels,
                                        " does not match the dataset's ", sample[0], " channels"));
   } else {
-    options.field_vocab_sizes = config.data.ctr.vocab_sizes;
-    options.hidden = {64, 32};
+    options.field_vocab_sizes = config.data.ctr.vocab_sizes;  // ctr's fields (dlrm hashes instead)
+    options.hidden = {64, 32};                                // ctr's MLP
   }
   if (!model.hidden_sizes.empty()) options.hidden = model.hidden_sizes;
   options.stem = model.stem;
   options.width = model.width;
   options.zero_init_residual = model.zero_init_residual;
   options.embedding_dim = model.embedding_dim;
+  options.sparse_embeddings = model.sparse_embeddings;
+  options.hash_buckets = model.hash_buckets;
+  options.bottom_mlp = model.bottom_mlp;
+  options.top_mlp = model.top_mlp;
   return options;
 }
 

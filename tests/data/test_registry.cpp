@@ -57,8 +57,8 @@ TEST_CASE("dataset registry: unknown names, registration from outside, a builder
   std::vector<std::string> names = known_datasets();
   CHECK(std::find(names.begin(), names.end(), "tiny_noise") != names.end());
   // Configs accept the built-ins, in their fixed order.
-  CHECK(builtin_dataset_names() ==
-        std::vector<std::string>{"fashion_mnist", "synthetic", "ctr_synthetic", "cifar10", "cifar100", "image_folder"});
+  CHECK(builtin_dataset_names() == std::vector<std::string>{"fashion_mnist", "synthetic", "ctr_synthetic", "cifar10",
+                                                            "cifar100", "image_folder", "criteo"});
 
   register_dataset("nothing", [](const DatasetOptions&) { return DatasetSplits{}; });
   options.name = "nothing";

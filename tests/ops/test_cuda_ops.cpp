@@ -1,7 +1,8 @@
 // Tests of the CUDA compute backend (src/ops/cuda/): every op through the functional API on the GPU
 // against its CPU twin on the same random f32 values, forward and backward (autograd gradients of every
-// input), on odd shapes; index range errors and the TypeError for unsupported dtypes. Each test
-// prints its largest scaled error so a GPU run shows the margins. Tagged [cuda]: skipped without a GPU.
+// input), on odd shapes (dot_interaction and concat bit for bit); index range errors and the TypeError
+// for unsupported dtypes. Each test prints its largest scaled error so a GPU run shows the margins.
+// Tagged [cuda]: skipped without a GPU.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -481,4 +482,24 @@ TEST_CASE("CUDA slice batch_norm_invstd and sync_batch_norm match the CPU", "[cu
       require_match(gpu_var, cpu_var, kReductionTolerance, "sync_batch_norm running_var");
     }
   }
+}
+
+TEST_CASE("CUDA dot_interaction and concat match their CPU twins bit for bit", "[cuda][ops]") {
+  if (gpu_missing()) return;
+  Generator generator(32);
+  // Both sides sum exact double products of the f32 inputs in one order: the same bits, forward and back.
+  for (const Shape& shape : {Shape{5, 27, 16}, Shape{3, 2, 1}, Shape{7, 9, 33}, Shape{1, 1, 4}}) {
+    check_twins(
+        "dot_interaction " + shape_name(shape),
+        [](const std::vector<Tensor>& in) { return ops::dot_interaction(in[0]); }, {random_twin(shape, generator)}, 0.0,
+        generator);
+  }
+  // DLRM's join: the bottom output as one more feature vector, then beside the interactions.
+  check_twins(
+      "concat of [4, 1, 8] and [4, 26, 8] along dim 1, flattened beside [4, 208]",
+      [](const std::vector<Tensor>& in) {
+        const Tensor joined = ops::concat({ops::reshape(in[0], {4, 1, 8}), in[1]}, 1);
+        return ops::concat({ops::flatten(joined, 1), ops::flatten(in[1], 1)}, 1);
+      },
+      {random_twin({4, 8}, generator), random_twin({4, 26, 8}, generator)}, 0.0, generator);
 }

@@ -337,8 +337,8 @@ TEST_CASE("Config: synthetic data sizes have upper bounds (memory and time stay 
 
 TEST_CASE("Config: unknown model, optimizer and dataset names list the known ones", "[config]") {
   CHECK(error_of("model:\n  arch: resnet19\n") ==
-        "test.yaml:2:9: key 'model.arch': expected one of: mlp, small_cnn, resnet18, resnet34, resnet50, ctr, got "
-        "resnet19 (did you mean 'resnet18'?)");
+        "test.yaml:2:9: key 'model.arch': expected one of: mlp, small_cnn, resnet18, resnet34, resnet50, ctr, dlrm, "
+        "got resnet19 (did you mean 'resnet18'?)");
   CHECK(error_of("optimizer:\n  name: adan\n") ==
         "test.yaml:2:9: key 'optimizer.name': expected one of: sgd, adam, adamw, lamb, lion, adagrad, got adan (did "
         "you mean "
@@ -349,7 +349,7 @@ TEST_CASE("Config: unknown model, optimizer and dataset names list the known one
         "'lion'?)");
   CHECK(error_of("data:\n  dataset: imagenet\n") ==
         "test.yaml:2:12: key 'data.dataset': expected one of: fashion_mnist, synthetic, ctr_synthetic, cifar10, "
-        "cifar100, image_folder, got imagenet");
+        "cifar100, image_folder, criteo, got imagenet");
   CHECK(error_of("scheduler:\n  name: cosine\n") ==
         "test.yaml:2:9: key 'scheduler.name': expected one of: constant, warmup_cosine, step, linear, got cosine "
         "(did you mean 'warmup_cosine'?)");
@@ -380,7 +380,8 @@ TEST_CASE("Config: rules spanning several keys", "[config]") {
   CHECK(error_of("model:\n  arch: ctr\n") ==
         "test.yaml:2:9: key 'model.arch': model 'ctr' needs data.dataset ctr_synthetic (it is fashion_mnist)");
   CHECK(error_of("data:\n  dataset: ctr_synthetic\n") ==
-        "test.yaml:2:12: key 'model.arch': model 'small_cnn' needs an image dataset (data.dataset is ctr_synthetic)");
+        "test.yaml:2:12: key 'model.arch': model 'small_cnn' needs an image dataset (data.dataset is ctr_synthetic, "
+        "which goes with model 'ctr')");
   CHECK(error_of("optimizer:\n  lr: 0.01\nscheduler:\n  min_lr: 0.1\n") ==
         "test.yaml:4:11: key 'scheduler.min_lr': must not exceed optimizer.lr (0.01)");
   CHECK(
@@ -603,4 +604,68 @@ TEST_CASE("Config: data.mean, data.std and data.color_jitter are checked against
   CHECK(ok.data.mean == std::vector<double>{0.5, 0.4, 0.3});
   CHECK(ok.data.color_jitter.hue == 0.1);
   CHECK(load_config_text(emit_config(ok), "resolved.yaml") == ok);
+}
+
+TEST_CASE("Config: the dlrm and criteo keys with their bounds and the model and dataset pairings", "[config]") {
+  const std::string base = "model:\n  arch: dlrm\ndata:\n  dataset: criteo\n  root: /data/criteo\n";
+  const TrainConfig scalar = load_config_text(
+      "model:\n  arch: dlrm\n  hash_buckets: 1000\ndata:\n  dataset: criteo\n  root: /data/criteo\n", "test.yaml");
+  CHECK(scalar.model.hash_buckets == std::vector<int64_t>{1000});
+  CHECK(load_config_text(base, "test.yaml", {"model.hash_buckets=77"}).model.hash_buckets == std::vector<int64_t>{77});
+  CHECK(load_config_text(emit_config(scalar), "resolved.yaml") == scalar);
+  const TrainConfig config = load_config_text(
+      base, "test.yaml",
+      {"model.hash_buckets=[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26]",
+       "model.embedding_dim=8", "model.bottom_mlp=[32,8]", "model.top_mlp=[]", "data.criteo.test_fraction=0.25",
+       "data.criteo.max_lines=1000", "data.criteo.bad_lines=fail", "data.criteo.bad_line_messages=0"});
+  CHECK(config.model.hash_buckets.size() == 26);
+  CHECK(config.model.top_mlp.empty());
+  CHECK(config.data.criteo.test_fraction == 0.25);
+  CHECK(config.data.criteo.max_lines == 1000);
+  CHECK(config.data.criteo.bad_lines == "fail");
+  CHECK(config.data.criteo.bad_line_messages == 0);
+  CHECK(load_config_text(emit_config(config), "resolved.yaml") == config);
+
+  auto fails = [&base](const std::vector<std::string>& sets, const std::string& message) {
+    INFO(message);
+    CHECK_THROWS_WITH(load_config_text(base, "test.yaml", sets), Catch::Contains(message));
+  };
+  fails({"model.hash_buckets=[1,2,3]"},
+        "key 'model.hash_buckets': has 3 entries; give one row count for every categorical field or 26, one each "
+        "for C1 .. C26");
+  fails({"model.hash_buckets=0"},
+        "key 'model.hash_buckets': expected an integer in [1, 1099511627776] or a non-empty list of integers, each "
+        "in [1, 1099511627776], got 0");
+  fails({"model.hash_buckets=[]"}, "got a list (empty)");
+  fails({"model.hash_buckets=[5, 0]"}, "key 'model.hash_buckets[1]': expected an integer in [1, 1099511627776], got 0");
+  fails({"model.hash_buckets=1e13"}, "key 'model.hash_buckets': expected an integer in [1, 1099511627776]");
+  fails({"model.hash_buckets=1099511627776"},
+        "key 'model.hash_buckets': the table of 28587302322176 rows x model.embedding_dim 16 has more than the "
+        "68719476736 values (256 GiB of f32) allowed");
+  fails({"model.embedding_dim=8"},
+        "key 'model.bottom_mlp': ends in 16 but must end in model.embedding_dim (8): its output is the 27th vector");
+  fails({"model.bottom_mlp=[]"}, "key 'model.bottom_mlp': expected a non-empty list of integers");
+  fails({"model.top_mlp=[0]"}, "key 'model.top_mlp[0]': expected an integer >= 1, got 0");
+  fails({"data.criteo.test_fraction=1"}, "key 'data.criteo.test_fraction': expected a number in (0, 1), got 1");
+  fails({"data.criteo.test_fraction=0"}, "key 'data.criteo.test_fraction': expected a number in (0, 1), got 0");
+  fails({"data.criteo.max_lines=-1"}, "key 'data.criteo.max_lines': expected an integer >= 0, got -1");
+  fails({"data.criteo.bad_lines=ignore"}, "key 'data.criteo.bad_lines': expected one of: skip, fail, got ignore");
+  fails({"data.criteo.bad_line_messages=1000001"},
+        "key 'data.criteo.bad_line_messages': expected an integer in [0, "
+        "1000000], got 1000001");
+  fails({"data.augment.flip=true"}, "crop/flip augmentation applies to image datasets, not criteo");
+  fails({"data.mean=[0.5]", "data.std=[0.2]"},
+        "key 'data.mean': applies to datasets with normalisation statistics, not to criteo");
+  // Each row model reads its own dataset; image models read images.
+  fails({"data.dataset=fashion_mnist"},
+        "key 'model.arch': model 'dlrm' needs data.dataset criteo (it is fashion_mnist)");
+  fails({"data.dataset=ctr_synthetic"},
+        "model 'dlrm' needs data.dataset criteo (it is ctr_synthetic); ctr_synthetic goes with model 'ctr'");
+  fails({"model.arch=ctr"},
+        "model 'ctr' needs data.dataset ctr_synthetic (it is criteo); criteo goes with model 'dlrm'");
+  fails({"model.arch=mlp"},
+        "model 'mlp' needs an image dataset (data.dataset is criteo, which goes with model 'dlrm')");
+  // The dlrm keys are only checked for dlrm.
+  CHECK(load_config_text("model:\n  hash_buckets: [1, 2]\n  embedding_dim: 4\n", "test.yaml").model.hash_buckets ==
+        std::vector<int64_t>{1, 2});
 }

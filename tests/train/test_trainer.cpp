@@ -1,4 +1,5 @@
-// Tests of src/train/trainer.cpp and its hooks: bit-identical resume (dense, row-sparse and top-k runs),
+// Tests of src/train/trainer.cpp and its hooks: bit-identical resume (dense, row-sparse, dlrm on Criteo rows
+// and top-k runs),
 // lazy sparse embedding updates, the top-k density in metrics, grad accumulation, interruption, the
 // refusal of low precision and pinned batches on the CPU, and (tag [e2e]) short real trainings on
 // Fashion-MNIST and CTR.
@@ -16,6 +17,7 @@
 #include "opsnn/optim/optimizer.h"
 #include "opsnn/train/trainer.h"
 #include "support/catch.h"
+#include "support/criteo_files.h"
 #include "support/temporary_folder.h"
 #include "support/trainer_runs.h"
 
@@ -57,6 +59,20 @@ data:
   batch_size: 32
   eval_batch_size: 256
   ctr: {train_size: 320, test_size: 256, vocab_sizes: [400, 20, 5], seed: 2}
+train: {epochs: 0, max_steps: 8, seed: 1, device: cpu}
+optimizer: {name: adam, lr: 0.01}
+logging: {every_steps: 2, progress: plain}
+checkpoint: {every_epochs: 0, keep_last: 0}
+)";
+
+// DLRM on generated Criteo rows (data.root set per test; 12 batches per epoch of the 360 training rows).
+const char* kDlrmYaml = R"(
+run: {name: tiny_dlrm}
+model: {arch: dlrm, embedding_dim: 4, hash_buckets: 64, bottom_mlp: [8, 4], top_mlp: [8]}
+data:
+  dataset: criteo
+  batch_size: 30
+  eval_batch_size: 256
 train: {epochs: 0, max_steps: 8, seed: 1, device: cpu}
 optimizer: {name: adam, lr: 0.01}
 logging: {every_steps: 2, progress: plain}
@@ -143,6 +159,15 @@ TEST_CASE("resume: ctr with row-sparse embedding gradients is bit-identical (laz
   }
 }
 
+TEST_CASE("resume: dlrm on criteo rows with row-sparse table gradients is bit-identical", "[trainer]") {
+  TemporaryFolder data;
+  opsnn::testing::write_criteo_file(data.path / "train.txt", opsnn::testing::criteo_text(11, 0, 400));
+  SECTION("inside an epoch") { check_bit_identical_resume(kDlrmYaml, {"data.root=" + data.path.string()}, 5); }
+  SECTION("across an epoch end") {
+    check_bit_identical_resume(kDlrmYaml, {"data.root=" + data.path.string(), "train.eval_every_steps=4"}, 12);
+  }
+}
+
 TEST_CASE("resume: top-k sparsification state (accumulator, velocity, variance) is checkpointed", "[trainer]") {
   check_bit_identical_resume(
       kSmallCnnYaml,
@@ -178,6 +203,27 @@ TEST_CASE("ctr: lazy adam leaves untouched embedding rows and their moments exac
   }
   CHECK(touched > 20);
   CHECK(untouched > 100);  // 3 batches of 32 rows cannot touch most of the 400 ids of field 0
+}
+
+TEST_CASE("trainer: model.sparse_embeddings false gives the ctr and dlrm tables dense gradients", "[trainer]") {
+  TemporaryFolder folder, data;
+  opsnn::testing::write_criteo_file(data.path / "train.txt", opsnn::testing::criteo_text(11, 0, 100));
+  const TrainConfig ctr = make_config(kCtrYaml, {"model.sparse_embeddings=false"});
+  const TrainConfig dlrm = make_config(kDlrmYaml, {"data.root=" + data.path.string(), "model.sparse_embeddings=false"});
+  for (const TrainConfig* config : {&ctr, &dlrm}) {
+    INFO(config->model.arch);
+    Trainer trainer(*config, quiet_options(folder.path / config->model.arch));
+    Tensor table;
+    for (const auto& [name, tensor] : trainer.model().named_parameters())
+      if (name == "embedding.weight") table = tensor;
+    REQUIRE(table.defined());
+    CHECK_FALSE(table.sparse_grad());
+    CHECK(trainer.optimizer().sparse_updater() == nullptr);
+    trainer.train_steps(2);
+    CHECK(trainer.step() == 2);
+  }
+  Trainer sparse(make_config(kDlrmYaml, {"data.root=" + data.path.string()}), quiet_options(folder.path / "sparse"));
+  CHECK(sparse.optimizer().sparse_updater() != nullptr);
 }
 
 TEST_CASE("top-k: the achieved density is logged and follows the warm-up to the target", "[trainer]") {

@@ -1,5 +1,5 @@
-// The Dataset interface every data source implements (Fashion-MNIST, CIFAR, synthetic images, synthetic CTR),
-// and the Batch the loader hands to the trainer.
+// The Dataset interface every data source implements (Fashion-MNIST, CIFAR, image folders, synthetic
+// images, synthetic CTR, Criteo click logs), and the Batch the loader hands to the trainer.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +19,7 @@ class BatchBuffer;  // batch_pool.h
 enum class Split { train, test };
 
 // One batch on the host. Images: inputs f32 [B, C, H, W], labels i64 [B] (class ids).
-// CTR: inputs i64 [B, F] (one value id per field), labels f32 [B] (0 or 1).
+// CTR: inputs i64 [B, F] (one value id per field; Criteo: raw feature values), labels f32 [B] (0 or 1).
 struct Batch {
   Tensor inputs;
   Tensor labels;

@@ -1,7 +1,7 @@
 // Datasets by name, like models: a builder turns DatasetOptions into the train and test splits. The
-// built-ins (fashion_mnist, synthetic, ctr_synthetic, cifar10, cifar100) are listed once in
-// src/data/registry.cpp and registered by the composition root (opsnn::register_builtins); a program may
-// register its own.
+// built-ins (fashion_mnist, synthetic, ctr_synthetic, cifar10, cifar100, image_folder, criteo) are listed
+// once in src/data/registry.cpp and registered by the composition root (opsnn::register_builtins); a
+// program may register its own.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "opsnn/data/criteo.h"
 #include "opsnn/data/dataset.h"
 #include "opsnn/data/image_folder.h"
 #include "opsnn/data/synthetic.h"
@@ -34,6 +35,8 @@ struct DatasetOptions {
   // image_folder: the transform and bad-image settings (root and normalize come from above; the splits
   // are <root>/train, with random resized crops, and <root>/val with its class list, resized and centred).
   ImageFolderOptions image_folder;
+  // criteo: the split, bad-line and line-count settings (root comes from above).
+  CriteoOptions criteo;
 };
 
 struct DatasetSplits {

@@ -102,6 +102,15 @@ class Backend {
   virtual void embedding_forward(const Tensor& weight, const Tensor& indices, Tensor& out) = 0;
   // grad_weight[indices[i], :] += grad_out[i, :] (duplicates accumulate; deterministic on the CPU).
   virtual void embedding_backward_dense(const Tensor& grad_out, const Tensor& indices, Tensor& grad_weight) = 0;
+
+  // ---- feature interaction (DLRM's dot interaction) ----
+  // x [B, F, D] -> out [B, F(F-1)/2]: out[b, p] = <x[b, i, :], x[b, j, :]> for the pairs j < i taken
+  // row by row (p = i(i-1)/2 + j), the strictly lower triangle of x[b] x[b]^T. Products summed in
+  // double over d in order, rounded once.
+  virtual void dot_interaction_forward(const Tensor& x, Tensor& out) = 0;
+  // grad_x[b, i, :] = sum over j != i, in increasing j, of grad_out[b, pair(i, j)] * x[b, j, :] (double
+  // sums, rounded once); grad_x is overwritten.
+  virtual void dot_interaction_backward(const Tensor& grad_out, const Tensor& x, Tensor& grad_x) = 0;
 };
 
 // How f32 matrix products and convolutions may compute. strict: full f32 products (FMA math), so CUDA

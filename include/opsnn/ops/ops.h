@@ -50,6 +50,10 @@ Tensor permute(const Tensor& x, const std::vector<int64_t>& order);
 // so the backward writes the gradient into a zero tensor of x's shape with one device copy on any device).
 // ShapeError for a 0-d x or a range outside the dimension.
 Tensor slice(const Tensor& x, int64_t start, int64_t end);
+// The tensors joined along dimension `dim` (negative counts from the end) into one contiguous tensor:
+// every other dimension equal, one dtype and device. The gradient is split back into the pieces.
+// ShapeError for an empty list or shapes that do not line up.
+Tensor concat(const std::vector<Tensor>& tensors, int64_t dim);
 
 // ---- convolution, normalization, pooling (NCHW; convolution and batch norm also channels-last) ----
 // input [N, C, H, W] -> [N, K, H', W'], or with geometry.channels_last [N, H, W, C] -> [N, H', W', K];
@@ -87,5 +91,12 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, double label_smoo
 // weight [V, D], indices i64 of any shape -> indices.shape + [D]. If weight.sparse_grad(), backward
 // appends a RowSparseGrad to the weight instead of a dense gradient.
 Tensor embedding(const Tensor& weight, const Tensor& indices);
+
+// ---- feature interaction ----
+// DLRM's dot interaction (Naumov et al. 2019, "Deep Learning Recommendation Model for Personalization and
+// Recommendation Systems"): x [B, F, D], F feature vectors per sample, -> [B, F(F-1)/2], the dot product
+// of every pair j < i in the order (1, 0), (2, 0), (2, 1), (3, 0), ... (the strictly lower triangle of
+// x x^T, row by row). f32 or f64 on the CPU, f32 on CUDA.
+Tensor dot_interaction(const Tensor& x);
 
 }  // namespace opsnn::ops

@@ -19,7 +19,7 @@ struct RunConfig {
 };
 
 struct ModelConfig {
-  std::string arch = "small_cnn";     // mlp | small_cnn | resnet18 | resnet34 | resnet50 | ctr
+  std::string arch = "small_cnn";     // mlp | small_cnn | resnet18 | resnet34 | resnet50 | ctr | dlrm
   std::string file;                   // architecture YAML (models/...) whose keys this section overrides;
                                       // stored as the absolute path found; "" = none
   int64_t num_classes = 0;            // 0 = from the dataset
@@ -29,8 +29,13 @@ struct ModelConfig {
   bool zero_init_residual = false;    // zero-init the last BatchNorm of each residual block
   std::optional<bool> channels_last;  // resnets: NHWC residual stages; nullopt = auto: on for tf32/bf16/fp16 on a GPU
   std::vector<int64_t> hidden_sizes;  // mlp / ctr hidden layers; empty = the architecture's default
-  int64_t embedding_dim = 16;         // ctr: width of each field's embedding
-  bool sparse_embeddings = true;      // ctr: row-sparse embedding gradients (false = dense)
+  int64_t embedding_dim = 16;         // ctr, dlrm: width of each field's embedding
+  bool sparse_embeddings = true;      // ctr, dlrm: row-sparse embedding gradients (false = dense)
+  // dlrm: rows of each categorical field in the shared table, one entry for all 26 fields or 26 entries;
+  // the bottom MLP's widths (the last = embedding_dim) and the top MLP's hidden widths.
+  std::vector<int64_t> hash_buckets = {262144};
+  std::vector<int64_t> bottom_mlp = {512, 256, 64, 16};
+  std::vector<int64_t> top_mlp = {512, 256};
   // Parameters and BatchNorm buffers taken before training from a safetensors file by PyTorch's names
   // (a torchvision export: tools/export_torchvision_resnet.py); "" = none. Ignored when the run resumes
   // from a checkpoint, which holds the weights to continue from. See opsnn/train/init_from.h.
@@ -68,6 +73,14 @@ struct CtrDataConfig {  // data.dataset = ctr_synthetic
   bool operator==(const CtrDataConfig&) const = default;
 };
 
+struct CriteoDataConfig {          // data.dataset = criteo (data.root holds train.txt[.gz], maybe test.txt[.gz])
+  double test_fraction = 0.1;      // without a test file: the training file's last lines held out, in (0, 1)
+  int64_t max_lines = 0;           // lines read per file; 0 = all
+  std::string bad_lines = "skip";  // skip (warn with FILE:LINE, count) | fail
+  int64_t bad_line_messages = 10;  // bad lines reported one by one with skip
+  bool operator==(const CriteoDataConfig&) const = default;
+};
+
 struct RandomResizedCropConfig {                         // data.dataset = image_folder, training split
   std::array<double, 2> scale = {0.08, 1.0};             // area fraction of the crop box
   std::array<double, 2> ratio = {3.0 / 4.0, 4.0 / 3.0};  // aspect ratio (width / height) of the crop box
@@ -87,7 +100,7 @@ struct ColorJitterConfig {
 
 struct DataConfig {
   std::string dataset = "fashion_mnist";  // fashion_mnist | synthetic | ctr_synthetic | cifar10 | cifar100 |
-                                          // image_folder
+                                          // image_folder | criteo
   std::string root = "/usr/share/datasets/fashion-mnist";
   int64_t batch_size = 64;
   int64_t eval_batch_size = 256;
@@ -100,6 +113,7 @@ struct DataConfig {
   AugmentConfig augment;
   SyntheticDataConfig synthetic;
   CtrDataConfig ctr;
+  CriteoDataConfig criteo;
   // image_folder: samples are [3, image_size, image_size]
   int64_t image_size = 224;
   RandomResizedCropConfig random_resized_crop;

@@ -1,6 +1,7 @@
 // The CPU compute backend: Eigen for dense algebra, OpenMP loops elsewhere. Supports f32 and f64 (the
 // latter for gradient checks). Its methods are defined across the files of src/ops/cpu/, one per op
-// family (gemm.cpp, elementwise.cpp, reduce.cpp, conv.cpp, norm.cpp, pool.cpp, loss.cpp, embedding.cpp).
+// family (gemm.cpp, elementwise.cpp, reduce.cpp, conv.cpp, norm.cpp, pool.cpp, loss.cpp, embedding.cpp,
+// interaction.cpp).
 #pragma once
 
 #include <memory>
@@ -44,6 +45,8 @@ class CpuBackend final : public Backend {
                          Tensor& grad_log_probs) override;
   void embedding_forward(const Tensor& weight, const Tensor& indices, Tensor& out) override;
   void embedding_backward_dense(const Tensor& grad_out, const Tensor& indices, Tensor& grad_weight) override;
+  void dot_interaction_forward(const Tensor& x, Tensor& out) override;
+  void dot_interaction_backward(const Tensor& grad_out, const Tensor& x, Tensor& grad_x) override;
 };
 
 inline std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }

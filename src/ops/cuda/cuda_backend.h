@@ -54,6 +54,8 @@ class CudaBackend final : public Backend {
                          Tensor& grad_log_probs) override;
   void embedding_forward(const Tensor& weight, const Tensor& indices, Tensor& out) override;
   void embedding_backward_dense(const Tensor& grad_out, const Tensor& indices, Tensor& grad_weight) override;
+  void dot_interaction_forward(const Tensor& x, Tensor& out) override;
+  void dot_interaction_backward(const Tensor& grad_out, const Tensor& x, Tensor& grad_x) override;
 };
 
 // Registers the CUDA device services and the CUDA compute backend.

@@ -1,8 +1,8 @@
 // Launchers for the own CUDA kernels of the compute backend (elementwise, sum, batch norm, pooling,
-// log-softmax and NLL loss, embedding, index range checks). Plain C++ signatures, all work on the legacy
-// default stream of the current device; the Backend methods (ops.cpp) validate and call them.
-// Templates over T are instantiated for the floating storage types float, Half and BFloat16 (f32, f16,
-// bf16; arithmetic in f32 or wider); the loss and embedding kernels are f32 only.
+// log-softmax and NLL loss, embedding, index range checks, dot interaction). Plain C++ signatures, all work on the
+// legacy default stream of the current device; the Backend methods (ops.cpp) validate and call them. Templates over T
+// are instantiated for the floating storage types float, Half and BFloat16 (f32, f16, bf16; arithmetic in f32 or
+// wider); the loss, embedding and interaction kernels are f32 only.
 #pragma once
 
 #include <cstddef>
@@ -134,5 +134,12 @@ void launch_embedding_backward(const float* grad_out, const int64_t* indices, fl
                                int64_t width);
 // *first_bad = the smallest position i with values[i] outside [0, limit), or UINT64_MAX when none.
 void launch_find_out_of_range(const int64_t* values, int64_t count, int64_t limit, unsigned long long* first_bad);
+
+// ---- dot interaction over x [batch, features, width] (interaction.cu) ----
+// out [batch, features (features - 1) / 2]: the dot products of the pairs j < i, row by row; grad_x gets
+// sum over j != i of grad_out[pair(i, j)] * x[j]. Sums in double in the CPU twin's order.
+void launch_dot_interaction_forward(const float* x, float* out, int64_t batch, int64_t features, int64_t width);
+void launch_dot_interaction_backward(const float* grad_out, const float* x, float* grad_x, int64_t batch,
+                                     int64_t features, int64_t width);
 
 }  // namespace opsnn::cuda

@@ -1,9 +1,9 @@
 // The CUDA Backend methods that run own kernels (kernels.h): elementwise, sum, batch norm, pooling,
-// log-softmax and NLL loss, embedding. Each checks dtype, device, layout and shape, lays out the
+// log-softmax and NLL loss, embedding, dot interaction. Each checks dtype, device, layout and shape, lays out the
 // kernel's arguments (coalescing strided dimensions like the CPU twin) and launches on the legacy
 // default stream of the operands' device (batch norm with scratch from that device's stream-ordered
 // pool). Elementwise, sum, batch norm and pooling take f32, f16 or bf16 data (batch norm with f32
-// per-channel tensors); the loss and embedding kernels are f32 only.
+// per-channel tensors); the loss, embedding and interaction kernels are f32 only.
 #include <cstring>
 #include <functional>
 #include <initializer_list>
@@ -497,6 +497,40 @@ void CudaBackend::embedding_backward_dense(const Tensor& grad_out, const Tensor&
   check_embedding_operands(grad_out, indices, grad_weight, "embedding_backward_dense");
   cuda::launch_embedding_backward(grad_out.data<float>(), indices.data<int64_t>(), grad_weight.data<float>(),
                                   indices.numel(), grad_weight.size(1));
+  check_launch();
+}
+
+// ---- dot interaction ----
+
+void CudaBackend::dot_interaction_forward(const Tensor& x, Tensor& out) {
+  cuda::DeviceGuard guard(x.device().index);
+  OPSNN_CHECK_AS(ShapeError, x.dim() == 3, "CUDA dot_interaction_forward: x must be [B, F, D], got ",
+                 shape_str(x.shape()));
+  const int64_t features = x.size(1);
+  OPSNN_CHECK_AS(ShapeError, out.dim() == 2 && out.size(0) == x.size(0) && out.size(1) == features * (features - 1) / 2,
+                 "CUDA dot_interaction_forward: out ", shape_str(out.shape()), " does not match x ",
+                 shape_str(x.shape()));
+  require_dense(x, x.device(), "dot_interaction_forward");
+  require_dense(out, x.device(), "dot_interaction_forward");
+  cuda::launch_dot_interaction_forward(x.data<float>(), out.data<float>(), x.size(0), features, x.size(2));
+  check_launch();
+}
+
+void CudaBackend::dot_interaction_backward(const Tensor& grad_out, const Tensor& x, Tensor& grad_x) {
+  cuda::DeviceGuard guard(x.device().index);
+  OPSNN_CHECK_AS(ShapeError, x.dim() == 3 && grad_x.shape() == x.shape(), "CUDA dot_interaction_backward: x ",
+                 shape_str(x.shape()), " and grad_x ", shape_str(grad_x.shape()), " must be one [B, F, D] shape");
+  const int64_t features = x.size(1);
+  OPSNN_CHECK_AS(
+      ShapeError,
+      grad_out.dim() == 2 && grad_out.size(0) == x.size(0) && grad_out.size(1) == features * (features - 1) / 2,
+      "CUDA dot_interaction_backward: grad_out ", shape_str(grad_out.shape()), " does not match x ",
+      shape_str(x.shape()));
+  require_dense(x, x.device(), "dot_interaction_backward");
+  require_dense(grad_out, x.device(), "dot_interaction_backward");
+  require_dense(grad_x, x.device(), "dot_interaction_backward");
+  cuda::launch_dot_interaction_backward(grad_out.data<float>(), x.data<float>(), grad_x.data<float>(), x.size(0),
+                                        features, x.size(2));
   check_launch();
 }
 
