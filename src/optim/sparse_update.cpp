@@ -129,12 +129,31 @@ void coalesce_rows(const RowChunkView* chunks, int64_t chunk_count, int64_t num_
     const int64_t begin = starts[u], end = starts[u + 1];
     unique_index[u] = index_of[begin];
     float* destination = values + u * width;
-    const float* first = row_at[position_of[begin]];
-    std::copy(first, first + width, destination);
-    for (int64_t occurrence = begin + 1; occurrence < end; ++occurrence) {
-      const float* source = row_at[position_of[occurrence]];
+    if (end - begin <= kCoalesceHotRowOccurrences) {
+      const float* first = row_at[position_of[begin]];
+      std::copy(first, first + width, destination);
+      for (int64_t occurrence = begin + 1; occurrence < end; ++occurrence) {
+        const float* source = row_at[position_of[occurrence]];
 #pragma omp simd
-      for (int64_t j = 0; j < width; ++j) destination[j] += source[j];
+        for (int64_t j = 0; j < width; ++j) destination[j] += source[j];
+      }
+    } else {  // a hot row: 32 lanes, then their fold (rules.h), as the CUDA coalescing sums it
+      std::vector<float> lanes(static_cast<size_t>(kCoalesceSquaresLanes * width));
+      for (int64_t lane = 0; lane < kCoalesceSquaresLanes; ++lane) {
+        float* sum = lanes.data() + lane * width;
+        const float* first = row_at[position_of[begin + lane]];
+        std::copy(first, first + width, sum);
+        for (int64_t occurrence = begin + lane + kCoalesceSquaresLanes; occurrence < end;
+             occurrence += kCoalesceSquaresLanes) {
+          const float* source = row_at[position_of[occurrence]];
+#pragma omp simd
+          for (int64_t j = 0; j < width; ++j) sum[j] += source[j];
+        }
+      }
+      for (int64_t offset = kCoalesceSquaresLanes / 2; offset > 0; offset /= 2)
+        for (int64_t lane = 0; lane < offset; ++lane)
+          for (int64_t j = 0; j < width; ++j) lanes[lane * width + j] += lanes[(lane + offset) * width + j];
+      std::copy(lanes.begin(), lanes.begin() + width, destination);
     }
 #pragma omp simd
     for (int64_t j = 0; j < width; ++j) destination[j] *= scale;

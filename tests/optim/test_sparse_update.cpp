@@ -403,6 +403,43 @@ TEMPLATE_TEST_CASE("lazy Adagrad equals the dense step on a gradient that is zer
   }
 }
 
+TEST_CASE("coalesce sums a row occurring more than 32 times in 32 lanes folded pairwise", "[sparse]") {
+  // Row 3 occurs 101 times across two chunks, row 5 exactly 32 times (still one chain), row 7 once.
+  const int64_t width = 3;
+  std::mt19937_64 rng(21);
+  Chunks chunks;
+  for (int c = 0; c < 2; ++c) {
+    chunks.indices.emplace_back();
+    chunks.rows.emplace_back();
+  }
+  for (int i = 0; i < 101 + 32 + 1; ++i) {
+    const int c = i % 2;
+    chunks.indices[c].push_back(i < 101 ? 3 : i < 133 ? 5 : 7);
+    for (float x : random_values(rng, width, -1, 1)) chunks.rows[c].push_back(x);
+  }
+  CoalescedRows grad = coalesce_chunks(chunks, 10, width, 0.5f);
+  REQUIRE(grad.indices == std::vector<int64_t>{3, 5, 7});
+  // The occurrences of each row in occurrence order (chunk 0 first, then chunk 1).
+  std::vector<std::vector<const float*>> occurrences(10);
+  for (size_t c = 0; c < 2; ++c)
+    for (size_t i = 0; i < chunks.indices[c].size(); ++i)
+      occurrences[chunks.indices[c][i]].push_back(&chunks.rows[c][i * width]);
+  for (int64_t j = 0; j < width; ++j) {
+    std::vector<float> lanes(32);
+    for (size_t k = 0; k < occurrences[3].size(); ++k)
+      lanes[k % 32] = k < 32 ? occurrences[3][k][j] : lanes[k % 32] + occurrences[3][k][j];
+    for (size_t offset = 16; offset > 0; offset /= 2)
+      for (size_t lane = 0; lane < offset; ++lane) lanes[lane] = lanes[lane] + lanes[lane + offset];
+    const float hot = lanes[0] * 0.5f;
+    REQUIRE(std::memcmp(&grad.values[j], &hot, sizeof(float)) == 0);
+    float chain = occurrences[5][0][j];
+    for (size_t k = 1; k < occurrences[5].size(); ++k) chain += occurrences[5][k][j];
+    chain *= 0.5f;
+    REQUIRE(std::memcmp(&grad.values[width + j], &chain, sizeof(float)) == 0);
+    REQUIRE(grad.values[2 * width + j] == occurrences[7][0][j] * 0.5f);
+  }
+}
+
 TEST_CASE("coalesce's sum of squares follows the fixed 32-lane order per row, per 256-row block, over blocks",
           "[sparse]") {
   // 700 unique rows of width 45: three blocks, lanes with two columns and with one. The order is what the

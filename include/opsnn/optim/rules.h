@@ -163,6 +163,11 @@ struct AdagradRule {
 // rows, level three the block sums. A fixed shape that a GPU runs one warp per row or block, and the CPU
 // repeats, so both get the same bits.
 inline constexpr long long kCoalesceSquaresBlockRows = 256;
+// A row-sparse gradient row that occurs more often than this in one step (a Zipf head: thousands of times)
+// is summed in 32 lanes instead of one chain: lane l sums occurrences l, l + 32, ... in order, starting
+// from occurrence l, and the lanes fold as above (in fp32). Rows that occur at most this often are summed
+// in occurrence order, as a dense gradient accumulates them.
+inline constexpr long long kCoalesceHotRowOccurrences = 32;
 inline constexpr int kCoalesceSquaresLanes = 32;
 OPSNN_HD double fold_lane_sums(double (&partial)[kCoalesceSquaresLanes]) {
   for (int offset = kCoalesceSquaresLanes / 2; offset > 0; offset /= 2)

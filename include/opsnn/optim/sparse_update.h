@@ -60,9 +60,10 @@ struct CoalescedRows {
 // Sums duplicate rows of all chunks into `out`. The occurrences of one index are summed in occurrence
 // order (chunk order, then position within the chunk) in fp32 starting from the first occurrence, then
 // multiplied once by `scale` (e.g. 1/loss_scale): the same arithmetic as accumulating a dense gradient
-// row by row and unscaling it. The sum of squares follows rules.h's kCoalesceSquaresBlockRows order. Row indices
-// outside [0, num_rows) throw opsnn::Error naming the first bad index (in occurrence order), its chunk and position,
-// and the table size.
+// row by row and unscaling it. A row occurring more than kCoalesceHotRowOccurrences times is summed in
+// rules.h's 32 lanes instead (the order the GPU parallelises). The sum of squares follows rules.h's
+// kCoalesceSquaresBlockRows order. Row indices outside [0, num_rows) throw opsnn::Error naming the first bad index (in
+// occurrence order), its chunk and position, and the table size.
 void coalesce_rows(const RowChunkView* chunks, int64_t chunk_count, int64_t num_rows, int64_t width, float scale,
                    CoalescedRows& out);
 

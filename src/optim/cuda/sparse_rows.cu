@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 #include <thrust/iterator/counting_iterator.h>
 
+#include <algorithm>
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_select.cuh>
 
@@ -38,7 +39,7 @@ __global__ void coalesce_begin_kernel(CoalesceHeader* header) {
   header->first_bad_position = kNoBadPosition;
   header->sum_of_squares = 0.0;
   header->row_count = 0;
-  header->unused = 0;
+  header->hot_row_count = 0;
 }
 
 __global__ void claim_rows_kernel(const int64_t* indices, int64_t count, int64_t position_base, int64_t num_rows,
@@ -105,30 +106,55 @@ __global__ void mark_row_starts_kernel(const unsigned long long* sorted_rows, in
 }
 
 // One thread per (unique row, column): the first occurrence, plus the others in occurrence order, times
-// scale. The same additions as the CPU's, so the same bits.
+// scale. The same additions as the CPU's, so the same bits. Hot rows are listed for sum_hot_rows_kernel.
 __global__ void sum_sorted_rows_kernel(const unsigned long long* sorted_rows, const int* sorted_positions,
                                        const int* run_starts, const float* rows, int64_t total, int64_t width,
-                                       float scale, const CoalesceHeader* header, int64_t* unique_rows, float* values) {
+                                       float scale, CoalesceHeader* header, int64_t* unique_rows, float* values,
+                                       int* hot_rows) {
   const int64_t used = static_cast<int64_t>(header->row_count) * width;
   for (int64_t e = global_thread(); e < used; e += thread_stride()) {
     const int64_t u = e / width, j = e - u * width;
     const int64_t begin = run_starts[u];
     const int64_t end = u + 1 < header->row_count ? run_starts[u + 1] : total;
-    float sum = rows[static_cast<int64_t>(sorted_positions[begin]) * width + j];
-    int64_t k = begin + 1;
-    // A hot row (a Zipf head occurs thousands of times) is one long chain of additions: load a batch of
-    // occurrences ahead, then add them in order, so the additions stay the CPU's and the loads overlap.
-    constexpr int kAhead = 16;
-    for (; k + kAhead <= end; k += kAhead) {
-      float ahead[kAhead];
-#pragma unroll
-      for (int a = 0; a < kAhead; ++a) ahead[a] = rows[static_cast<int64_t>(sorted_positions[k + a]) * width + j];
-#pragma unroll
-      for (int a = 0; a < kAhead; ++a) sum += ahead[a];
-    }
-    for (; k < end; ++k) sum += rows[static_cast<int64_t>(sorted_positions[k]) * width + j];
-    values[e] = sum * scale;
     if (j == 0) unique_rows[u] = static_cast<int64_t>(sorted_rows[begin]);
+    if (end - begin > kCoalesceHotRowOccurrences) {
+      if (j == 0) hot_rows[atomicAdd(&header->hot_row_count, 1)] = static_cast<int>(u);  // any order: rows apart
+      continue;
+    }
+    float sum = rows[static_cast<int64_t>(sorted_positions[begin]) * width + j];
+    for (int64_t k = begin + 1; k < end; ++k) sum += rows[static_cast<int64_t>(sorted_positions[k]) * width + j];
+    values[e] = sum * scale;
+  }
+}
+
+// One block per hot row at a time, 32 occurrence lanes x 32 columns: lane l sums occurrences l, l + 32, ...
+// in order from occurrence l, then the lanes fold as rules.h's fold_lane_sums (kCoalesceHotRowOccurrences).
+__global__ void sum_hot_rows_kernel(const int* sorted_positions, const int* run_starts, const float* rows,
+                                    int64_t total, int64_t width, float scale, const CoalesceHeader* header,
+                                    const int* hot_rows, float* values) {
+  __shared__ float lanes[kCoalesceSquaresLanes][33];
+  const int column = threadIdx.x, lane = threadIdx.y;
+  for (int h = blockIdx.x; h < header->hot_row_count; h += gridDim.x) {
+    const int64_t u = hot_rows[h];
+    const int64_t begin = run_starts[u];
+    const int64_t end = u + 1 < header->row_count ? run_starts[u + 1] : total;
+    for (int64_t tile = 0; tile < width; tile += 32) {
+      const int64_t j = tile + column;
+      float sum = 0.0f;
+      if (j < width) {
+        sum = rows[static_cast<int64_t>(sorted_positions[begin + lane]) * width + j];
+        for (int64_t k = begin + lane + kCoalesceSquaresLanes; k < end; k += kCoalesceSquaresLanes)
+          sum += rows[static_cast<int64_t>(sorted_positions[k]) * width + j];
+      }
+      lanes[lane][column] = sum;
+      __syncthreads();
+      for (int offset = kCoalesceSquaresLanes / 2; offset > 0; offset /= 2) {
+        if (lane < offset) lanes[lane][column] += lanes[lane + offset][column];
+        __syncthreads();
+      }
+      if (lane == 0 && j < width) values[u * width + j] = lanes[0][column] * scale;
+      __syncthreads();
+    }
   }
 }
 
@@ -184,6 +210,7 @@ struct SortedScratch {
   int* sorted_positions;
   char* starts;
   int* run_starts;
+  int* hot_rows;
   void* cub_storage;
   size_t cub_bytes;
 };
@@ -221,6 +248,7 @@ size_t carve_scratch(char* base, int64_t total, size_t cub_bytes, SortedScratch&
   s.sorted_positions = reinterpret_cast<int*>(take(n * sizeof(int)));
   s.starts = take(n);
   s.run_starts = reinterpret_cast<int*>(take(n * sizeof(int)));
+  s.hot_rows = reinterpret_cast<int*>(take((n / kCoalesceHotRowOccurrences + 1) * sizeof(int)));
   s.cub_bytes = cub_bytes;
   s.cub_storage = take(s.cub_bytes);
   return offset;
@@ -390,9 +418,16 @@ void launch_sorted_coalesce(const int64_t* indices, const float* rows, int64_t t
   cub_bytes = s.cub_bytes;
   OPSNN_CUDA_CHECK(cub::DeviceSelect::Flagged(s.cub_storage, cub_bytes, thrust::counting_iterator<int>(0), s.starts,
                                               s.run_starts, &header->row_count, count));
-  sum_sorted_rows_kernel<<<blocks_for(total * width, kThreads), kThreads>>>(
-      s.sorted_rows, s.sorted_positions, s.run_starts, rows, total, width, scale, header, unique_rows, values);
+  sum_sorted_rows_kernel<<<blocks_for(total * width, kThreads), kThreads>>>(s.sorted_rows, s.sorted_positions,
+                                                                            s.run_starts, rows, total, width, scale,
+                                                                            header, unique_rows, values, s.hot_rows);
   OPSNN_CUDA_CHECK(cudaGetLastError());
+  if (total > kCoalesceHotRowOccurrences) {
+    const int hot_blocks = static_cast<int>(std::min<int64_t>(total / kCoalesceHotRowOccurrences + 1, 1024));
+    sum_hot_rows_kernel<<<hot_blocks, dim3(32, kCoalesceSquaresLanes)>>>(s.sorted_positions, s.run_starts, rows, total,
+                                                                         width, scale, header, s.hot_rows, values);
+    OPSNN_CUDA_CHECK(cudaGetLastError());
+  }
   launch_coalesced_squares(values, total, width, header, squares);
 }
 

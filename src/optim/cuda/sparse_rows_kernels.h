@@ -15,7 +15,7 @@ struct CoalesceHeader {
   unsigned long long first_bad_position;  // first occurrence (over all chunks) outside the table; ~0 if none
   double sum_of_squares;                  // of the scaled coalesced values
   int row_count;                          // unique rows claimed so far
-  int unused;
+  int hot_row_count;                      // sorted coalescing: rows of more than kCoalesceHotRowOccurrences occurrences
 };
 inline constexpr unsigned long long kNoBadPosition = ~0ull;
 
