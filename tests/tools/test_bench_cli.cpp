@@ -149,4 +149,29 @@ TEST_CASE("opsnn-bench data: bad options exit 2, a bad folder exits non-zero nam
   CHECK(too_many.output.find("the measurement needs 11") != std::string::npos);
 }
 
+TEST_CASE("opsnn-bench sparse: bad options exit 2 naming them, a small CPU table is measured", "[cli][bench]") {
+  require_usage_error({"sparse", "--touched", "0"}, "--touched: expected fractions in (0, 1), got '0'");
+  require_usage_error({"sparse", "--touched", "0.1,"}, "--touched: empty entry");
+  require_usage_error({"sparse", "--rows", "1e7x"}, "--rows: expected a whole number >= 1");
+  require_usage_error({"sparse", "--width", "2.5"}, "--width: expected a whole number >= 1");
+  require_usage_error({"sparse", "--distributions", "normal"}, "--distributions: expected uniform and/or zipf");
+  require_usage_error({"sparse", "--state-dtype", "f64"}, "--state-dtype: expected f32, bf16 or f16");
+  require_usage_error({"sparse", "--device", "tpu"}, "--device: expected cpu or cuda, got 'tpu'");
+  require_usage_error({"sparse", "--rows"}, "--rows");
+  opsnn::testing::TemporaryFolder folder("opsnn-bench-sparse-test");
+  const std::string json = (folder.path / "sparse.json").string();
+  Outcome measured = bench({"sparse", "--rows", "4096", "--width", "8", "--touched", "0.01,0.1", "--topk-size", "1e4",
+                            "--sparsities", "0.9", "--repeats", "2", "--json", json});
+  INFO(measured.output);
+  REQUIRE(measured.exit_code == 0);
+  const std::vector<uint8_t> bytes = opsnn::testing::read_bytes(json);
+  const std::string record(bytes.begin(), bytes.end());
+  // 1% and 10% of 4096 rows, both distributions, and the lookups drawn until that many rows are touched.
+  CHECK(record.find("\"touched_rows\": 41") != std::string::npos);
+  CHECK(record.find("\"touched_rows\": 410") != std::string::npos);
+  CHECK(record.find("\"distribution\": \"zipf\"") != std::string::npos);
+  CHECK(record.find("\"dense_adam_ms\":") != std::string::npos);
+  CHECK(record.find("\"topk_ms\":") != std::string::npos);
+}
+
 #endif  // OPSNN_BENCH_EXE

@@ -64,28 +64,27 @@ Device parse_device(const std::string& text) {
   return text == "cpu" ? kCPU : Device(DeviceType::cuda, 0);
 }
 
-double parse_fraction(const std::string& text, const std::string& key) {
+// The whole text as a number (std::stod alone reads "1e7x" as 1e7), or NaN.
+double read_number(const std::string& text) {
   size_t used = 0;
   double value = 0.0;
   try {
     value = std::stod(text, &used);
   } catch (const std::exception&) {
-    used = 0;
+    return std::nan("");
   }
-  OPSNN_CHECK_AS(ConfigError, used == text.size() && value > 0.0 && value < 1.0, key,
-                 ": expected fractions in (0, 1), got '", text, "'");
+  return used == text.size() ? value : std::nan("");
+}
+
+double parse_fraction(const std::string& text, const std::string& key) {
+  const double value = read_number(text);
+  OPSNN_CHECK_AS(ConfigError, value > 0.0 && value < 1.0, key, ": expected fractions in (0, 1), got '", text, "'");
   return value;
 }
 
 int64_t parse_count(const std::string& text, const std::string& key) {
-  size_t used = 0;
-  double value = 0.0;
-  try {
-    value = std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  OPSNN_CHECK_AS(ConfigError, used == text.size() && value >= 1.0 && value <= 1e12 && value == std::floor(value), key,
+  const double value = read_number(text);
+  OPSNN_CHECK_AS(ConfigError, value >= 1.0 && value <= 1e12 && value == std::floor(value), key,
                  ": expected a whole number >= 1 (e.g. 8388608 or 1e7), got '", text, "'");
   return static_cast<int64_t>(value);
 }
