@@ -2,6 +2,9 @@
 // conversion (round to nearest even through half.h), fill and axpy-style accumulation.
 #include "core/cpu_services.h"
 
+#include <sys/sysinfo.h>
+
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -10,6 +13,17 @@
 
 namespace opsnn {
 namespace {
+
+// The machine's memory and swap: no single allocation can be larger. Refused up front rather than left to
+// the allocator, which may promise the memory (overcommit) or, under AddressSanitizer, abort.
+size_t host_memory_bytes() {
+  static const size_t bytes = [] {
+    struct sysinfo info {};
+    if (sysinfo(&info) != 0) return SIZE_MAX;
+    return static_cast<size_t>(info.totalram + info.totalswap) * static_cast<size_t>(info.mem_unit);
+  }();
+  return bytes;
+}
 
 template <typename To, typename From>
 void strided_copy_typed(To* destination, const From* source, int dim, const int64_t* shape, const int64_t* strides) {
@@ -36,6 +50,9 @@ void strided_copy_typed(To* destination, const From* source, int dim, const int6
 class CpuServices final : public DeviceServices {
  public:
   void* allocate(size_t bytes, int) override {
+    if (bytes > host_memory_bytes())
+      throw OutOfMemoryError(detail::concat("out of host memory allocating ", bytes, " bytes (the machine has ",
+                                            host_memory_bytes(), " bytes of memory and swap)"));
     size_t rounded = (bytes + kCpuAlignmentBytes - 1) / kCpuAlignmentBytes * kCpuAlignmentBytes;
     void* pointer = std::aligned_alloc(kCpuAlignmentBytes, rounded);
     if (pointer == nullptr) throw OutOfMemoryError(detail::concat("out of host memory allocating ", bytes, " bytes"));
