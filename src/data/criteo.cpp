@@ -18,6 +18,7 @@
 #include <string_view>
 
 #include "core/printable.h"
+#include "data/log_loss.h"
 #include "opsnn/core/error.h"
 #include "opsnn/data/fashion_mnist.h"
 
@@ -443,13 +444,6 @@ size_t first_line_fields(const std::string& path) {
   return static_cast<size_t>(std::count(line.begin(), line.end(), '\t')) + 1;
 }
 
-double entropy(double p) {
-  double result = 0.0;
-  if (p > 0.0) result -= p * std::log(p);
-  if (p < 1.0) result -= (1.0 - p) * std::log1p(-p);
-  return result;
-}
-
 }  // namespace
 
 Criteo::Criteo(std::shared_ptr<const CriteoRows> rows, Split split, int64_t begin, int64_t end)
@@ -492,7 +486,7 @@ double Criteo::click_rate() const {
   return size() == 0 ? 0.0 : static_cast<double>(clicks) / static_cast<double>(size());
 }
 
-double Criteo::base_rate_log_loss() const { return entropy(click_rate()); }
+double Criteo::base_rate_log_loss() const { return binary_entropy(click_rate()); }
 
 const CriteoLoadReport& Criteo::report() const { return rows_->report; }
 

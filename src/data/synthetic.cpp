@@ -5,6 +5,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "data/log_loss.h"
 #include "opsnn/core/error.h"
 #include "opsnn/core/rng.h"
 
@@ -21,13 +22,6 @@ double unit_interval_open(uint32_t bits) { return (static_cast<double>(bits) + 0
 
 // Uniform noise from one byte, scaled to zero mean and unit variance (256 levels: variance (256^2-1)/12).
 constexpr float kByteNoiseScale = 1.0f / 73.900271f;
-
-double entropy(double p) {
-  double result = 0.0;
-  if (p > 0.0) result -= p * std::log(p);
-  if (p < 1.0) result -= (1.0 - p) * std::log1p(-p);
-  return result;
-}
 
 }  // namespace
 
@@ -215,11 +209,11 @@ void SyntheticCtr::compute_losses() const {
     double entropy_sum = 0.0, probability_sum = 0.0;
     for (int64_t index = 0; index < size(); ++index) {
       const double probability = click_probability(index);
-      entropy_sum += entropy(probability);
+      entropy_sum += binary_entropy(probability);
       probability_sum += probability;
     }
     bayes_log_loss_ = entropy_sum / static_cast<double>(size());
-    base_rate_log_loss_ = entropy(probability_sum / static_cast<double>(size()));
+    base_rate_log_loss_ = binary_entropy(probability_sum / static_cast<double>(size()));
   });
 }
 
