@@ -236,12 +236,12 @@ void check_same_config(dist::Communicator& comm, const TrainConfig& c) {
 
 // The clear error for a model whose parameters, gradients and optimizer states do not fit in the memory
 // of the training device (a recommender's embedding tables, typically), with what they need.
-ConfigError model_too_large(const TrainConfig& c, const nn::Module& model, Device device,
-                            const OutOfMemoryError& error) {
+ConfigError model_too_large(const TrainConfig& c, const optim::OptimizerOptions& options, const nn::Module& model,
+                            Device device, const OutOfMemoryError& error) {
   const int64_t parameters = models::count_parameters(model);
   size_t states = 0;
   if (const optim::OptimizerDescriptor* descriptor = optim::find_optimizer(c.optimizer.name))
-    if (descriptor->state_names) states = descriptor->state_names(make_optimizer_options(c, 1, 1)).size();
+    if (descriptor->state_names) states = descriptor->state_names(options).size();
   const std::string state_dtype = c.effective_state_dtype();
   const double state_bytes = state_dtype == "f32" ? 4.0 : 2.0;
   const double needed = static_cast<double>(parameters) * (4.0 + 4.0 + static_cast<double>(states) * state_bytes);
@@ -389,7 +389,7 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
   try {
     s.model->to(s.device);
   } catch (const OutOfMemoryError& error) {
-    throw model_too_large(c, *s.model, s.device, error);
+    throw model_too_large(c, make_optimizer_options(c, s.steps_per_epoch, s.total_steps), *s.model, s.device, error);
   }
   s.model->train();
   if (!c.model.init_from.empty()) {
@@ -413,7 +413,7 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
   try {
     s.optimizer = make_checked_optimizer(c, s.model->named_parameters(), optimizer_options);
   } catch (const OutOfMemoryError& error) {
-    throw model_too_large(c, *s.model, s.device, error);
+    throw model_too_large(c, optimizer_options, *s.model, s.device, error);
   }
   // Mixed precision on the GPU: the optimizer keeps the bf16/fp16 copy of the weights (written in its
   // update pass) and Conv2d/Linear compute with it instead of casting the fp32 masters every forward.
