@@ -258,6 +258,19 @@ double* Optimizer::scratch(size_t index) {
 double Optimizer::scheduled_lr(int64_t applied_steps) const { return schedule_lr(schedule_, applied_steps); }
 double Optimizer::next_lr() const { return scheduled_lr(state_.step); }
 
+namespace {
+[[noreturn]] void no_device_path(const SparseSegment& segment) {
+  throw UsageError(detail::concat("the sparse updater of '", segment.segment->name,
+                                  "' does not update on the device (updates_on_device() is false)"));
+}
+}  // namespace
+
+DeviceSparseStats SparseUpdater::prepare_on_device(const SparseSegment& segment, float) { no_device_path(segment); }
+void SparseUpdater::update_on_device(const SparseSegment& segment, const SparseStepScalars&, const DeviceStepInputs&) {
+  no_device_path(segment);
+}
+void SparseUpdater::finish_on_device(const SparseSegment& segment) { no_device_path(segment); }
+
 void Optimizer::zero_grad() { arena_->zero_grads(); }
 
 int32_t Optimizer::gradient_pass(float inverse_scale) {
@@ -334,7 +347,8 @@ void Optimizer::set_segment_scalars(double lr) {
   }
 }
 
-void Optimizer::update_sparse_segments(const AdamScalars& adam, const SgdScalars& sgd, float clip_factor) {
+void Optimizer::update_sparse_segments(const AdamScalars& adam, const SgdScalars& sgd, float clip_factor,
+                                       bool on_device) {
   const std::vector<ArenaSegment>& segments = arena_->segments();
   for (size_t i = 0; i < segments.size(); ++i) {
     if (!segments[i].sparse) continue;
@@ -342,7 +356,15 @@ void Optimizer::update_sparse_segments(const AdamScalars& adam, const SgdScalars
     SparseStepScalars scalars{adam, sgd, clip_factor};
     scalars.adam.lr = scalars.sgd.lr = segment_scalars_[i].lr;
     scalars.adam.weight_decay = scalars.sgd.weight_decay = segment_scalars_[i].weight_decay;
-    sparse_updater_->update(sparse, scalars);
+    if (!on_device) {
+      sparse_updater_->update(sparse, scalars);
+      continue;
+    }
+    DeviceStepInputs inputs;
+    inputs.scalars = stepper_->device_scalars();
+    inputs.state = stepper_->device_state();
+    inputs.lr_multiplier = groups_[static_cast<size_t>(segments[i].group)].lr_multiplier;
+    sparse_updater_->update_on_device(sparse, scalars, inputs);
   }
 }
 
@@ -420,6 +442,7 @@ const StepState& Optimizer::device_step() {
   const StepState before = state_;
   const std::vector<ArenaSegment>& segments = arena_->segments();
   bool sparse = has_sparse_segments();
+  if (sparse && sparse_updater_->updates_on_device()) return device_step_with_sparse_on_device();
   std::vector<double> sparse_sums;
   if (sparse) {
     float inverse_scale = scaler_.inverse_scale(before);
@@ -455,6 +478,51 @@ const StepState& Optimizer::device_step() {
     }
     monitor_.check_parameters(view, report.bad_param_segment, name_of(report.bad_param_segment));
   }
+  return state_;
+}
+
+// The same with the row-sparse segments coalesced and updated on the device in the same stream as the
+// dense step (their statistics never visit the host before the step, and the update reads the step's
+// values from the device): one host synchronisation per step, at the end. An index outside a table
+// aborts the step on the device (nothing changes) and is reported here once the header is back.
+const StepState& Optimizer::device_step_with_sparse_on_device() {
+  const StepState before = state_;  // device_step synchronised it
+  const std::vector<ArenaSegment>& segments = arena_->segments();
+  const float inverse_scale = scaler_.inverse_scale(before);
+  std::vector<DeviceSparseStats> stats(segments.size());
+  for (size_t i = 0; i < segments.size(); ++i)
+    if (segments[i].sparse) stats[i] = sparse_updater_->prepare_on_device(sparse_segment(i), inverse_scale);
+  stepper_->enqueue(stats);
+  // Host values for what the device does not override (betas, eps, weight decay): the lr, bias corrections
+  // and clip factor come from the device's step.
+  const double lr = scheduled_lr(before.step);
+  set_segment_scalars(lr);
+  AdamScalars adam;
+  SgdScalars sgd;
+  step_scalars(before, lr, adam, sgd);
+  update_sparse_segments(adam, sgd, 1.0f, true);
+  DeviceStepReport report;
+  stepper_->read(state_, report);
+  state_stale_ = false;
+  segment_norms_stale_ = true;
+  try {
+    for (size_t i = 0; i < segments.size(); ++i)
+      if (segments[i].sparse) sparse_updater_->finish_on_device(sparse_segment(i));
+  } catch (...) {
+    stepper_->write_state(before);
+    state_ = before;
+    throw;
+  }
+
+  auto name_of = [&](int32_t segment) {
+    return segment >= 0 ? segments[static_cast<size_t>(segment)].name : std::string();
+  };
+  StepState view = before;
+  view.found_inf = state_.found_inf;
+  view.grad_norm = state_.grad_norm;
+  monitor_.check_gradients(view, report.bad_grad_segment, name_of(report.bad_grad_segment), scaler_.enabled());
+  if ((state_.monitor_flags & kStepSkipped) == 0)
+    monitor_.check_parameters(view, report.bad_param_segment, name_of(report.bad_param_segment));
   return state_;
 }
 

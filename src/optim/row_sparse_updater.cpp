@@ -1,6 +1,6 @@
 // The row-sparse updater of Embedding tables (step_extensions.h): coalesce each table's gradient in the
 // gradient pass, then lazy Adam/AdamW, sparse SGD or a lazy element-wise rule (Adagrad) over the touched
-// rows in applied steps.
+// rows in applied steps; on a GPU both are enqueued in the device step's stream, without a readback.
 #include <algorithm>
 
 #include "opsnn/core/error.h"
@@ -40,6 +40,7 @@ RowSparseUpdater::RowSparseUpdater(const Optimizer& optimizer) {
     OPSNN_CHECK_AS(ConfigError, segment.shape.size() == 2, "parameter '", segment.name,
                    "' has row-sparse gradients but is not a [rows, width] table: ", shape_str(segment.shape));
     names_[i] = segment.name;
+    on_device_ = !segment.parameter.device().is_cpu();
     gradients_[i].atomics = optimizer.options().row_sparse_atomics();
     if (descriptor.rule == UpdateRule::sgd && optimizer.options().momentum() > 0.0)
       row_initialized_[i] = Tensor::zeros({segment.shape[0]}, DType::u8, segment.parameter.device());
@@ -54,6 +55,33 @@ double RowSparseUpdater::prepare(const SparseSegment& segment, float inverse_los
 }
 
 void RowSparseUpdater::update(const SparseSegment& segment, const SparseStepScalars& scalars) {
+  apply(segment, scalars, nullptr);
+}
+
+DeviceSparseStats RowSparseUpdater::prepare_on_device(const SparseSegment& segment, float inverse_loss_scale) {
+  const Tensor& parameter = segment.segment->parameter;
+  CoalescedRows& rows = gradients_[segment.index];
+  rows.deferred = true;
+  coalesce(parameter.row_sparse_grad(), parameter.size(0), parameter.size(1), inverse_loss_scale, rows);
+  // Chunks on the host are coalesced there (and read back at once): their table must be there too.
+  OPSNN_CHECK_AS(DeviceError, rows.pending || rows.row_count() == 0, "parameter '", segment.segment->name, "' is on ",
+                 parameter.device().str(), " but its row-sparse gradient is on ", rows.device.str());
+  return rows.device_stats;
+}
+
+void RowSparseUpdater::update_on_device(const SparseSegment& segment, const SparseStepScalars& scalars,
+                                        const DeviceStepInputs& inputs) {
+  const CoalescedRows& rows = gradients_.at(segment.index);
+  if (!rows.pending) return;  // no row of this table was looked up in this step
+  DeviceStepInputs with_rows = inputs;
+  with_rows.row_count = rows.device_row_count_at;
+  apply(segment, scalars, &with_rows);
+}
+
+void RowSparseUpdater::finish_on_device(const SparseSegment& segment) { finish_coalesce(gradients_[segment.index]); }
+
+void RowSparseUpdater::apply(const SparseSegment& segment, const SparseStepScalars& scalars,
+                             const DeviceStepInputs* inputs) {
   const Tensor& parameter = segment.segment->parameter;
   const CoalescedRows& rows = gradients_.at(segment.index);
   if (rows.row_count() == 0) return;  // no row of this table was looked up in this step
@@ -61,17 +89,18 @@ void RowSparseUpdater::update(const SparseSegment& segment, const SparseStepScal
     Tensor momentum = segment.states.empty() ? Tensor() : segment.states[0];
     auto flags = row_initialized_.find(segment.index);
     sparse_sgd_step(parameter, momentum, flags == row_initialized_.end() ? Tensor() : flags->second, rows, scalars.sgd,
-                    scalars.clip_factor);
+                    scalars.clip_factor, inputs);
     return;
   }
   if (segment.descriptor->rule != UpdateRule::adam) {  // an element-wise rule (Adagrad)
-    sparse_rule_step(segment.descriptor->rule, parameter, segment.states, rows, scalars.adam, scalars.clip_factor);
+    sparse_rule_step(segment.descriptor->rule, parameter, segment.states, rows, scalars.adam, scalars.clip_factor,
+                     inputs);
     return;
   }
   OPSNN_CHECK(segment.states.size() >= 2, "lazy Adam for '", segment.segment->name, "' needs exp_avg and exp_avg_sq");
   Tensor max_exp_avg_sq = scalars.adam.amsgrad && segment.states.size() > 2 ? segment.states[2] : Tensor();
   lazy_adam_step(parameter, segment.states[0], segment.states[1], max_exp_avg_sq, rows, scalars.adam,
-                 scalars.clip_factor);
+                 scalars.clip_factor, inputs);
 }
 
 std::vector<std::pair<std::string, Tensor>> RowSparseUpdater::state_tensors() const {

@@ -89,6 +89,9 @@ void coalesce_rows(const RowChunkView* chunks, int64_t chunk_count, int64_t num_
   out.non_finite = false;
   out.device = kCPU;
   out.device_row_count = 0;
+  out.pending = false;
+  out.device_row_count_at = nullptr;
+  out.device_stats = {};
   // Scratch kept between calls, one set per calling thread (a training loop coalesces every step). The
   // parallel loop below reads it through plain pointers: inside it, a thread_local name would refer to
   // each worker thread's own (empty) copy.
@@ -306,8 +309,13 @@ void check_on_device(const Tensor& tensor, Device device, const char* what, cons
 }
 
 // Checks a 2-D f32 table and returns its [num_rows, width]. A gradient with no rows fits any device.
-std::pair<int64_t, int64_t> check_table(const Tensor& param, const CoalescedRows& grad, const char* who) {
+std::pair<int64_t, int64_t> check_table(const Tensor& param, const CoalescedRows& grad, const DeviceStepInputs* device,
+                                        const char* who) {
   OPSNN_CHECK(param.defined(), who, ": the parameter is undefined");
+  OPSNN_CHECK_AS(UsageError, device == nullptr || !param.device().is_cpu(), who,
+                 ": the step's values come from the device only for a table on a GPU, not ", param.str());
+  OPSNN_CHECK_AS(UsageError, !grad.pending || device != nullptr, who,
+                 ": the gradient's coalescing is still pending (finish_coalesce), so its row count is unknown here");
   check_on_device(param, param.device(), "the parameter", who);
   OPSNN_CHECK_AS(TypeError, param.dtype() == DType::f32, who, ": the parameter (master weight) must be f32, got ",
                  param.str());
@@ -377,6 +385,11 @@ void coalesce(const RowSparseGrad& grad, int64_t num_rows, int64_t width, float 
   coalesce_rows(chunks.data(), static_cast<int64_t>(chunks.size()), num_rows, width, scale, out);
 }
 
+void finish_coalesce(CoalescedRows& out) {
+  if (!out.pending) return;
+  sparse_row_kernels(out.device).finish(out);
+}
+
 CoalescedRows coalesce(const RowSparseGrad& grad, int64_t num_rows, int64_t width, float scale) {
   CoalescedRows out;
   coalesce(grad, num_rows, width, scale, out);
@@ -384,9 +397,10 @@ CoalescedRows coalesce(const RowSparseGrad& grad, int64_t num_rows, int64_t widt
 }
 
 void sparse_sgd_step(const Tensor& param, const Tensor& momentum_buffer, const Tensor& row_initialized,
-                     const CoalescedRows& grad, const SgdScalars& scalars, float grad_multiplier) {
+                     const CoalescedRows& grad, const SgdScalars& scalars, float grad_multiplier,
+                     const DeviceStepInputs* device) {
   const char* who = "sparse_sgd_step";
-  const std::pair<int64_t, int64_t> table = check_table(param, grad, who);  // lambdas below capture both
+  const std::pair<int64_t, int64_t> table = check_table(param, grad, device, who);  // lambdas below capture both
   const int64_t num_rows = table.first, width = table.second;
   const bool on_device = !param.device().is_cpu();
   if (scalars.momentum == 0.0f) {
@@ -394,7 +408,7 @@ void sparse_sgd_step(const Tensor& param, const Tensor& momentum_buffer, const T
       if (grad.row_count() > 0)
         sparse_row_kernels(param.device())
             .sgd_step(param.data<float>(), nullptr, DType::f32, nullptr, width, grad.device_indices.data<int64_t>(),
-                      grad.device_values.data<float>(), grad.row_count(), scalars, grad_multiplier);
+                      grad.device_values.data<float>(), grad.row_count(), scalars, grad_multiplier, device);
       return;
     }
     sparse_sgd_step<float>(param.data<float>(), nullptr, nullptr, num_rows, width, grad.indices.data(),
@@ -414,7 +428,7 @@ void sparse_sgd_step(const Tensor& param, const Tensor& momentum_buffer, const T
       sparse_row_kernels(param.device())
           .sgd_step(param.data<float>(), momentum_buffer.data_ptr(), momentum_buffer.dtype(),
                     row_initialized.data<uint8_t>(), width, grad.device_indices.data<int64_t>(),
-                    grad.device_values.data<float>(), grad.row_count(), scalars, grad_multiplier);
+                    grad.device_values.data<float>(), grad.row_count(), scalars, grad_multiplier, device);
     return;
   }
   visit_dtype(momentum_buffer.dtype(), [&](auto tag) {
@@ -428,9 +442,10 @@ void sparse_sgd_step(const Tensor& param, const Tensor& momentum_buffer, const T
 }
 
 void lazy_adam_step(const Tensor& param, const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& max_exp_avg_sq,
-                    const CoalescedRows& grad, const AdamScalars& scalars, float grad_multiplier) {
+                    const CoalescedRows& grad, const AdamScalars& scalars, float grad_multiplier,
+                    const DeviceStepInputs* device) {
   const char* who = "lazy_adam_step";
-  const std::pair<int64_t, int64_t> table = check_table(param, grad, who);  // lambdas below capture both
+  const std::pair<int64_t, int64_t> table = check_table(param, grad, device, who);  // lambdas below capture both
   const int64_t num_rows = table.first, width = table.second;
   OPSNN_CHECK(exp_avg.defined(), who, ": exp_avg is undefined");
   const DType state_dtype = exp_avg.dtype();
@@ -443,7 +458,7 @@ void lazy_adam_step(const Tensor& param, const Tensor& exp_avg, const Tensor& ex
           .adam_step(param.data<float>(), exp_avg.data_ptr(), exp_avg_sq.data_ptr(),
                      scalars.amsgrad ? max_exp_avg_sq.data_ptr() : nullptr, state_dtype, width,
                      grad.device_indices.data<int64_t>(), grad.device_values.data<float>(), grad.row_count(), scalars,
-                     grad_multiplier);
+                     grad_multiplier, device);
     return;
   }
   visit_dtype(state_dtype, [&](auto tag) {
@@ -457,9 +472,10 @@ void lazy_adam_step(const Tensor& param, const Tensor& exp_avg, const Tensor& ex
 }
 
 void sparse_rule_step(UpdateRule rule, const Tensor& param, const std::vector<Tensor>& states,
-                      const CoalescedRows& grad, const AdamScalars& scalars, float grad_multiplier) {
+                      const CoalescedRows& grad, const AdamScalars& scalars, float grad_multiplier,
+                      const DeviceStepInputs* device) {
   const char* who = "sparse_rule_step";
-  const std::pair<int64_t, int64_t> table = check_table(param, grad, who);  // lambdas below capture both
+  const std::pair<int64_t, int64_t> table = check_table(param, grad, device, who);  // lambdas below capture both
   const int64_t num_rows = table.first, width = table.second;
   int state_count = -1;
 #define OPSNN_RULE_STATES(name, Rule) \
@@ -479,7 +495,7 @@ void sparse_rule_step(UpdateRule rule, const Tensor& param, const std::vector<Te
     if (grad.row_count() > 0)
       sparse_row_kernels(param.device())
           .rule_step(rule, param.data<float>(), pointers, state_dtype, width, grad.device_indices.data<int64_t>(),
-                     grad.device_values.data<float>(), grad.row_count(), scalars, grad_multiplier);
+                     grad.device_values.data<float>(), grad.row_count(), scalars, grad_multiplier, device);
     return;
   }
   visit_dtype(state_dtype, [&](auto tag) {

@@ -3,13 +3,16 @@
 // sorted (the CPU's bits, run after run, hot rows and large tables included) and atomic; many steps of
 // sparse SGD, lazy Adam/AdamW and lazy Adagrad with f32/f16/bf16 states on odd widths and misaligned
 // tables, including non-finite and zero gradients; and an optimizer over a table on the GPU against the
-// same on the CPU, clipping included. Run under compute-sanitizer memcheck and racecheck.
+// same on the CPU: clipping, a schedule, groups, loss scaling and skipped steps included, and a bad index
+// failing the whole device step before anything changes. Run under compute-sanitizer memcheck and racecheck.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "opsnn/core/storage.h"
@@ -394,4 +397,121 @@ TEST_CASE("an optimizer over a row-sparse table steps the GPU copy to the CPU's 
       REQUIRE(cpu->grad_norm() > 2.0);
     }
   }
+}
+
+namespace {
+
+// A dense weight and an embedding table in two groups (lr multipliers 1 and 0.5), on `device`.
+struct MixedModel {
+  Tensor weight, table;
+  std::unique_ptr<Optimizer> optimizer;
+};
+
+MixedModel mixed_model(const std::string& name, Device device, const OptimizerOptions& options) {
+  std::mt19937_64 rng(41);
+  std::normal_distribution<float> value(0.0f, 0.1f);
+  std::vector<float> weight(64 * 33), table(3000 * 16);
+  for (float& x : weight) x = value(rng);
+  for (float& x : table) x = value(rng);
+  MixedModel model;
+  model.weight = Tensor::from_vector(weight, {64, 33}).to(device);
+  model.table = Tensor::from_vector(table, {3000, 16}).to(device);
+  model.weight.set_requires_grad(true);
+  model.table.set_requires_grad(true).set_sparse_grad(true);
+  std::vector<ParamGroup> groups = {ParamGroup{"dense", {{"weight", model.weight}}, 1.0, std::nullopt},
+                                    ParamGroup{"embeddings", {{"table", model.table}}, 0.5, std::nullopt}};
+  model.optimizer = make_optimizer(name, std::move(groups), options);
+  return model;
+}
+
+// One step's gradients: a dense one for the weight and two lookups into the table (one of them, when
+// `poison` is set, carrying an inf).
+void push_gradients(MixedModel& model, uint64_t seed, bool poison, float loss_scale) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> value(0.0f, 1.0f);
+  std::vector<float> weight_grad(64 * 33);
+  for (float& x : weight_grad) x = loss_scale * value(rng);
+  model.weight.grad().copy_(Tensor::from_vector(weight_grad, {64, 33}).to(model.weight.device()));
+  std::uniform_int_distribution<int64_t> row(0, 2999);
+  for (int chunk = 0; chunk < 2; ++chunk) {
+    std::vector<int64_t> ids(500);
+    std::vector<float> rows(500 * 16);
+    for (int64_t& id : ids) id = row(rng) % (chunk == 0 ? 3000 : 40);  // the second lookup repeats rows
+    for (float& x : rows) x = loss_scale * value(rng);
+    if (poison && chunk == 1) rows[17] = std::numeric_limits<float>::infinity();
+    model.table.row_sparse_grad().indices.push_back(Tensor::from_vector(ids, {500}).to(model.table.device()));
+    model.table.row_sparse_grad().rows.push_back(Tensor::from_vector(rows, {500, 16}).to(model.table.device()));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a GPU step over dense and row-sparse parameters equals the CPU's: schedule, groups, loss scaling, skips",
+          "[cuda][sparse]") {
+  if (gpu_missing()) return;
+  for (const char* name : {"adamw", "sgd", "adagrad"}) {
+    INFO(name);
+    OptimizerOptions options(0.02);
+    ScheduleParams schedule;
+    schedule.kind = ScheduleKind::warmup_cosine;
+    schedule.warmup_steps = 3;
+    schedule.total_steps = 12;
+    schedule.min_lr = 1e-3;
+    options.schedule(schedule).max_grad_norm(5.0).weight_decay(0.01);
+    options.loss_scaling(LossScalingOptions().enabled(true).initial_scale(1024.0).growth_interval(3));
+    if (std::string(name) == "sgd") options.momentum(0.9).nesterov(true);
+    MixedModel cpu = mixed_model(name, kCPU, options), gpu = mixed_model(name, kGpu, options);
+    for (int step = 0; step < 10; ++step) {
+      const bool poison = step == 4;  // skipped, the scale backs off; neither table nor weight moves
+      const float scale = static_cast<float>(cpu.optimizer->step_state().loss_scale);
+      push_gradients(cpu, 100 + step, poison, scale);
+      push_gradients(gpu, 100 + step, poison, scale);
+      const StepState cpu_state = cpu.optimizer->step();
+      const StepState gpu_state = gpu.optimizer->step();
+      INFO("step " << step);
+      REQUIRE(gpu_state.step == cpu_state.step);
+      REQUIRE(gpu_state.skipped_steps == cpu_state.skipped_steps);
+      REQUIRE(gpu_state.loss_scale == cpu_state.loss_scale);
+      REQUIRE(same_float(gpu_state.grad_norm, cpu_state.grad_norm));
+      REQUIRE(count_mismatches(gpu.weight.to_vector<float>(), cpu.weight.to_vector<float>(), "weight") == 0);
+      REQUIRE(count_mismatches(gpu.table.to_vector<float>(), cpu.table.to_vector<float>(), "table") == 0);
+      cpu.optimizer->zero_grad();
+      gpu.optimizer->zero_grad();
+    }
+    REQUIRE(cpu.optimizer->step_state().skipped_steps == 1);
+    REQUIRE(cpu.optimizer->step_state().step == 9);
+  }
+}
+
+TEST_CASE("an index outside a GPU table fails the optimizer step before anything changes", "[cuda][sparse]") {
+  if (gpu_missing()) return;
+  const bool atomics = GENERATE(false, true);
+  INFO((atomics ? "atomic" : "sorted") << " coalescing");
+  MixedModel model = mixed_model("adam", kGpu, OptimizerOptions(0.01).row_sparse_atomics(atomics));
+  push_gradients(model, 7, false, 1.0f);
+  model.optimizer->step();
+  model.optimizer->zero_grad();
+  const std::vector<float> weight = model.weight.to_vector<float>(), table = model.table.to_vector<float>();
+  const StepState before = model.optimizer->step_state();
+
+  push_gradients(model, 8, false, 1.0f);
+  model.table.row_sparse_grad().indices[1] =
+      Tensor::from_vector<int64_t>(std::vector<int64_t>(500, 3000), {500}, DType::i64, kGpu);
+  REQUIRE_THROWS_WITH(model.optimizer->step(), Catch::Contains("index 3000") &&
+                                                   Catch::Contains("chunk 1, position 0") &&
+                                                   Catch::Contains("table of 3000 rows"));
+  // Neither the weight (updated in the same device step) nor the table nor the step counters moved.
+  REQUIRE(model.weight.to_vector<float>() == weight);
+  REQUIRE(model.table.to_vector<float>() == table);
+  const StepState& after = model.optimizer->sync_state();
+  REQUIRE(after.step == before.step);
+  REQUIRE(after.skipped_steps == before.skipped_steps);
+  REQUIRE(after.beta1_power == before.beta1_power);
+
+  // The next, good step is step 2, as if the bad one had not been attempted.
+  model.optimizer->zero_grad();
+  push_gradients(model, 8, false, 1.0f);
+  REQUIRE(model.optimizer->step().step == 2);
+  REQUIRE(model.weight.to_vector<float>() != weight);
+  REQUIRE(model.table.to_vector<float>() != table);
 }

@@ -65,6 +65,30 @@ struct StepScalars {
   double lr = 0.0;         // scheduled lr (before group multipliers)
   float inv_bias_correction1 = 1.0f, inv_bias_correction2 = 1.0f;
   float grad_multiplier = 1.0f;  // 1/loss_scale * clip factor
+  // A row-sparse gradient coalesced on the device held an index outside its table (DeviceSparseStats):
+  // nothing of this step was applied or counted, and the host reports the index once it reads it.
+  int32_t aborted = 0;
+};
+
+// A row-sparse segment's gradient statistics left on the device by its coalescing (no host round trip):
+// the tiny step reads the sum of squares from there, and a first_bad other than kNoBadSparseIndex (the
+// first occurrence outside the table) aborts the step before anything changes. Null pointers: no rows
+// this step (sum 0).
+struct DeviceSparseStats {
+  const double* sum_of_squares = nullptr;
+  const unsigned long long* first_bad = nullptr;
+};
+inline constexpr unsigned long long kNoBadSparseIndex = ~0ull;
+
+// Where a sparse update launched right after a device step finds that step's values (all device memory
+// written by the step's prologue), instead of taking them from the host: whether the step applies, the
+// scheduled lr (times lr_multiplier, the segment's group), the bias corrections, the clip factor (the
+// grad_multiplier) and the coalesced row count (row_count is then an upper bound).
+struct DeviceStepInputs {
+  const StepScalars* scalars = nullptr;
+  const StepState* state = nullptr;
+  const int* row_count = nullptr;
+  double lr_multiplier = 1.0;
 };
 
 // Which tensors held inf/NaN in the last step (-1: none): for the host's messages.
@@ -103,6 +127,13 @@ class DeviceStepper {
   // Enqueues one step on the default stream. sparse_sums (or null): per segment, the unscaled sum of
   // squares of each row-sparse segment's gradient (other entries ignored), computed by the host.
   virtual void enqueue(const std::vector<double>* sparse_sums) = 0;
+  // The same with the row-sparse segments' statistics on the device (one entry per segment, dense
+  // segments' entries ignored): the step needs no value from the host.
+  virtual void enqueue(const std::vector<DeviceSparseStats>& sparse_stats) = 0;
+  // Device memory the enqueued step writes and later work on the default stream may read: this step's
+  // scalars (valid after its prologue) and the step state (clip_factor among them).
+  virtual const StepScalars* device_scalars() const = 0;
+  virtual const StepState* device_state() const = 0;
   // Waits for the enqueued work and copies the step state and report back.
   virtual void read(StepState& state, DeviceStepReport& report) = 0;
   virtual void write_state(const StepState& state) = 0;

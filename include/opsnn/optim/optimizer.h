@@ -76,6 +76,17 @@ class SparseUpdater {
   virtual ~SparseUpdater() = default;
   virtual double prepare(const SparseSegment& segment, float inverse_loss_scale) = 0;
   virtual void update(const SparseSegment& segment, const SparseStepScalars& scalars) = 0;
+  // The device step's path, for an updater whose tables live on the optimizer's GPU (updates_on_device()
+  // true): prepare_on_device enqueues the coalescing and returns where its statistics stay on the device
+  // (the step reads them there); update_on_device enqueues the update, which takes the step's lr, bias
+  // corrections, clip factor and skip decision from `inputs` (scalars carries the rest); after the step's
+  // one synchronisation finish_on_device throws what the host must report (an index outside the table).
+  // The defaults throw UsageError.
+  virtual bool updates_on_device() const { return false; }
+  virtual DeviceSparseStats prepare_on_device(const SparseSegment& segment, float inverse_loss_scale);
+  virtual void update_on_device(const SparseSegment& segment, const SparseStepScalars& scalars,
+                                const DeviceStepInputs& inputs);
+  virtual void finish_on_device(const SparseSegment& segment);
   // State the updater keeps beyond the optimizer's per-parameter states, for Optimizer::state_dict (keys
   // start with "@"); load_state_tensors takes its entries out of `tensors`.
   virtual std::vector<std::pair<std::string, Tensor>> state_tensors() const { return {}; }
@@ -231,8 +242,11 @@ class Optimizer {
   // segment_scalars_: each segment's lr (scheduled lr x its group's multiplier) and weight decay.
   void set_segment_scalars(double lr);
   // Hands every row-sparse segment to the sparse updater with segment_scalars_ applied.
-  void update_sparse_segments(const AdamScalars& adam, const SgdScalars& sgd, float clip_factor);
+  // on_device: enqueued after the device step, reading its values there (SparseUpdater::update_on_device).
+  void update_sparse_segments(const AdamScalars& adam, const SgdScalars& sgd, float clip_factor,
+                              bool on_device = false);
   const StepState& device_step();
+  const StepState& device_step_with_sparse_on_device();
   bool has_sparse_segments() const;
   // (Re)creates the device stepper over device_arena() and hands it the current step state.
   void build_stepper();

@@ -5,10 +5,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "opsnn/core/half.h"
 #include "opsnn/core/tensor.h"
+#include "opsnn/optim/device_step.h"
 #include "opsnn/optim/rules.h"
 #include "opsnn/optim/step_kernels.h"
 
@@ -54,6 +56,19 @@ struct CoalescedRows {
   Tensor device_scratch;   // u8 scratch of the sorted CUDA coalescing (sort buffers, CUB's storage)
   Tensor device_squares;   // f64 scratch of the CUDA sum of squares (per row, per block of rows)
 
+  // Deferred readback (set before coalesce(), for a caller that synchronises with the device later, as
+  // the optimizer's device step does): coalesce() on a device enqueues its work and a copy of its results
+  // to the host and returns at once. Until finish_coalesce() - after the caller's synchronisation -
+  // `pending` is set, device_row_count is only an upper bound (the occurrences), sum_of_squares is not
+  // known on the host, an index outside the table has not been reported yet, and the device pointers
+  // below say where the device keeps the row count, the sum of squares and the first bad occurrence.
+  bool deferred = false;
+  bool pending = false;
+  const int* device_row_count_at = nullptr;
+  DeviceSparseStats device_stats;
+  std::shared_ptr<void> host_header;    // pinned host copy of the device header
+  std::vector<Tensor> pending_indices;  // the chunks' indices, for the message naming a bad one
+
   int64_t row_count() const { return device.is_cpu() ? static_cast<int64_t>(indices.size()) : device_row_count; }
 };
 
@@ -66,6 +81,11 @@ struct CoalescedRows {
 // occurrence order), its chunk and position, and the table size.
 void coalesce_rows(const RowChunkView* chunks, int64_t chunk_count, int64_t num_rows, int64_t width, float scale,
                    CoalescedRows& out);
+
+// Completes a deferred coalescing (CoalescedRows::deferred) once the device's work is done: the row
+// count, sum of squares and non_finite from the host copy, or the error naming the first index outside
+// the table (as coalesce() would have thrown). Nothing to do when `out` is not pending.
+void finish_coalesce(CoalescedRows& out);
 
 // ---- updates over coalesced rows (raw arrays) ----
 //
@@ -128,16 +148,19 @@ struct SparseRowKernels {
   // coalesce() below, including the error for an index outside the table.
   void (*coalesce)(const RowSparseGrad& grad, int64_t num_rows, int64_t width, float scale,
                    CoalescedRows& out) = nullptr;
+  // Completes a deferred coalescing (finish_coalesce()).
+  void (*finish)(CoalescedRows& out) = nullptr;
+  // The updates; `device` (or null) overrides the step's values and the row count (DeviceStepInputs).
   void (*sgd_step)(float* param, void* momentum_buffer, DType state_dtype, uint8_t* row_initialized, int64_t width,
                    const int64_t* rows, const float* grad_rows, int64_t row_count, const SgdScalars& scalars,
-                   float grad_multiplier) = nullptr;
+                   float grad_multiplier, const DeviceStepInputs* device) = nullptr;
   void (*adam_step)(float* param, void* exp_avg, void* exp_avg_sq, void* max_exp_avg_sq, DType state_dtype,
                     int64_t width, const int64_t* rows, const float* grad_rows, int64_t row_count,
-                    const AdamScalars& scalars, float grad_multiplier) = nullptr;
+                    const AdamScalars& scalars, float grad_multiplier, const DeviceStepInputs* device) = nullptr;
   // An element-wise rule's lazy update (sparse_rule_step); states: the rule's kStates device arrays.
   void (*rule_step)(UpdateRule rule, float* param, void* const* states, DType state_dtype, int64_t width,
                     const int64_t* rows, const float* grad_rows, int64_t row_count, const AdamScalars& scalars,
-                    float grad_multiplier) = nullptr;
+                    float grad_multiplier, const DeviceStepInputs* device) = nullptr;
 };
 
 void register_sparse_row_kernels(DeviceType type, const SparseRowKernels& kernels);
@@ -156,15 +179,20 @@ CoalescedRows coalesce(const RowSparseGrad& grad, int64_t num_rows, int64_t widt
 // The tensors and the coalesced gradient must be on one device. param: f32 [num_rows, width], contiguous.
 // momentum_buffer: same shape, f32/f16/bf16 (undefined Tensor
 // when momentum == 0). row_initialized: u8 [num_rows] (undefined when momentum == 0).
+// `device` (a GPU table only, or null): the step's values and row count come from the device (a deferred
+// coalescing's gradient may be passed while pending).
 void sparse_sgd_step(const Tensor& param, const Tensor& momentum_buffer, const Tensor& row_initialized,
-                     const CoalescedRows& grad, const SgdScalars& scalars, float grad_multiplier = 1.0f);
+                     const CoalescedRows& grad, const SgdScalars& scalars, float grad_multiplier = 1.0f,
+                     const DeviceStepInputs* device = nullptr);
 // exp_avg, exp_avg_sq (and max_exp_avg_sq with amsgrad, else undefined): param's shape, one dtype among
 // f32/f16/bf16.
 void lazy_adam_step(const Tensor& param, const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& max_exp_avg_sq,
-                    const CoalescedRows& grad, const AdamScalars& scalars, float grad_multiplier = 1.0f);
+                    const CoalescedRows& grad, const AdamScalars& scalars, float grad_multiplier = 1.0f,
+                    const DeviceStepInputs* device = nullptr);
 // An element-wise rule's lazy update (rule: one of OPSNN_ELEMENTWISE_RULES); states: its kStates tensors,
 // param's shape, one dtype among f32/f16/bf16.
 void sparse_rule_step(UpdateRule rule, const Tensor& param, const std::vector<Tensor>& states,
-                      const CoalescedRows& grad, const AdamScalars& scalars, float grad_multiplier = 1.0f);
+                      const CoalescedRows& grad, const AdamScalars& scalars, float grad_multiplier = 1.0f,
+                      const DeviceStepInputs* device = nullptr);
 
 }  // namespace opsnn::optim

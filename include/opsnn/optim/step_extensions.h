@@ -35,6 +35,12 @@ class RowSparseUpdater final : public SparseUpdater {
 
   double prepare(const SparseSegment& segment, float inverse_loss_scale) override;
   void update(const SparseSegment& segment, const SparseStepScalars& scalars) override;
+  // Tables on a GPU: coalesced with a deferred readback, updated from the device step's values.
+  bool updates_on_device() const override { return on_device_; }
+  DeviceSparseStats prepare_on_device(const SparseSegment& segment, float inverse_loss_scale) override;
+  void update_on_device(const SparseSegment& segment, const SparseStepScalars& scalars,
+                        const DeviceStepInputs& inputs) override;
+  void finish_on_device(const SparseSegment& segment) override;
 
   // SGD with momentum: which rows have started their momentum buffer.
   std::vector<std::pair<std::string, Tensor>> state_tensors() const override;
@@ -44,6 +50,9 @@ class RowSparseUpdater final : public SparseUpdater {
   std::map<size_t, CoalescedRows> gradients_;  // by segment index, buffers reused across steps
   std::map<size_t, Tensor> row_initialized_;   // u8 [rows] per sparse segment (SGD with momentum)
   std::map<size_t, std::string> names_;
+  bool on_device_ = false;
+
+  void apply(const SparseSegment& segment, const SparseStepScalars& scalars, const DeviceStepInputs* inputs);
 };
 
 // Installs a RowSparseUpdater when the optimizer has row-sparse segments; returns it (nullptr otherwise).

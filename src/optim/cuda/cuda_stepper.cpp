@@ -115,6 +115,12 @@ std::vector<int32_t> lamb_work_items(const std::vector<ArenaChunk>& tiles, int64
   return items;
 }
 
+// What read() brings back after a step, in one device allocation.
+struct StepStatus {
+  StepState state;
+  DeviceStepReport report;
+};
+
 class CudaStepper final : public DeviceStepper {
  public:
   CudaStepper(Device device, const StepConstants& constants, const DeviceArena& arena,
@@ -156,9 +162,8 @@ class CudaStepper final : public DeviceStepper {
     chunks_ = allocate(chunks * sizeof(ArenaChunk));
     segments_ = allocate(count * sizeof(DeviceSegment));
     sums_ = std::make_shared<Storage>(std::max<size_t>((3 * chunks + 5 * count) * sizeof(double), 16), device_);
-    state_ = allocate(sizeof(StepState));
+    status_ = allocate(sizeof(StepStatus));
     scalars_ = allocate(sizeof(StepScalars));
-    report_ = allocate(sizeof(DeviceStepReport));
 
     buffers_.arena = arena;
     buffers_.arena.chunks = nullptr;
@@ -174,9 +179,9 @@ class CudaStepper final : public DeviceStepper {
     }
     buffers_.segment_grad_sums = sums + 3 * chunks + 3 * count;
     sparse_sums_device_ = sums + 3 * chunks + 4 * count;
-    buffers_.state = static_cast<StepState*>(state_->data());
+    buffers_.state = &static_cast<StepStatus*>(status_->data())->state;
     buffers_.scalars = static_cast<StepScalars*>(scalars_->data());
-    buffers_.report = static_cast<DeviceStepReport*>(report_->data());
+    buffers_.report = &static_cast<StepStatus*>(status_->data())->report;
 
     if (chunks > 0)
       OPSNN_CUDA_CHECK(cudaMemcpy(chunks_->data(), tiles.data(), chunks * sizeof(ArenaChunk), cudaMemcpyHostToDevice));
@@ -221,26 +226,55 @@ class CudaStepper final : public DeviceStepper {
     }
     OPSNN_CUDA_CHECK(cudaMemset(sums_->data(), 0, sums_->bytes()));
     DeviceStepReport report;
-    OPSNN_CUDA_CHECK(cudaMemcpy(report_->data(), &report, sizeof(report), cudaMemcpyHostToDevice));
+    OPSNN_CUDA_CHECK(cudaMemcpy(buffers_.report, &report, sizeof(report), cudaMemcpyHostToDevice));
     set_segments(segments);
 
-    pinned_state_ = pinned_array<StepState>(1);
-    pinned_report_ = pinned_array<DeviceStepReport>(1);
+    pinned_status_ = pinned_array<StepStatus>(1);
     pinned_sparse_ = pinned_array<double>(count);
   }
 
   void enqueue(const std::vector<double>* sparse_sums) override {
     CurrentDevice guard(device_.index);
-    cudaStream_t stream = stream_;
     buffers_.sparse_sums = nullptr;
+    buffers_.sparse_stats = nullptr;
     if (sparse_sums != nullptr) {
       OPSNN_CHECK(sparse_sums->size() == static_cast<size_t>(buffers_.segment_count), "sparse sums: got ",
                   sparse_sums->size(), " values for ", buffers_.segment_count, " segments");
       std::copy(sparse_sums->begin(), sparse_sums->end(), pinned_sparse_.get());
       OPSNN_CUDA_CHECK(cudaMemcpyAsync(sparse_sums_device_, pinned_sparse_.get(), sparse_sums->size() * sizeof(double),
-                                       cudaMemcpyHostToDevice, stream));
+                                       cudaMemcpyHostToDevice, stream_));
       buffers_.sparse_sums = sparse_sums_device_;
     }
+    enqueue_step();
+  }
+
+  // The table of pointers goes to the device only when it changes (the coalescing keeps its buffers).
+  void enqueue(const std::vector<DeviceSparseStats>& sparse_stats) override {
+    CurrentDevice guard(device_.index);
+    OPSNN_CHECK(sparse_stats.size() == static_cast<size_t>(buffers_.segment_count), "sparse statistics: got ",
+                sparse_stats.size(), " entries for ", buffers_.segment_count, " segments");
+    const bool changed = sparse_stats.size() != uploaded_stats_.size() ||
+                         !std::equal(sparse_stats.begin(), sparse_stats.end(), uploaded_stats_.begin(),
+                                     [](const DeviceSparseStats& a, const DeviceSparseStats& b) {
+                                       return a.sum_of_squares == b.sum_of_squares && a.first_bad == b.first_bad;
+                                     });
+    if (!sparse_stats_device_) sparse_stats_device_ = allocate(sparse_stats.size() * sizeof(DeviceSparseStats));
+    if (changed) {
+      // Ordered before the step on the same stream; synchronous, so the host vector may go away after.
+      OPSNN_CUDA_CHECK(cudaMemcpy(sparse_stats_device_->data(), sparse_stats.data(),
+                                  sparse_stats.size() * sizeof(DeviceSparseStats), cudaMemcpyHostToDevice));
+      uploaded_stats_ = sparse_stats;
+    }
+    buffers_.sparse_sums = nullptr;
+    buffers_.sparse_stats = static_cast<const DeviceSparseStats*>(sparse_stats_device_->data());
+    enqueue_step();
+  }
+
+  const StepScalars* device_scalars() const override { return buffers_.scalars; }
+  const StepState* device_state() const override { return buffers_.state; }
+
+  void enqueue_step() {
+    cudaStream_t stream = stream_;
     const FusedBuffers& b = buffers_;
     const StepConstants& k = constants_;
     auto update = [&](bool with_stats) {
@@ -273,13 +307,12 @@ class CudaStepper final : public DeviceStepper {
 
   void read(StepState& state, DeviceStepReport& report) override {
     CurrentDevice guard(device_.index);
+    // One copy: the state and the report lie side by side.
     OPSNN_CUDA_CHECK(
-        cudaMemcpyAsync(pinned_state_.get(), buffers_.state, sizeof(StepState), cudaMemcpyDeviceToHost, stream_));
-    OPSNN_CUDA_CHECK(cudaMemcpyAsync(pinned_report_.get(), buffers_.report, sizeof(DeviceStepReport),
-                                     cudaMemcpyDeviceToHost, stream_));
+        cudaMemcpyAsync(pinned_status_.get(), status_->data(), sizeof(StepStatus), cudaMemcpyDeviceToHost, stream_));
     OPSNN_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    state = pinned_state_[0];
-    report = pinned_report_[0];
+    state = pinned_status_[0].state;
+    report = pinned_status_[0].report;
   }
 
   void write_state(const StepState& state) override {
@@ -372,15 +405,16 @@ class CudaStepper final : public DeviceStepper {
   Device device_;
   StepConstants constants_;
   FusedBuffers buffers_;
-  std::unique_ptr<Storage> chunks_, segments_, state_, scalars_, report_, lamb_items_, lamb_flags_;
+  std::unique_ptr<Storage> chunks_, segments_, status_, scalars_, lamb_items_, lamb_flags_;
   std::shared_ptr<Storage> sums_;  // shared: a sharded step hands views of its segment sums to cross_rank_sum_
   // Sharded LAMB: phase 1 and phase 2 as two launches over these item lists, the trust ratios between.
   std::unique_ptr<Storage> lamb_phase1_items_, lamb_phase2_items_;
   int32_t lamb_phase_items_ = 0;
   std::function<void(const Tensor&)> cross_rank_sum_;
   double* sparse_sums_device_ = nullptr;
-  std::unique_ptr<StepState[], PinnedDeleter<StepState>> pinned_state_;
-  std::unique_ptr<DeviceStepReport[], PinnedDeleter<DeviceStepReport>> pinned_report_;
+  std::unique_ptr<Storage> sparse_stats_device_;
+  std::vector<DeviceSparseStats> uploaded_stats_;
+  std::unique_ptr<StepStatus[], PinnedDeleter<StepStatus>> pinned_status_;
   std::unique_ptr<double[], PinnedDeleter<double>> pinned_sparse_;
   std::vector<int32_t> tile_first_, tile_count_;
   cudaStream_t stream_ = nullptr;  // the legacy default stream, except while capturing

@@ -192,6 +192,23 @@ __global__ void __launch_bounds__(kThreads) segment_sums_kernel(FusedBuffers b, 
   }
 }
 
+// A sparse segment's sum of squares: from the device's coalescing, the host's sums, or 0 (no rows).
+__device__ __forceinline__ double sparse_sum_of_squares(const FusedBuffers& b, int s) {
+  if (b.sparse_stats != nullptr)
+    return b.sparse_stats[s].sum_of_squares != nullptr ? *b.sparse_stats[s].sum_of_squares : 0.0;
+  return b.sparse_sums != nullptr ? b.sparse_sums[s] : 0.0;
+}
+
+// True when a row-sparse gradient coalesced on the device held an index outside its table.
+__device__ bool sparse_index_error(const FusedBuffers& b) {
+  if (b.sparse_stats == nullptr) return false;
+  for (int s = 0; s < b.segment_count; ++s) {
+    const unsigned long long* first_bad = b.sparse_stats[s].first_bad;
+    if (b.segments[s].sparse && first_bad != nullptr && *first_bad != kNoBadSparseIndex) return true;
+  }
+  return false;
+}
+
 // Sums the per-segment gradient statistics (segment_sums[0] * inverse_squared for dense segments, the
 // host's sums for sparse ones) into segment_grad_sums, their total and the first non-finite segment.
 // Every thread of the (single) block must call it; the results are valid in thread 0.
@@ -201,8 +218,7 @@ __device__ void gradient_totals(const FusedBuffers& b, double inverse_squared, d
   double sum = 0.0;
   int first_bad = INT_MAX;
   for (int s = threadIdx.x; s < b.segment_count; s += blockDim.x) {
-    double value =
-        b.segments[s].sparse ? (b.sparse_sums ? b.sparse_sums[s] : 0.0) : b.segment_sums[0][s] * inverse_squared;
+    double value = b.segments[s].sparse ? sparse_sum_of_squares(b, s) : b.segment_sums[0][s] * inverse_squared;
     b.segment_grad_sums[s] = value;
     sum += value;
     if (!is_finite_value(value) && s < first_bad) first_bad = s;
@@ -217,6 +233,14 @@ __device__ void gradient_totals(const FusedBuffers& b, double inverse_squared, d
 // ---- the tiny step ----
 __global__ void step_prologue_kernel(FusedBuffers b, StepConstants k, int two_pass) {
   StepState& state = *b.state;
+  if (sparse_index_error(b)) {  // nothing of this step happens; the host throws once it reads the index
+    if (threadIdx.x == 0) {
+      StepScalars out{};
+      out.aborted = 1;
+      *b.scalars = out;
+    }
+    return;
+  }
   const float inverse_scale = k.scaling ? inverse_loss_scale(state.loss_scale) : 1.0f;
   double total = 0.0;
   int bad = -1;
@@ -264,6 +288,7 @@ __global__ void step_prologue_kernel(FusedBuffers b, StepConstants k, int two_pa
 }
 
 __global__ void step_epilogue_kernel(FusedBuffers b, StepConstants k, int single_pass) {
+  if (b.scalars->aborted) return;
   double total = 0.0;
   int bad = -1;
   if (single_pass) gradient_totals(b, 1.0, total, bad);
@@ -734,6 +759,7 @@ void launch_grad_sum_of_squares(const FusedBuffers& b, cudaStream_t stream) {
 }
 
 void launch_segment_sums(const FusedBuffers& b, int arrays, cudaStream_t stream) {
+  if (b.chunk_count == 0) return;  // no dense tile: the sums keep the zeros they were allocated with
   segment_sums_kernel<<<b.segment_count, kThreads, 0, stream>>>(b, arrays);
   OPSNN_CUDA_CHECK(cudaGetLastError());
 }

@@ -36,6 +36,7 @@ struct FusedBuffers {
   double* segment_sums[3] = {nullptr, nullptr, nullptr};  // per segment, summed in a fixed order
   double* segment_grad_sums = nullptr;                    // per segment: unscaled g^2 of the last step
   const double* sparse_sums = nullptr;                    // per segment: host-computed sums of sparse segments
+  const DeviceSparseStats* sparse_stats = nullptr;        // or per segment: where the device left them
   LambQueue lamb;                                         // LAMB only
   StepState* state = nullptr;
   StepScalars* scalars = nullptr;

@@ -1,13 +1,15 @@
 // The CUDA implementation of the row-sparse Tensor layer (sparse_update.h): prepares the chunks on the
 // table's device, runs the coalescing kernels (sparse_rows.cu: sorted by default, atomics on request) with
-// one host synchronization at the end (row count, first bad index, sum of squares), and registers the
-// device table.
+// one host synchronization at the end (row count, first bad index, sum of squares) or, deferred, none (the
+// caller's next synchronisation brings the header back), and registers the device table.
 #include "optim/cuda/sparse_rows.h"
 
 #include <cuda_runtime.h>
 
 #include <climits>
 #include <cmath>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "core/cuda/cuda_check.h"
@@ -23,12 +25,10 @@ void ensure_capacity(Tensor& buffer, int64_t count, DType dtype, Device device) 
   buffer = Tensor::empty({count}, dtype, device);
 }
 
-// Reads the header back (the one host synchronization): the row count and sum of squares, or the error
-// naming the first occurrence outside the table.
-void finish_coalescing(const std::vector<Tensor>& indices, int64_t num_rows, const cuda::CoalesceHeader* header,
-                       CoalescedRows& out) {
-  cuda::CoalesceHeader result{};
-  OPSNN_CUDA_CHECK(cudaMemcpy(&result, header, sizeof(result), cudaMemcpyDeviceToHost));
+// The row count and sum of squares from a header read back, or the error naming the first occurrence
+// outside the table.
+void take_header(const cuda::CoalesceHeader& result, const std::vector<Tensor>& indices, int64_t num_rows,
+                 CoalescedRows& out) {
   if (result.first_bad_position != cuda::kNoBadPosition) {
     int64_t position = static_cast<int64_t>(result.first_bad_position);
     size_t chunk = 0;
@@ -42,6 +42,42 @@ void finish_coalescing(const std::vector<Tensor>& indices, int64_t num_rows, con
   out.device_row_count = result.row_count;
   out.sum_of_squares = result.sum_of_squares;
   out.non_finite = !std::isfinite(result.sum_of_squares);
+}
+
+// Reads the header back (the one host synchronization), or, deferred, enqueues its copy into pinned host
+// memory for cuda_finish and publishes where the device keeps it.
+void finish_coalescing(const std::vector<Tensor>& indices, int64_t num_rows, int64_t total,
+                       cuda::CoalesceHeader* header, CoalescedRows& out) {
+  if (!out.deferred) {
+    cuda::CoalesceHeader result{};
+    OPSNN_CUDA_CHECK(cudaMemcpy(&result, header, sizeof(result), cudaMemcpyDeviceToHost));
+    take_header(result, indices, num_rows, out);
+    return;
+  }
+  if (!out.host_header) {
+    void* pinned = nullptr;
+    OPSNN_CUDA_CHECK(cudaMallocHost(&pinned, sizeof(cuda::CoalesceHeader)));
+    out.host_header = std::shared_ptr<void>(pinned, [](void* pointer) { cudaFreeHost(pointer); });
+  }
+  OPSNN_CUDA_CHECK(cudaMemcpyAsync(out.host_header.get(), header, sizeof(cuda::CoalesceHeader), cudaMemcpyDeviceToHost,
+                                   cudaStreamLegacy));
+  out.pending = true;
+  out.device_row_count = total;  // an upper bound until cuda_finish
+  out.device_row_count_at = &header->row_count;
+  out.device_stats = DeviceSparseStats{&header->sum_of_squares, &header->first_bad_position};
+  out.pending_indices = indices;
+}
+
+// After the caller's synchronisation: the pinned copy holds the header of the deferred coalescing.
+void cuda_finish(CoalescedRows& out) {
+  OPSNN_CHECK(out.host_header != nullptr, "finish_coalesce: no header was copied back");
+  const cuda::CoalesceHeader result = *static_cast<const cuda::CoalesceHeader*>(out.host_header.get());
+  out.pending = false;
+  out.device_row_count_at = nullptr;
+  out.device_stats = {};
+  std::vector<Tensor> indices = std::move(out.pending_indices);
+  out.pending_indices.clear();
+  take_header(result, indices, out.table_rows, out);
 }
 
 void cuda_coalesce(const RowSparseGrad& grad, int64_t num_rows, int64_t width, float scale, CoalescedRows& out) {
@@ -77,6 +113,10 @@ void cuda_coalesce(const RowSparseGrad& grad, int64_t num_rows, int64_t width, f
   out.device_row_count = 0;
   out.sum_of_squares = 0.0;
   out.non_finite = false;
+  out.pending = false;
+  out.device_row_count_at = nullptr;
+  out.device_stats = {};
+  out.pending_indices.clear();
   if (total == 0) return;
 
   static_assert(sizeof(cuda::CoalesceHeader) % sizeof(int64_t) == 0);
@@ -116,7 +156,7 @@ void cuda_coalesce(const RowSparseGrad& grad, int64_t num_rows, int64_t width, f
     cuda::launch_sorted_coalesce(all_indices.data<int64_t>(), all_rows.data<float>(), total, num_rows, width, scale,
                                  out.device_scratch.data_ptr(), static_cast<size_t>(out.device_scratch.numel()),
                                  unique_rows, values, header, squares);
-    finish_coalescing(indices, num_rows, header, out);
+    finish_coalescing(indices, num_rows, total, header, out);
     return;
   }
 
@@ -138,28 +178,28 @@ void cuda_coalesce(const RowSparseGrad& grad, int64_t num_rows, int64_t width, f
                               slots, values);
   // Also restores row_slots to -1 for every claimed row, so the scratch is clean even when we throw below.
   cuda::launch_finalize_rows(unique_rows, header, total, width, scale, values, slots, squares);
-  finish_coalescing(indices, num_rows, header, out);
+  finish_coalescing(indices, num_rows, total, header, out);
 }
 
 void cuda_sparse_rule(UpdateRule rule, float* param, void* const* states, DType state_dtype, int64_t width,
                       const int64_t* rows, const float* grad_rows, int64_t row_count, const AdamScalars& scalars,
-                      float grad_multiplier) {
+                      float grad_multiplier, const DeviceStepInputs* device) {
   cuda::launch_sparse_rule(rule, param, states, state_dtype, width, rows, grad_rows, row_count, scalars,
-                           grad_multiplier);
+                           grad_multiplier, device);
 }
 
 void cuda_sparse_sgd(float* param, void* momentum_buffer, DType state_dtype, uint8_t* row_initialized, int64_t width,
                      const int64_t* rows, const float* grad_rows, int64_t row_count, const SgdScalars& scalars,
-                     float grad_multiplier) {
+                     float grad_multiplier, const DeviceStepInputs* device) {
   cuda::launch_sparse_sgd(param, momentum_buffer, state_dtype, row_initialized, width, rows, grad_rows, row_count,
-                          scalars, grad_multiplier);
+                          scalars, grad_multiplier, device);
 }
 
 void cuda_lazy_adam(float* param, void* exp_avg, void* exp_avg_sq, void* max_exp_avg_sq, DType state_dtype,
                     int64_t width, const int64_t* rows, const float* grad_rows, int64_t row_count,
-                    const AdamScalars& scalars, float grad_multiplier) {
+                    const AdamScalars& scalars, float grad_multiplier, const DeviceStepInputs* device) {
   cuda::launch_lazy_adam(param, exp_avg, exp_avg_sq, max_exp_avg_sq, state_dtype, width, rows, grad_rows, row_count,
-                         scalars, grad_multiplier);
+                         scalars, grad_multiplier, device);
 }
 
 }  // namespace
@@ -167,6 +207,7 @@ void cuda_lazy_adam(float* param, void* exp_avg, void* exp_avg_sq, void* max_exp
 void register_cuda_sparse_gradient_kernels() {
   SparseRowKernels kernels;
   kernels.coalesce = cuda_coalesce;
+  kernels.finish = cuda_finish;
   kernels.sgd_step = cuda_sparse_sgd;
   kernels.adam_step = cuda_lazy_adam;
   kernels.rule_step = cuda_sparse_rule;

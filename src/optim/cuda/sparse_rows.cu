@@ -40,6 +40,7 @@ __global__ void coalesce_begin_kernel(CoalesceHeader* header) {
   header->sum_of_squares = 0.0;
   header->row_count = 0;
   header->hot_row_count = 0;
+  header->blocks_done = 0;
 }
 
 __global__ void claim_rows_kernel(const int64_t* indices, int64_t count, int64_t position_base, int64_t num_rows,
@@ -87,6 +88,13 @@ __global__ void finalize_rows_kernel(const int64_t* unique_rows, const CoalesceH
   }
 }
 
+// rules.h's fold_lane_sums over a warp: lane l holds partial l; afterwards lane 0 holds the sum.
+__device__ __forceinline__ double fold_warp_sums(double partial) {
+  for (int offset = kCoalesceSquaresLanes / 2; offset > 0; offset /= 2)
+    partial += __shfl_down_sync(0xffffffffu, partial, offset);
+  return partial;
+}
+
 // ---- deterministic coalescing ----
 
 // Positions 0..total-1 (the sort's values) and the first index outside the table.
@@ -105,25 +113,56 @@ __global__ void mark_row_starts_kernel(const unsigned long long* sorted_rows, in
     starts[i] = i == 0 || sorted_rows[i] != sorted_rows[i - 1];
 }
 
-// One thread per (unique row, column): the first occurrence, plus the others in occurrence order, times
-// scale. The same additions as the CPU's, so the same bits. Hot rows are listed for sum_hot_rows_kernel.
+// Columns a lane of the summing kernels holds in registers at once (32 * 4 = 128 columns per pass).
+constexpr int kColumnsPerLane = 4;
+
+// One warp per unique row, lane l taking columns l, l + 32, ...: the first occurrence plus the others in
+// occurrence order, times scale - the CPU's additions, so its bits - and the row's sum of squares in
+// rules.h's order (level one: the lanes' partials folded). Hot rows are listed for sum_hot_rows_kernel.
 __global__ void sum_sorted_rows_kernel(const unsigned long long* sorted_rows, const int* sorted_positions,
-                                       const int* run_starts, const float* rows, int64_t total, int64_t width,
-                                       float scale, CoalesceHeader* header, int64_t* unique_rows, float* values,
-                                       int* hot_rows) {
-  const int64_t used = static_cast<int64_t>(header->row_count) * width;
-  for (int64_t e = global_thread(); e < used; e += thread_stride()) {
-    const int64_t u = e / width, j = e - u * width;
+                                       const int* run_starts, const float* __restrict__ rows, int64_t total,
+                                       int64_t width, float scale, CoalesceHeader* header, int64_t* unique_rows,
+                                       float* __restrict__ values, int* hot_rows, double* row_squares) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row_count = header->row_count;
+  for (int64_t u = global_thread() / 32; u < row_count; u += thread_stride() / 32) {
     const int64_t begin = run_starts[u];
-    const int64_t end = u + 1 < header->row_count ? run_starts[u + 1] : total;
-    if (j == 0) unique_rows[u] = static_cast<int64_t>(sorted_rows[begin]);
+    const int64_t end = u + 1 < row_count ? run_starts[u + 1] : total;
+    if (lane == 0) unique_rows[u] = static_cast<int64_t>(sorted_rows[begin]);
     if (end - begin > kCoalesceHotRowOccurrences) {
-      if (j == 0) hot_rows[atomicAdd(&header->hot_row_count, 1)] = static_cast<int>(u);  // any order: rows apart
+      if (lane == 0) hot_rows[atomicAdd(&header->hot_row_count, 1)] = static_cast<int>(u);  // any order: rows apart
       continue;
     }
-    float sum = rows[static_cast<int64_t>(sorted_positions[begin]) * width + j];
-    for (int64_t k = begin + 1; k < end; ++k) sum += rows[static_cast<int64_t>(sorted_positions[k]) * width + j];
-    values[e] = sum * scale;
+    // kColumnsPerLane columns of a lane at a time (lane + 32 c), the occurrences the inner loop: their
+    // loads are in flight together instead of one chain of latencies per column.
+    const float* first = rows + static_cast<int64_t>(sorted_positions[begin]) * width;
+    double partial = 0.0;
+    for (int64_t group = 0; group < width; group += 32 * kColumnsPerLane) {
+      float sum[kColumnsPerLane];
+#pragma unroll
+      for (int c = 0; c < kColumnsPerLane; ++c) {
+        const int64_t j = group + lane + 32 * c;
+        sum[c] = j < width ? first[j] : 0.0f;
+      }
+      for (int64_t k = begin + 1; k < end; ++k) {
+        const float* row = rows + static_cast<int64_t>(sorted_positions[k]) * width;
+#pragma unroll
+        for (int c = 0; c < kColumnsPerLane; ++c) {
+          const int64_t j = group + lane + 32 * c;
+          if (j < width) sum[c] += row[j];
+        }
+      }
+#pragma unroll
+      for (int c = 0; c < kColumnsPerLane; ++c) {  // columns in increasing order, as row_squares_kernel
+        const int64_t j = group + lane + 32 * c;
+        if (j >= width) continue;
+        const float value = sum[c] * scale;
+        values[u * width + j] = value;
+        partial += static_cast<double>(value) * static_cast<double>(value);
+      }
+    }
+    partial = fold_warp_sums(partial);
+    if (lane == 0) row_squares[u] = partial;
   }
 }
 
@@ -131,38 +170,52 @@ __global__ void sum_sorted_rows_kernel(const unsigned long long* sorted_rows, co
 // in order from occurrence l, then the lanes fold as rules.h's fold_lane_sums (kCoalesceHotRowOccurrences).
 __global__ void sum_hot_rows_kernel(const int* sorted_positions, const int* run_starts, const float* rows,
                                     int64_t total, int64_t width, float scale, const CoalesceHeader* header,
-                                    const int* hot_rows, float* values) {
+                                    const int* hot_rows, float* values, double* row_squares) {
   __shared__ float lanes[kCoalesceSquaresLanes][33];
   const int column = threadIdx.x, lane = threadIdx.y;
   for (int h = blockIdx.x; h < header->hot_row_count; h += gridDim.x) {
     const int64_t u = hot_rows[h];
     const int64_t begin = run_starts[u];
     const int64_t end = u + 1 < header->row_count ? run_starts[u + 1] : total;
-    for (int64_t tile = 0; tile < width; tile += 32) {
-      const int64_t j = tile + column;
-      float sum = 0.0f;
-      if (j < width) {
-        sum = rows[static_cast<int64_t>(sorted_positions[begin + lane]) * width + j];
-        for (int64_t k = begin + lane + kCoalesceSquaresLanes; k < end; k += kCoalesceSquaresLanes)
-          sum += rows[static_cast<int64_t>(sorted_positions[k]) * width + j];
+    double partial = 0.0;  // lane 0's threads (warp 0): columns column, column + 32, ... as row_squares_kernel
+    // kColumnsPerLane tiles of 32 columns at a time, so the loads of all of them are in flight together.
+    for (int64_t group = 0; group < width; group += 32 * kColumnsPerLane) {
+      float sum[kColumnsPerLane];
+#pragma unroll
+      for (int c = 0; c < kColumnsPerLane; ++c) {
+        const int64_t j = group + 32 * c + column;
+        sum[c] = j < width ? rows[static_cast<int64_t>(sorted_positions[begin + lane]) * width + j] : 0.0f;
       }
-      lanes[lane][column] = sum;
-      __syncthreads();
-      for (int offset = kCoalesceSquaresLanes / 2; offset > 0; offset /= 2) {
-        if (lane < offset) lanes[lane][column] += lanes[lane + offset][column];
+      for (int64_t k = begin + lane + kCoalesceSquaresLanes; k < end; k += kCoalesceSquaresLanes) {
+        const float* row = rows + static_cast<int64_t>(sorted_positions[k]) * width;
+#pragma unroll
+        for (int c = 0; c < kColumnsPerLane; ++c) {
+          const int64_t j = group + 32 * c + column;
+          if (j < width) sum[c] += row[j];
+        }
+      }
+#pragma unroll
+      for (int c = 0; c < kColumnsPerLane; ++c) {  // each tile's lanes fold in shared memory, in tile order
+        const int64_t j = group + 32 * c + column;
+        lanes[lane][column] = sum[c];
+        __syncthreads();
+        for (int offset = kCoalesceSquaresLanes / 2; offset > 0; offset /= 2) {
+          if (lane < offset) lanes[lane][column] += lanes[lane + offset][column];
+          __syncthreads();
+        }
+        if (lane == 0 && j < width) {
+          const float value = lanes[0][column] * scale;
+          values[u * width + j] = value;
+          partial += static_cast<double>(value) * static_cast<double>(value);
+        }
         __syncthreads();
       }
-      if (lane == 0 && j < width) values[u * width + j] = lanes[0][column] * scale;
-      __syncthreads();
+    }
+    if (lane == 0) {
+      partial = fold_warp_sums(partial);
+      if (column == 0) row_squares[u] = partial;
     }
   }
-}
-
-// rules.h's fold_lane_sums over a warp: lane l holds partial l; afterwards lane 0 holds the sum.
-__device__ __forceinline__ double fold_warp_sums(double partial) {
-  for (int offset = kCoalesceSquaresLanes / 2; offset > 0; offset /= 2)
-    partial += __shfl_down_sync(0xffffffffu, partial, offset);
-  return partial;
 }
 
 // The sum of squares in rules.h's order, level one: one warp per row, lane l summing columns l, l + 32, ...
@@ -178,8 +231,10 @@ __global__ void row_squares_kernel(const float* values, int64_t width, const Coa
   }
 }
 
-// Level two: one warp per block of kCoalesceSquaresBlockRows rows, lane l summing rows l, l + 32, ...
-__global__ void block_squares_kernel(const double* row_squares, const CoalesceHeader* header, double* block_squares) {
+// Levels two and three: one warp per block of kCoalesceSquaresBlockRows rows, lane l summing rows l,
+// l + 32, ...; the CUDA block that finishes last then sums the block sums with one warp the same way
+// (blocks l, l + 32, ...) into the header, and resets the count for the next coalescing.
+__global__ void block_squares_kernel(const double* row_squares, CoalesceHeader* header, double* block_squares) {
   const int lane = threadIdx.x % 32;
   const int64_t rows = header->row_count;
   const int64_t blocks = (rows + kCoalesceSquaresBlockRows - 1) / kCoalesceSquaresBlockRows;
@@ -191,16 +246,22 @@ __global__ void block_squares_kernel(const double* row_squares, const CoalesceHe
     partial = fold_warp_sums(partial);
     if (lane == 0) block_squares[b] = partial;
   }
-}
-
-// Level three: one warp, lane l summing blocks l, l + 32, ...
-__global__ void total_squares_kernel(const double* block_squares, CoalesceHeader* header) {
-  const int lane = threadIdx.x;
-  const int64_t blocks = (header->row_count + kCoalesceSquaresBlockRows - 1) / kCoalesceSquaresBlockRows;
+  __shared__ bool last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();  // this block's sums are visible before it counts itself done
+    last = atomicAdd(&header->blocks_done, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last || threadIdx.x >= 32) return;
+  __threadfence();
   double partial = 0.0;
-  for (int64_t b = lane; b < blocks; b += 32) partial += block_squares[b];
+  for (int64_t b = lane; b < blocks; b += 32) partial += __ldcg(block_squares + b);  // past L1: other SMs wrote them
   partial = fold_warp_sums(partial);
-  if (lane == 0) header->sum_of_squares = partial;
+  if (lane == 0) {
+    header->sum_of_squares = partial;
+    header->blocks_done = 0;
+  }
 }
 
 // The scratch of launch_sorted_coalesce, carved from one allocation (256-byte aligned pieces).
@@ -254,11 +315,29 @@ size_t carve_scratch(char* base, int64_t total, size_t cub_bytes, SortedScratch&
   return offset;
 }
 
+// The step's values from the device (DeviceStepInputs) where given: the row count, lr, clip factor and
+// (bias1, bias2 not null) Adam's bias corrections. False when the step is not applied.
+__device__ __forceinline__ bool take_step_inputs(const DeviceStepInputs& in, int64_t& row_count, float& lr,
+                                                 float& grad_multiplier, float* bias1, float* bias2) {
+  if (in.row_count != nullptr) row_count = *in.row_count;
+  if (in.scalars == nullptr) return true;
+  const StepScalars& step = *in.scalars;
+  if (!step.apply) return false;
+  lr = static_cast<float>(step.lr * in.lr_multiplier);  // as the host's segment lr: in double, then rounded
+  grad_multiplier = in.state->clip_factor;
+  if (bias1 != nullptr) {
+    *bias1 = step.inv_bias_correction1;
+    *bias2 = step.inv_bias_correction2;
+  }
+  return true;
+}
+
 // One warp per coalesced row; rows are unique, so no two warps touch the same parameters or states.
 template <typename State>
 __global__ void sparse_sgd_kernel(float* param, State* momentum_buffer, uint8_t* row_initialized, int64_t width,
                                   const int64_t* rows, const float* grad_rows, int64_t row_count, SgdScalars scalars,
-                                  float grad_multiplier) {
+                                  float grad_multiplier, DeviceStepInputs inputs) {
+  if (!take_step_inputs(inputs, row_count, scalars.lr, grad_multiplier, nullptr, nullptr)) return;
   const int lane = threadIdx.x % 32;
   const bool has_momentum = scalars.momentum != 0.0f;
   for (int64_t r = global_thread() / 32; r < row_count; r += thread_stride() / 32) {
@@ -282,13 +361,18 @@ __global__ void sparse_sgd_kernel(float* param, State* momentum_buffer, uint8_t*
 }
 
 template <typename State>
-__global__ void lazy_adam_kernel(float* param, State* exp_avg, State* exp_avg_sq, State* max_exp_avg_sq, int64_t width,
-                                 const int64_t* rows, const float* grad_rows, int64_t row_count, AdamScalars scalars,
-                                 float grad_multiplier) {
+__global__ void lazy_adam_kernel(float* __restrict__ param, State* __restrict__ exp_avg, State* __restrict__ exp_avg_sq,
+                                 State* __restrict__ max_exp_avg_sq, int64_t width, const int64_t* rows,
+                                 const float* __restrict__ grad_rows, int64_t row_count, AdamScalars scalars,
+                                 float grad_multiplier, DeviceStepInputs inputs) {
+  if (!take_step_inputs(inputs, row_count, scalars.lr, grad_multiplier, &scalars.inv_bias_correction1,
+                        &scalars.inv_bias_correction2))
+    return;
   const int lane = threadIdx.x % 32;
   for (int64_t r = global_thread() / 32; r < row_count; r += thread_stride() / 32) {
     const int64_t offset = rows[r] * width;
     const float* g = grad_rows + r * width;
+#pragma unroll 4  // distinct arrays (restrict): the loads of several columns are in flight at once
     for (int64_t j = lane; j < width; j += 32) {
       const int64_t i = offset + j;
       float m = load_value(exp_avg[i]), v = load_value(exp_avg_sq[i]);
@@ -305,7 +389,10 @@ __global__ void lazy_adam_kernel(float* param, State* exp_avg, State* exp_avg_sq
 template <typename Rule, typename State>
 __global__ void sparse_rule_kernel(float* param, State* state0, State* state1, State* state2, int64_t width,
                                    const int64_t* rows, const float* grad_rows, int64_t row_count, AdamScalars scalars,
-                                   float grad_multiplier) {
+                                   float grad_multiplier, DeviceStepInputs inputs) {
+  if (!take_step_inputs(inputs, row_count, scalars.lr, grad_multiplier, &scalars.inv_bias_correction1,
+                        &scalars.inv_bias_correction2))
+    return;
   State* states[3] = {state0, state1, state2};
   const int lane = threadIdx.x % 32;
   for (int64_t r = global_thread() / 32; r < row_count; r += thread_stride() / 32) {
@@ -336,6 +423,15 @@ void with_state_type(DType dtype, Fn&& fn) {
   }
 }
 
+}  // namespace
+
+namespace {
+// Levels two and three of the sum of squares over the row sums at the start of `squares`.
+void launch_block_squares(int64_t capacity_rows, CoalesceHeader* header, double* squares) {
+  block_squares_kernel<<<blocks_for(capacity_rows / kCoalesceSquaresBlockRows + 1, kWarpsPerBlock), kThreads>>>(
+      squares, header, squares + capacity_rows);
+  OPSNN_CUDA_CHECK(cudaGetLastError());
+}
 }  // namespace
 
 void launch_clear_row_slots(int* row_slots, int64_t num_rows) {
@@ -378,14 +474,9 @@ void launch_finalize_rows(const int64_t* unique_rows, CoalesceHeader* header, in
 
 void launch_coalesced_squares(const float* values, int64_t capacity_rows, int64_t width, CoalesceHeader* header,
                               double* squares) {
-  double* block_squares = squares + capacity_rows;
   row_squares_kernel<<<blocks_for(capacity_rows, kWarpsPerBlock), kThreads>>>(values, width, header, squares);
   OPSNN_CUDA_CHECK(cudaGetLastError());
-  block_squares_kernel<<<blocks_for(capacity_rows / kCoalesceSquaresBlockRows + 1, kWarpsPerBlock), kThreads>>>(
-      squares, header, block_squares);
-  OPSNN_CUDA_CHECK(cudaGetLastError());
-  total_squares_kernel<<<1, 32>>>(block_squares, header);
-  OPSNN_CUDA_CHECK(cudaGetLastError());
+  launch_block_squares(capacity_rows, header, squares);
 }
 
 size_t sorted_coalesce_scratch_bytes(int64_t total, int64_t num_rows) {
@@ -418,54 +509,57 @@ void launch_sorted_coalesce(const int64_t* indices, const float* rows, int64_t t
   cub_bytes = s.cub_bytes;
   OPSNN_CUDA_CHECK(cub::DeviceSelect::Flagged(s.cub_storage, cub_bytes, thrust::counting_iterator<int>(0), s.starts,
                                               s.run_starts, &header->row_count, count));
-  sum_sorted_rows_kernel<<<blocks_for(total * width, kThreads), kThreads>>>(s.sorted_rows, s.sorted_positions,
-                                                                            s.run_starts, rows, total, width, scale,
-                                                                            header, unique_rows, values, s.hot_rows);
+  sum_sorted_rows_kernel<<<blocks_for(total, kWarpsPerBlock), kThreads>>>(
+      s.sorted_rows, s.sorted_positions, s.run_starts, rows, total, width, scale, header, unique_rows, values,
+      s.hot_rows, squares);
   OPSNN_CUDA_CHECK(cudaGetLastError());
   if (total > kCoalesceHotRowOccurrences) {
     const int hot_blocks = static_cast<int>(std::min<int64_t>(total / kCoalesceHotRowOccurrences + 1, 1024));
-    sum_hot_rows_kernel<<<hot_blocks, dim3(32, kCoalesceSquaresLanes)>>>(s.sorted_positions, s.run_starts, rows, total,
-                                                                         width, scale, header, s.hot_rows, values);
+    sum_hot_rows_kernel<<<hot_blocks, dim3(32, kCoalesceSquaresLanes)>>>(
+        s.sorted_positions, s.run_starts, rows, total, width, scale, header, s.hot_rows, values, squares);
     OPSNN_CUDA_CHECK(cudaGetLastError());
   }
-  launch_coalesced_squares(values, total, width, header, squares);
+  launch_block_squares(total, header, squares);  // level one came with the sums
 }
 
 void launch_sparse_sgd(float* param, void* momentum_buffer, DType state_dtype, uint8_t* row_initialized, int64_t width,
                        const int64_t* rows, const float* grad_rows, int64_t row_count, const SgdScalars& scalars,
-                       float grad_multiplier) {
+                       float grad_multiplier, const DeviceStepInputs* device) {
+  const DeviceStepInputs inputs = device != nullptr ? *device : DeviceStepInputs{};
   with_state_type(state_dtype, [&](auto tag) {
     using State = decltype(tag);
     sparse_sgd_kernel<State><<<blocks_for(row_count, kWarpsPerBlock), kThreads>>>(
         param, static_cast<State*>(momentum_buffer), row_initialized, width, rows, grad_rows, row_count, scalars,
-        grad_multiplier);
+        grad_multiplier, inputs);
     OPSNN_CUDA_CHECK(cudaGetLastError());
   });
 }
 
 void launch_lazy_adam(float* param, void* exp_avg, void* exp_avg_sq, void* max_exp_avg_sq, DType state_dtype,
                       int64_t width, const int64_t* rows, const float* grad_rows, int64_t row_count,
-                      const AdamScalars& scalars, float grad_multiplier) {
+                      const AdamScalars& scalars, float grad_multiplier, const DeviceStepInputs* device) {
+  const DeviceStepInputs inputs = device != nullptr ? *device : DeviceStepInputs{};
   with_state_type(state_dtype, [&](auto tag) {
     using State = decltype(tag);
     lazy_adam_kernel<State><<<blocks_for(row_count, kWarpsPerBlock), kThreads>>>(
         param, static_cast<State*>(exp_avg), static_cast<State*>(exp_avg_sq), static_cast<State*>(max_exp_avg_sq),
-        width, rows, grad_rows, row_count, scalars, grad_multiplier);
+        width, rows, grad_rows, row_count, scalars, grad_multiplier, inputs);
     OPSNN_CUDA_CHECK(cudaGetLastError());
   });
 }
 
 void launch_sparse_rule(UpdateRule rule, float* param, void* const* states, DType state_dtype, int64_t width,
                         const int64_t* rows, const float* grad_rows, int64_t row_count, const AdamScalars& scalars,
-                        float grad_multiplier) {
+                        float grad_multiplier, const DeviceStepInputs* device) {
+  const DeviceStepInputs inputs = device != nullptr ? *device : DeviceStepInputs{};
   with_state_type(state_dtype, [&](auto tag) {
     using State = decltype(tag);
     State* typed[3] = {static_cast<State*>(states[0]), static_cast<State*>(states[1]), static_cast<State*>(states[2])};
     switch (rule) {
-#define OPSNN_RULE_CASE(name, Rule)                                                                        \
-  case UpdateRule::name:                                                                                   \
-    sparse_rule_kernel<Rule, State><<<blocks_for(row_count, kWarpsPerBlock), kThreads>>>(                  \
-        param, typed[0], typed[1], typed[2], width, rows, grad_rows, row_count, scalars, grad_multiplier); \
+#define OPSNN_RULE_CASE(name, Rule)                                                                                \
+  case UpdateRule::name:                                                                                           \
+    sparse_rule_kernel<Rule, State><<<blocks_for(row_count, kWarpsPerBlock), kThreads>>>(                          \
+        param, typed[0], typed[1], typed[2], width, rows, grad_rows, row_count, scalars, grad_multiplier, inputs); \
     break;
       OPSNN_ELEMENTWISE_RULES(OPSNN_RULE_CASE)
 #undef OPSNN_RULE_CASE

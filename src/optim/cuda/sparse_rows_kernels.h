@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "opsnn/core/dtype.h"
+#include "opsnn/optim/device_step.h"
 #include "opsnn/optim/rules.h"
 #include "opsnn/optim/step_kernels.h"
 
@@ -16,6 +17,8 @@ struct CoalesceHeader {
   double sum_of_squares;                  // of the scaled coalesced values
   int row_count;                          // unique rows claimed so far
   int hot_row_count;                      // sorted coalescing: rows of more than kCoalesceHotRowOccurrences occurrences
+  unsigned int blocks_done;               // the sum of squares' blocks that have written their block sums
+  unsigned int unused;
 };
 inline constexpr unsigned long long kNoBadPosition = ~0ull;
 
@@ -56,15 +59,17 @@ void launch_sorted_coalesce(const int64_t* indices, const float* rows, int64_t t
                             float scale, void* scratch, size_t scratch_bytes, int64_t* unique_rows, float* values,
                             CoalesceHeader* header, double* squares);
 
+// The updates over coalesced rows, one warp per row. device (or null): the step's values and the row
+// count from device memory (device_step.h's DeviceStepInputs); row_count is then an upper bound.
 void launch_sparse_sgd(float* param, void* momentum_buffer, DType state_dtype, uint8_t* row_initialized, int64_t width,
                        const int64_t* rows, const float* grad_rows, int64_t row_count, const SgdScalars& scalars,
-                       float grad_multiplier);
+                       float grad_multiplier, const DeviceStepInputs* device);
 void launch_lazy_adam(float* param, void* exp_avg, void* exp_avg_sq, void* max_exp_avg_sq, DType state_dtype,
                       int64_t width, const int64_t* rows, const float* grad_rows, int64_t row_count,
-                      const AdamScalars& scalars, float grad_multiplier);
-// An element-wise rule's lazy update (rule: one of OPSNN_ELEMENTWISE_RULES), one warp per row.
+                      const AdamScalars& scalars, float grad_multiplier, const DeviceStepInputs* device);
+// An element-wise rule's lazy update (rule: one of OPSNN_ELEMENTWISE_RULES).
 void launch_sparse_rule(UpdateRule rule, float* param, void* const* states, DType state_dtype, int64_t width,
                         const int64_t* rows, const float* grad_rows, int64_t row_count, const AdamScalars& scalars,
-                        float grad_multiplier);
+                        float grad_multiplier, const DeviceStepInputs* device);
 
 }  // namespace opsnn::optim::cuda
