@@ -434,30 +434,58 @@ std::unique_ptr<CapturedStep> Optimizer::capture_step() {
   return std::make_unique<OptimizerCapturedStep>(stepper_->capture(), state_stale_);
 }
 
-// The device pipeline; then the host side of the monitor (messages, stop) from what the device found, and
-// the sparse updater (on the host's schedule: it needs the step's scalars) when the step was applied.
+// The device pipeline; then the host side of the monitor (messages, stop) from what the device found.
+// Row-sparse tables on the optimizer's GPU (SparseUpdater::updates_on_device) are coalesced and updated in
+// the same stream as the dense step, the update reading the step's values from the device: one host
+// synchronisation per step, at the end; an index outside a table aborts the step on the device (nothing
+// changes) and is reported once the header is back. Other sparse updaters run on the host's schedule:
+// their sums go to the device before the step, their update after it, when the step was applied.
 const StepState& Optimizer::device_step() {
   sync_state();
   arena_->reclaim_grads();
   const StepState before = state_;
   const std::vector<ArenaSegment>& segments = arena_->segments();
-  bool sparse = has_sparse_segments();
-  if (sparse && sparse_updater_->updates_on_device()) return device_step_with_sparse_on_device();
-  std::vector<double> sparse_sums;
-  if (sparse) {
-    float inverse_scale = scaler_.inverse_scale(before);
-    sparse_sums.assign(segments.size(), 0.0);
+  const bool sparse = has_sparse_segments();
+  const bool sparse_on_device = sparse && sparse_updater_->updates_on_device();
+  // The host's values of an applied step for the sparse updater (on the device, the lr, bias corrections
+  // and clip factor are the device step's own; betas, eps and weight decay come from here).
+  auto update_sparse = [&](float clip_factor) {
+    const double lr = scheduled_lr(before.step);
+    set_segment_scalars(lr);
+    AdamScalars adam;
+    SgdScalars sgd;
+    step_scalars(before, lr, adam, sgd);
+    update_sparse_segments(adam, sgd, clip_factor, sparse_on_device);
+  };
+  const float inverse_scale = sparse ? scaler_.inverse_scale(before) : 1.0f;
+  if (sparse_on_device) {
+    std::vector<DeviceSparseStats> stats(segments.size());
     for (size_t i = 0; i < segments.size(); ++i)
-      if (segments[i].sparse) {
-        SparseSegment segment = sparse_segment(i);
-        sparse_sums[i] = sparse_updater_->prepare(segment, inverse_scale);
-      }
+      if (segments[i].sparse) stats[i] = sparse_updater_->prepare_on_device(sparse_segment(i), inverse_scale);
+    stepper_->enqueue(stats);
+    update_sparse(1.0f);
+  } else if (sparse) {
+    std::vector<double> sparse_sums(segments.size(), 0.0);
+    for (size_t i = 0; i < segments.size(); ++i)
+      if (segments[i].sparse) sparse_sums[i] = sparse_updater_->prepare(sparse_segment(i), inverse_scale);
+    stepper_->enqueue(&sparse_sums);
+  } else {
+    stepper_->enqueue(nullptr);
   }
-  stepper_->enqueue(sparse ? &sparse_sums : nullptr);
   DeviceStepReport report;
   stepper_->read(state_, report);
   state_stale_ = false;
   segment_norms_stale_ = true;
+  if (sparse_on_device) {
+    try {
+      for (size_t i = 0; i < segments.size(); ++i)
+        if (segments[i].sparse) sparse_updater_->finish_on_device(sparse_segment(i));
+    } catch (...) {
+      stepper_->write_state(before);
+      state_ = before;
+      throw;
+    }
+  }
 
   auto name_of = [&](int32_t segment) {
     return segment >= 0 ? segments[static_cast<size_t>(segment)].name : std::string();
@@ -468,61 +496,9 @@ const StepState& Optimizer::device_step() {
   view.grad_norm = state_.grad_norm;
   monitor_.check_gradients(view, report.bad_grad_segment, name_of(report.bad_grad_segment), scaler_.enabled());
   if ((state_.monitor_flags & kStepSkipped) == 0) {
-    if (sparse) {
-      double lr = scheduled_lr(before.step);
-      set_segment_scalars(lr);
-      AdamScalars adam;
-      SgdScalars sgd;
-      step_scalars(before, lr, adam, sgd);
-      update_sparse_segments(adam, sgd, state_.clip_factor);
-    }
+    if (sparse && !sparse_on_device) update_sparse(state_.clip_factor);
     monitor_.check_parameters(view, report.bad_param_segment, name_of(report.bad_param_segment));
   }
-  return state_;
-}
-
-// The same with the row-sparse segments coalesced and updated on the device in the same stream as the
-// dense step (their statistics never visit the host before the step, and the update reads the step's
-// values from the device): one host synchronisation per step, at the end. An index outside a table
-// aborts the step on the device (nothing changes) and is reported here once the header is back.
-const StepState& Optimizer::device_step_with_sparse_on_device() {
-  const StepState before = state_;  // device_step synchronised it
-  const std::vector<ArenaSegment>& segments = arena_->segments();
-  const float inverse_scale = scaler_.inverse_scale(before);
-  std::vector<DeviceSparseStats> stats(segments.size());
-  for (size_t i = 0; i < segments.size(); ++i)
-    if (segments[i].sparse) stats[i] = sparse_updater_->prepare_on_device(sparse_segment(i), inverse_scale);
-  stepper_->enqueue(stats);
-  // Host values for what the device does not override (betas, eps, weight decay): the lr, bias corrections
-  // and clip factor come from the device's step.
-  const double lr = scheduled_lr(before.step);
-  set_segment_scalars(lr);
-  AdamScalars adam;
-  SgdScalars sgd;
-  step_scalars(before, lr, adam, sgd);
-  update_sparse_segments(adam, sgd, 1.0f, true);
-  DeviceStepReport report;
-  stepper_->read(state_, report);
-  state_stale_ = false;
-  segment_norms_stale_ = true;
-  try {
-    for (size_t i = 0; i < segments.size(); ++i)
-      if (segments[i].sparse) sparse_updater_->finish_on_device(sparse_segment(i));
-  } catch (...) {
-    stepper_->write_state(before);
-    state_ = before;
-    throw;
-  }
-
-  auto name_of = [&](int32_t segment) {
-    return segment >= 0 ? segments[static_cast<size_t>(segment)].name : std::string();
-  };
-  StepState view = before;
-  view.found_inf = state_.found_inf;
-  view.grad_norm = state_.grad_norm;
-  monitor_.check_gradients(view, report.bad_grad_segment, name_of(report.bad_grad_segment), scaler_.enabled());
-  if ((state_.monitor_flags & kStepSkipped) == 0)
-    monitor_.check_parameters(view, report.bad_param_segment, name_of(report.bad_param_segment));
   return state_;
 }
 

@@ -246,7 +246,6 @@ class Optimizer {
   void update_sparse_segments(const AdamScalars& adam, const SgdScalars& sgd, float clip_factor,
                               bool on_device = false);
   const StepState& device_step();
-  const StepState& device_step_with_sparse_on_device();
   bool has_sparse_segments() const;
   // (Re)creates the device stepper over device_arena() and hands it the current step state.
   void build_stepper();
