@@ -89,9 +89,7 @@ void coalesce_rows(const RowChunkView* chunks, int64_t chunk_count, int64_t num_
   out.non_finite = false;
   out.device = kCPU;
   out.device_row_count = 0;
-  out.pending = false;
-  out.device_row_count_at = nullptr;
-  out.device_stats = {};
+  out.clear_pending();
   // Scratch kept between calls, one set per calling thread (a training loop coalesces every step). The
   // parallel loop below reads it through plain pointers: inside it, a thread_local name would refer to
   // each worker thread's own (empty) copy.

@@ -68,6 +68,13 @@ struct CoalescedRows {
   DeviceSparseStats device_stats;
   std::shared_ptr<void> host_header;    // pinned host copy of the device header
   std::vector<Tensor> pending_indices;  // the chunks' indices, for the message naming a bad one
+  // No deferred coalescing outstanding (what every coalesce() starts from, and finish_coalesce() ends with).
+  void clear_pending() {
+    pending = false;
+    device_row_count_at = nullptr;
+    device_stats = {};
+    pending_indices.clear();
+  }
 
   int64_t row_count() const { return device.is_cpu() ? static_cast<int64_t>(indices.size()) : device_row_count; }
 };

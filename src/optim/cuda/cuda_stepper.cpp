@@ -273,33 +273,6 @@ class CudaStepper final : public DeviceStepper {
   const StepScalars* device_scalars() const override { return buffers_.scalars; }
   const StepState* device_state() const override { return buffers_.state; }
 
-  void enqueue_step() {
-    cudaStream_t stream = stream_;
-    const FusedBuffers& b = buffers_;
-    const StepConstants& k = constants_;
-    auto update = [&](bool with_stats) {
-      if (k.rule == UpdateRule::lamb && k.sharded)
-        sharded_lamb(stream);
-      else if (k.rule == UpdateRule::lamb)
-        launch_lamb(b, k, with_stats, stream);
-      else
-        launch_update(b, k, with_stats, stream);
-    };
-    if (single_pass_step(k)) {
-      launch_step_prologue(b, k, false, stream);
-      update(true);
-      launch_segment_sums(b, 1, stream);
-      launch_step_epilogue(b, k, true, stream);
-    } else {
-      launch_grad_sum_of_squares(b, stream);
-      launch_segment_sums(b, 1, stream);
-      if (k.sharded) sum_over_ranks(buffers_.segment_sums[0], 1);
-      launch_step_prologue(b, k, true, stream);
-      update(false);
-      launch_step_epilogue(b, k, false, stream);
-    }
-  }
-
   void set_cross_rank_sum(std::function<void(const Tensor&)> sum) override {
     OPSNN_CHECK_AS(UsageError, constants_.sharded, "set_cross_rank_sum: this stepper's step is not sharded");
     cross_rank_sum_ = std::move(sum);
@@ -372,6 +345,34 @@ class CudaStepper final : public DeviceStepper {
   }
 
  private:
+  // The step's kernels, with buffers_.sparse_sums / sparse_stats set by the enqueue() that calls it.
+  void enqueue_step() {
+    cudaStream_t stream = stream_;
+    const FusedBuffers& b = buffers_;
+    const StepConstants& k = constants_;
+    auto update = [&](bool with_stats) {
+      if (k.rule == UpdateRule::lamb && k.sharded)
+        sharded_lamb(stream);
+      else if (k.rule == UpdateRule::lamb)
+        launch_lamb(b, k, with_stats, stream);
+      else
+        launch_update(b, k, with_stats, stream);
+    };
+    if (single_pass_step(k)) {
+      launch_step_prologue(b, k, false, stream);
+      update(true);
+      launch_segment_sums(b, 1, stream);
+      launch_step_epilogue(b, k, true, stream);
+    } else {
+      launch_grad_sum_of_squares(b, stream);
+      launch_segment_sums(b, 1, stream);
+      if (k.sharded) sum_over_ranks(buffers_.segment_sums[0], 1);
+      launch_step_prologue(b, k, true, stream);
+      update(false);
+      launch_step_epilogue(b, k, false, stream);
+    }
+  }
+
   // `arrays` consecutive per-segment arrays starting at `first` (inside sums_) summed over the ranks.
   void sum_over_ranks(double* first, int arrays) {
     OPSNN_CHECK_AS(UsageError, static_cast<bool>(cross_rank_sum_),

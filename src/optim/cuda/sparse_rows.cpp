@@ -72,11 +72,8 @@ void finish_coalescing(const std::vector<Tensor>& indices, int64_t num_rows, int
 void cuda_finish(CoalescedRows& out) {
   OPSNN_CHECK(out.host_header != nullptr, "finish_coalesce: no header was copied back");
   const cuda::CoalesceHeader result = *static_cast<const cuda::CoalesceHeader*>(out.host_header.get());
-  out.pending = false;
-  out.device_row_count_at = nullptr;
-  out.device_stats = {};
-  std::vector<Tensor> indices = std::move(out.pending_indices);
-  out.pending_indices.clear();
+  const std::vector<Tensor> indices = std::move(out.pending_indices);
+  out.clear_pending();
   take_header(result, indices, out.table_rows, out);
 }
 
@@ -113,10 +110,7 @@ void cuda_coalesce(const RowSparseGrad& grad, int64_t num_rows, int64_t width, f
   out.device_row_count = 0;
   out.sum_of_squares = 0.0;
   out.non_finite = false;
-  out.pending = false;
-  out.device_row_count_at = nullptr;
-  out.device_stats = {};
-  out.pending_indices.clear();
+  out.clear_pending();
   if (total == 0) return;
 
   static_assert(sizeof(cuda::CoalesceHeader) % sizeof(int64_t) == 0);

@@ -52,9 +52,10 @@ inline int64_t coalesced_squares_scratch(int64_t capacity_rows) {
 size_t sorted_coalesce_scratch_bytes(int64_t total, int64_t num_rows);
 // Coalesces `total` occurrences (indices: i64, rows: f32 [total, width]) the way the CPU's coalesce_rows
 // does, bit for bit: a stable radix sort of (row id, occurrence position), each unique row's values summed
-// in occurrence order and then scaled, unique rows ascending; the sum of squares by launch_coalesced_squares
-// (squares: its scratch). Writes the unique rows and
-// their values, and the row count, first bad position and sum of squares into the header (begun here).
+// in occurrence order and then scaled, unique rows ascending; the sum of squares in the same order as
+// launch_coalesced_squares (each row's with its sums, then the blocks; squares: the same scratch). Writes
+// the unique rows and their values, and the row count, first bad position and sum of squares into the
+// header (begun here).
 void launch_sorted_coalesce(const int64_t* indices, const float* rows, int64_t total, int64_t num_rows, int64_t width,
                             float scale, void* scratch, size_t scratch_bytes, int64_t* unique_rows, float* values,
                             CoalesceHeader* header, double* squares);
