@@ -4,6 +4,7 @@
 #include <deque>
 #include <mutex>
 
+#include "core/cpu_variants.h"
 #include "opsnn/core/error.h"
 #include "opsnn/optim/builtin_list.h"
 #include "opsnn/optim/descriptor.h"
@@ -42,6 +43,13 @@ OptimizerDescriptor generic_descriptor() {
   d.supports_amsgrad = true;
   return d;
 }
+
+}  // namespace
+
+// The variant chosen for this CPU (core/cpu_variants.h).
+const FusedStepKernels& cpu_fused_step_kernels() { return *opsnn::cpu::cpu_kernels().step; }
+
+namespace {
 
 // The CPU kernels are always there; other devices register theirs.
 DeviceTable<FusedStepKernels>& kernel_table() {

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/cpu_variants.h"
 #include "core/json_reader.h"
 #include "opsnn/autograd/node.h"
 #include "opsnn/core/storage.h"
@@ -427,6 +428,8 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
   s.logger->info("opsnn run '{}' in {}: {} on {} ({} train / {} test samples), {} parameters, {} on {}", run_name_of(c),
                  s.run_dir.string(), c.model.arch, s.datasets.train->name(), s.datasets.train->size(),
                  s.datasets.test->size(), models::count_parameters(*s.model), c.optimizer.name, s.device.str());
+  s.logger->info("CPU kernels: {} (OPSNN_CPU_KERNELS=portable|avx2|avx512 chooses another)",
+                 opsnn::cpu::cpu_kernels().name);
   if (s.optimizer->sparse_updater() != nullptr)
     s.logger->info(
         "row-sparse embedding gradients: {} updates only the rows each batch touches",

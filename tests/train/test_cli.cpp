@@ -230,6 +230,27 @@ TEST_CASE("cli: an unavailable train.device exits 2 naming the key, auto falls b
   }
 }
 
+TEST_CASE("cli: OPSNN_CPU_KERNELS picks the CPU kernels - an unknown value exits non-zero naming it", "[cli]") {
+  TemporaryFolder folder;
+  write_text(folder.path / "tiny.yaml", kTinyRunYaml);
+  auto run_with = [&](const std::string& value, const std::string& out) {
+    return opsnn::testing::run_program(
+        "env", {"OPSNN_CPU_KERNELS=" + value, OPSNN_TRAIN_EXE, "--config", "tiny.yaml", "--out", out}, folder.path);
+  };
+  Outcome bad = run_with("avx1024", "bad");
+  INFO(bad.output);
+  CHECK(bad.exit_code >= 1);
+  CHECK_THAT(bad.output, Catch::Contains("OPSNN_CPU_KERNELS=avx1024") && Catch::Contains("unknown"));
+  CHECK_THAT(bad.output, !Catch::Contains("terminate called"));
+  Outcome portable = run_with("portable", "portable");
+  INFO(portable.output);
+  CHECK(portable.exit_code == 0);
+  std::ifstream log(folder.path / "portable" / "train.log");
+  std::stringstream text;
+  text << log.rdbuf();
+  CHECK_THAT(text.str(), Catch::Contains("CPU kernels: portable"));
+}
+
 TEST_CASE("cli: a missing data root exits 1 naming the path", "[cli]") {
   TemporaryFolder folder;
   Outcome outcome = run_train({"--set", "data.root=/nonexistent/fashion-data", "--out", "run"}, folder.path);

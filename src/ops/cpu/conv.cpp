@@ -1,26 +1,40 @@
 // CPU conv2d kernels (NCHW input, OIHW weight; NHWC input through permuted copies): forward and the
 // input/weight gradients, each an im2col over cache-sized bands of output rows (or, for 1x1 stride-1
-// unpadded kernels, the input itself) multiplied by Eigen's GEMM, with col2im scattering the input
-// gradient back.
+// unpadded kernels, the input itself) multiplied by Eigen's GEMM (cpu::matmul, in the CPU variant in use),
+// with col2im scattering the input gradient back.
 #include <omp.h>
 
-#include <Eigen/Core>
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
+#include "core/cpu_variants.h"
 #include "ops/cpu/cpu_backend.h"
 #include "ops/cpu/kernel_support.h"
 
 namespace opsnn::ops {
 namespace {
 
+// out (m x n, row stride ldo) = op(a) * op(b), or += when accumulate; a and b row-major with row strides
+// lda and ldb, transposed when asked (cpu::Matmul).
 template <typename T>
-using RowMajorMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <typename T>
-using MatrixMap = Eigen::Map<RowMajorMatrix<T>>;
-template <typename T>
-using ConstMatrixMap = Eigen::Map<const RowMajorMatrix<T>>;
+void multiply(const T* a, int64_t lda, bool transpose_a, const T* b, int64_t ldb, bool transpose_b, T* out, int64_t ldo,
+              int64_t m, int64_t n, int64_t k, bool accumulate) {
+  opsnn::cpu::Matmul<T> product;
+  product.a = a;
+  product.lda = lda;
+  product.transpose_a = transpose_a;
+  product.b = b;
+  product.ldb = ldb;
+  product.transpose_b = transpose_b;
+  product.out = out;
+  product.ldo = ldo;
+  product.m = m;
+  product.n = n;
+  product.k = k;
+  product.beta = accumulate ? T(1) : T(0);
+  opsnn::cpu::matmul(product);
+}
 
 // Every size of one convolution, read from the (already validated) tensors.
 struct ConvShape {
@@ -178,32 +192,27 @@ void col2im(const T* col, const ConvShape& s, RowBand band, T* image) {
   }
 }
 
-// The columns of a band inside one sample's [rows, out_plane] matrix (output or output gradient).
-template <typename T>
-using BandMap = Eigen::Map<RowMajorMatrix<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
-template <typename T>
-using ConstBandMap = Eigen::Map<const RowMajorMatrix<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
-
 template <typename T>
 void forward_typed(const Tensor& input, const Tensor& weight, const Tensor& bias, Tensor& out, const ConvShape& s) {
   const T* x = input.data<T>();
   const T* b = bias.defined() ? bias.data<T>() : nullptr;
   T* y = out.data<T>();
-  const ConstMatrixMap<T> weights(weight.data<T>(), s.out_channels, s.col_rows());
+  const T* weights = weight.data<T>();  // out_channels x col_rows
   const bool spread = spread_samples_over_threads(s.batch);
   for_each_sample(s.batch, spread, [&](int64_t n) {
     T* sample_out = y + n * s.out_channels * s.out_plane();
     const T* image = x + n * s.in_channels * s.in_plane();
     if (s.pointwise()) {
-      MatrixMap<T>(sample_out, s.out_channels, s.out_plane()).noalias() =
-          weights * ConstMatrixMap<T>(image, s.in_channels, s.in_plane());
+      multiply(weights, s.col_rows(), false, image, s.in_plane(), false, sample_out, s.out_plane(), s.out_channels,
+               s.out_plane(), s.in_channels, false);
     } else {
       T* col = thread_scratch<T>(s, spread);
       for_each_band(s, spread, [&](RowBand band) {
         const int64_t columns = (band.end - band.begin) * s.out_w;
         im2col(image, s, band, col);
-        BandMap<T>(sample_out + band.begin * s.out_w, s.out_channels, columns, Eigen::OuterStride<>(s.out_plane()))
-            .noalias() = weights * ConstMatrixMap<T>(col, s.col_rows(), columns);
+        // The band's columns inside the sample's [out_channels, out_plane] output.
+        multiply(weights, s.col_rows(), false, col, columns, false, sample_out + band.begin * s.out_w, s.out_plane(),
+                 s.out_channels, columns, s.col_rows(), false);
       });
     }
     if (b != nullptr)
@@ -218,23 +227,22 @@ template <typename T>
 void backward_input_typed(const Tensor& grad_out, const Tensor& weight, Tensor& grad_input, const ConvShape& s) {
   const T* dy = grad_out.data<T>();
   T* dx = grad_input.data<T>();
-  const ConstMatrixMap<T> weights(weight.data<T>(), s.out_channels, s.col_rows());
+  const T* weights = weight.data<T>();  // out_channels x col_rows, used transposed
   const bool spread = spread_samples_over_threads(s.batch);
   for_each_sample(s.batch, spread, [&](int64_t n) {
     const T* sample_grad = dy + n * s.out_channels * s.out_plane();
     T* image_grad = dx + n * s.in_channels * s.in_plane();
     if (s.pointwise()) {
-      MatrixMap<T>(image_grad, s.in_channels, s.in_plane()).noalias() =
-          weights.transpose() * ConstMatrixMap<T>(sample_grad, s.out_channels, s.out_plane());
+      multiply(weights, s.col_rows(), true, sample_grad, s.out_plane(), false, image_grad, s.in_plane(), s.in_channels,
+               s.in_plane(), s.out_channels, false);
       return;
     }
     T* col = thread_scratch<T>(s, spread);
     std::fill(image_grad, image_grad + s.in_channels * s.in_plane(), T(0));
     for_each_band(s, spread, [&](RowBand band) {
       const int64_t columns = (band.end - band.begin) * s.out_w;
-      MatrixMap<T>(col, s.col_rows(), columns).noalias() =
-          weights.transpose() * ConstBandMap<T>(sample_grad + band.begin * s.out_w, s.out_channels, columns,
-                                                Eigen::OuterStride<>(s.out_plane()));
+      multiply(weights, s.col_rows(), true, sample_grad + band.begin * s.out_w, s.out_plane(), false, col, columns,
+               s.col_rows(), columns, s.out_channels, false);
       col2im(col, s, band, image_grad);
     });
   });
@@ -246,22 +254,21 @@ void backward_weight_typed(const Tensor& grad_out, const Tensor& input, Tensor& 
   const T* x = input.data<T>();
   const int64_t weight_size = s.out_channels * s.col_rows();
   const bool spread = spread_samples_over_threads(s.batch);
+  // accumulator (out_channels x col_rows) += the sample's output gradient times its columns, transposed.
   auto accumulate_sample = [&](int64_t n, T* accumulator) {
-    MatrixMap<T> grad_weights(accumulator, s.out_channels, s.col_rows());
     const T* sample_grad = dy + n * s.out_channels * s.out_plane();
     const T* image = x + n * s.in_channels * s.in_plane();
     if (s.pointwise()) {
-      grad_weights.noalias() += ConstMatrixMap<T>(sample_grad, s.out_channels, s.out_plane()) *
-                                ConstMatrixMap<T>(image, s.in_channels, s.in_plane()).transpose();
+      multiply(sample_grad, s.out_plane(), false, image, s.in_plane(), true, accumulator, s.col_rows(), s.out_channels,
+               s.col_rows(), s.out_plane(), true);
       return;
     }
     T* col = thread_scratch<T>(s, spread);
     for_each_band(s, spread, [&](RowBand band) {
       const int64_t columns = (band.end - band.begin) * s.out_w;
       im2col(image, s, band, col);
-      grad_weights.noalias() += ConstBandMap<T>(sample_grad + band.begin * s.out_w, s.out_channels, columns,
-                                                Eigen::OuterStride<>(s.out_plane())) *
-                                ConstMatrixMap<T>(col, s.col_rows(), columns).transpose();
+      multiply(sample_grad + band.begin * s.out_w, s.out_plane(), false, col, columns, true, accumulator, s.col_rows(),
+               s.out_channels, s.col_rows(), columns, true);
     });
   };
   T* dw = grad_weight.data<T>();

@@ -1,39 +1,10 @@
-// CPU matrix product out = alpha * op(a) * op(b) + beta * out on row-major matrices, through Eigen
-// (which spreads large products over OpenMP threads itself).
-#include <Eigen/Core>
-
+// CPU matrix product out = alpha * op(a) * op(b) + beta * out on row-major matrices: Eigen's GEMM in the
+// CPU variant in use (core/cpu_variants.h; Eigen spreads large products over OpenMP threads itself).
+#include "core/cpu_variants.h"
 #include "ops/cpu/cpu_backend.h"
 #include "ops/cpu/kernel_support.h"
 
 namespace opsnn::ops {
-namespace {
-
-template <typename T>
-void gemm_typed(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& out, T alpha, T beta) {
-  using RowMajorMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  Eigen::Map<const RowMajorMatrix> a_matrix(a.data<T>(), a.size(0), a.size(1));
-  Eigen::Map<const RowMajorMatrix> b_matrix(b.data<T>(), b.size(0), b.size(1));
-  Eigen::Map<RowMajorMatrix> out_matrix(out.data<T>(), out.size(0), out.size(1));
-  auto multiply = [&](const auto& lhs, const auto& rhs) {
-    // beta == 0 must not read out: it may hold uninitialized memory (NaN * 0 is NaN).
-    if (beta == T(0)) {
-      out_matrix.noalias() = alpha * (lhs * rhs);
-    } else {
-      if (beta != T(1)) out_matrix *= beta;
-      out_matrix.noalias() += alpha * (lhs * rhs);
-    }
-  };
-  if (transpose_a && transpose_b)
-    multiply(a_matrix.transpose(), b_matrix.transpose());
-  else if (transpose_a)
-    multiply(a_matrix.transpose(), b_matrix);
-  else if (transpose_b)
-    multiply(a_matrix, b_matrix.transpose());
-  else
-    multiply(a_matrix, b_matrix);
-}
-
-}  // namespace
 
 void CpuBackend::gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& out, double alpha,
                       double beta) {
@@ -50,7 +21,21 @@ void CpuBackend::gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool t
                  "x", inner_a, " times op(b) ", inner_b, "x", cols, " cannot give out ", shape_str(out.shape()));
   cpu::visit_floating(a.dtype(), "gemm", [&](auto tag) {
     using T = decltype(tag);
-    gemm_typed<T>(a, transpose_a, b, transpose_b, out, static_cast<T>(alpha), static_cast<T>(beta));
+    opsnn::cpu::Matmul<T> product;
+    product.a = a.data<T>();
+    product.lda = a.size(1);
+    product.transpose_a = transpose_a;
+    product.b = b.data<T>();
+    product.ldb = b.size(1);
+    product.transpose_b = transpose_b;
+    product.out = out.data<T>();
+    product.ldo = cols;
+    product.m = rows;
+    product.n = cols;
+    product.k = inner_a;
+    product.alpha = static_cast<T>(alpha);
+    product.beta = static_cast<T>(beta);
+    opsnn::cpu::matmul(product);
   });
 }
 

@@ -2,7 +2,8 @@
 // crossing a tensor), SIMD loops within a chunk calling the shared per-element rules (rules.h), templated
 // on the storage type of the optimizer states. fp16 states are converted a block at a time (half_blocks.h)
 // through L1-resident buffers, since half.h's branchy conversion would stop the update loop vectorizing;
-// fp32 and bf16 (a shift) states are converted in the loop itself.
+// fp32 and bf16 (a shift) states are converted in the loop itself. Compiled once per CPU variant
+// (core/cpu_variants.h): sums run over kSumLanes fixed lanes, so no variant's vector width changes a bit.
 #include <algorithm>
 #include <array>
 #include <type_traits>
@@ -11,7 +12,11 @@
 #include "opsnn/optim/step_kernels.h"
 #include "optim/cpu/half_blocks.h"
 
-namespace opsnn::optim::cpu {
+#ifndef OPSNN_CPU_VARIANT
+#error "compiled once per CPU variant (CMakeLists.txt: OPSNN_CPU_VARIANT_SOURCES)"
+#endif
+
+namespace opsnn::optim::cpu::OPSNN_CPU_VARIANT {
 namespace {
 
 // fp16 states are staged through stack buffers of this many elements (3 x 2 KB, in L1).
@@ -70,18 +75,34 @@ void staged(const std::array<State*, StateCount>& states, int64_t count, bool wr
   }
 }
 
+// ---- sums in a fixed order ----
+// Lane l of a sum takes elements l, l + kSumLanes, ...; the lanes are then added pairwise. An 8-lane
+// vector, two 4-lane ones or four 2-lane ones compute the same lanes, so every variant gives the same bits.
+constexpr int64_t kSumLanes = 8;
+
+double fold_sum_lanes(const double (&lanes)[kSumLanes]) {
+  return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+}
+
 // ---- gradient statistics ----
 void grad_sum_of_squares(const ArenaView& arena, double* chunk_sums) {
   for_each_chunk(arena, [&](int64_t c, const ArenaChunk& chunk) {
     const float* grads = arena.grads + chunk.begin;
-    int64_t count = chunk.end - chunk.begin;
-    double sum = 0.0;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t i = 0; i < count; ++i) {
-      double g = grads[i];
-      sum += g * g;
+    const int64_t count = chunk.end - chunk.begin;
+    double lanes[kSumLanes] = {};
+    int64_t i = 0;
+    for (; i + kSumLanes <= count; i += kSumLanes) {
+#pragma omp simd
+      for (int64_t l = 0; l < kSumLanes; ++l) {
+        const double g = grads[i + l];
+        lanes[l] += g * g;
+      }
     }
-    chunk_sums[c] = sum;
+    for (int64_t l = 0; i + l < count; ++l) {
+      const double g = grads[i + l];
+      lanes[l] += g * g;
+    }
+    chunk_sums[c] = fold_sum_lanes(lanes);
   });
 }
 
@@ -222,21 +243,23 @@ void sgd_update(const ArenaView& arena, const SgdScalars& base, const SegmentSte
 template <typename State>
 void lamb_phase1_span(const float* __restrict params, const float* __restrict grads, State* __restrict exp_avg,
                       State* __restrict exp_avg_sq, int64_t count, float grad_multiplier, const AdamScalars& s,
-                      double& update_sum_squares, double& param_sum_squares) {
-  double update_sum = 0.0, param_sum = 0.0;
-#pragma omp simd reduction(+ : update_sum, param_sum)
-  for (int64_t i = 0; i < count; ++i) {
+                      double (&update_lanes)[kSumLanes], double (&param_lanes)[kSumLanes]) {
+  auto element = [&](int64_t i, int64_t lane) {
     float m = load_value(exp_avg[i]);
     float v = load_value(exp_avg_sq[i]);
-    double r = lamb_phase1_element(params[i], m, v, grads[i] * grad_multiplier, s);
+    const double r = lamb_phase1_element(params[i], m, v, grads[i] * grad_multiplier, s);
     store_value(exp_avg[i], m);
     store_value(exp_avg_sq[i], v);
-    double p = params[i];
-    update_sum += r * r;
-    param_sum += p * p;
+    const double p = params[i];
+    update_lanes[lane] += r * r;
+    param_lanes[lane] += p * p;
+  };
+  int64_t i = 0;
+  for (; i + kSumLanes <= count; i += kSumLanes) {
+#pragma omp simd
+    for (int64_t l = 0; l < kSumLanes; ++l) element(i + l, l);
   }
-  update_sum_squares += update_sum;
-  param_sum_squares += param_sum;
+  for (int64_t l = 0; i + l < count; ++l) element(i + l, l);
 }
 
 void lamb_phase1(const ArenaView& arena, const AdamScalars& base, const SegmentStepScalars* segments,
@@ -251,13 +274,15 @@ void lamb_phase1(const ArenaView& arena, const AdamScalars& base, const SegmentS
                                       state_array<State>(arena, 1) + chunk.begin};
       const float* params = arena.params + chunk.begin;
       const float* grads = arena.grads + chunk.begin;
-      double update_sum = 0.0, param_sum = 0.0;
+      // Lanes over the whole chunk: fp16 blocks (a multiple of kSumLanes long) continue them.
+      static_assert(kHalfBlock % kSumLanes == 0);
+      double update_lanes[kSumLanes] = {}, param_lanes[kSumLanes] = {};
       staged(states, chunk.end - chunk.begin, true, [&](const auto& staged_states, int64_t start, int64_t length) {
         lamb_phase1_span(params + start, grads + start, staged_states[0], staged_states[1], length, grad_multiplier, s,
-                         update_sum, param_sum);
+                         update_lanes, param_lanes);
       });
-      chunk_update_sum_squares[c] = update_sum;
-      chunk_param_sum_squares[c] = param_sum;
+      chunk_update_sum_squares[c] = fold_sum_lanes(update_lanes);
+      chunk_param_sum_squares[c] = fold_sum_lanes(param_lanes);
     });
   });
 }
@@ -364,14 +389,11 @@ void elementwise_update(const ArenaView& arena, UpdateRule rule, const AdamScala
 }
 
 }  // namespace
-}  // namespace opsnn::optim::cpu
 
-namespace opsnn::optim {
-
-const FusedStepKernels& cpu_fused_step_kernels() {
-  static const FusedStepKernels kernels{cpu::grad_sum_of_squares, cpu::adam_update, cpu::sgd_update,
-                                        cpu::lamb_phase1,         cpu::lamb_phase2, cpu::elementwise_update};
+const FusedStepKernels& fused_step_kernels() {
+  static const FusedStepKernels kernels{grad_sum_of_squares, adam_update, sgd_update,
+                                        lamb_phase1,         lamb_phase2, elementwise_update};
   return kernels;
 }
 
-}  // namespace opsnn::optim
+}  // namespace opsnn::optim::cpu::OPSNN_CPU_VARIANT

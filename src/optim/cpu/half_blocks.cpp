@@ -5,7 +5,7 @@
 #include <immintrin.h>  // _mm256_cvtph_ps, _mm256_cvtps_ph
 #endif
 
-namespace opsnn::optim::cpu {
+namespace opsnn::optim::cpu::OPSNN_CPU_VARIANT {
 
 void half_to_float_block(const Half* input, float* output, int64_t count) {
   int64_t i = 0;
@@ -34,4 +34,4 @@ bool hardware_half_conversion() {
 #endif
 }
 
-}  // namespace opsnn::optim::cpu
+}  // namespace opsnn::optim::cpu::OPSNN_CPU_VARIANT

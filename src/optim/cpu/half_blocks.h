@@ -8,11 +8,12 @@
 
 #include "opsnn/core/half.h"
 
-namespace opsnn::optim::cpu {
+// Compiled once per CPU variant (core/cpu_variants.h), in that variant's namespace.
+namespace opsnn::optim::cpu::OPSNN_CPU_VARIANT {
 
 void half_to_float_block(const Half* input, float* output, int64_t count);
 void float_to_half_block(const float* input, Half* output, int64_t count);
-// Whether the library was built with the hardware conversion (F16C).
+// Whether this variant uses the hardware conversion (F16C).
 bool hardware_half_conversion();
 
-}  // namespace opsnn::optim::cpu
+}  // namespace opsnn::optim::cpu::OPSNN_CPU_VARIANT
