@@ -225,14 +225,18 @@ TEST_CASE("CUDA atomic coalescing (the opt-in) equals the CPU's up to the order 
 TEST_CASE("CUDA coalescing rejects indices outside the table and stays usable", "[cuda][sparse]") {
   if (gpu_missing()) return;
   const bool atomics = GENERATE(false, true);
-  INFO((atomics ? "atomic" : "sorted") << " coalescing");
+  // The first bad occurrence in the input's order is named, whether it is too large or negative.
+  const bool negative_first = GENERATE(false, true);
+  INFO((atomics ? "atomic" : "sorted") << " coalescing, negative first " << negative_first);
   RowSparseGrad grad;
   grad.indices = {Tensor::from_vector<int64_t>({1, 2}, {2}, DType::i64, kGpu),
-                  Tensor::from_vector<int64_t>({4, 10, 3, -1}, {4}, DType::i64, kGpu)};
+                  Tensor::from_vector<int64_t>(
+                      negative_first ? std::vector<int64_t>{4, -1, 3, 10} : std::vector<int64_t>{4, 10, 3, -1}, {4},
+                      DType::i64, kGpu)};
   grad.rows = {Tensor::ones({2, 2}, DType::f32, kGpu), Tensor::ones({4, 2}, DType::f32, kGpu)};
   CoalescedRows rows;
   rows.atomics = atomics;
-  REQUIRE_THROWS_WITH(coalesce(grad, 10, 2, 1.0f, rows), Catch::Contains("index 10") &&
+  REQUIRE_THROWS_WITH(coalesce(grad, 10, 2, 1.0f, rows), Catch::Contains(negative_first ? "index -1" : "index 10") &&
                                                              Catch::Contains("chunk 1, position 1") &&
                                                              Catch::Contains("table of 10 rows"));
   // The scratch was restored: the same table coalesces correctly afterwards.

@@ -97,21 +97,22 @@ __device__ __forceinline__ double fold_warp_sums(double partial) {
 
 // ---- deterministic coalescing ----
 
-// Positions 0..total-1 (the sort's values) and the first index outside the table.
-__global__ void number_occurrences_kernel(const int64_t* indices, int64_t total, int64_t num_rows, int* positions,
-                                          CoalesceHeader* header) {
-  for (int64_t i = global_thread(); i < total; i += thread_stride()) {
-    positions[i] = static_cast<int>(i);
-    const int64_t row = indices[i];
-    if (row < 0 || row >= num_rows) atomicMin(&header->first_bad_position, static_cast<unsigned long long>(i));
+// Positions 0..total-1 (the sort's values); the first thread also resets the header's per-coalescing
+// fields (nothing before the sort reads them; coalesce_begin_kernel is the atomic path's reset).
+__global__ void number_occurrences_kernel(int64_t total, int* positions, CoalesceHeader* header) {
+  if (global_thread() == 0) {
+    header->first_bad_position = kNoBadPosition;
+    header->hot_row_count = 0;
+    header->blocks_done = 0;
   }
+  for (int64_t i = global_thread(); i < total; i += thread_stride()) positions[i] = static_cast<int>(i);
 }
 
-// 1 where a run of equal sorted row ids starts.
-__global__ void mark_row_starts_kernel(const unsigned long long* sorted_rows, int64_t total, char* starts) {
-  for (int64_t i = global_thread(); i < total; i += thread_stride())
-    starts[i] = i == 0 || sorted_rows[i] != sorted_rows[i - 1];
-}
+// Selects the sorted positions where a run of equal row ids starts (DeviceSelect::If over 0..total-1).
+struct RunStart {
+  const unsigned long long* sorted_rows;
+  __device__ bool operator()(int i) const { return i == 0 || sorted_rows[i] != sorted_rows[i - 1]; }
+};
 
 // Columns a lane of the summing kernels holds in registers at once (32 * 4 = 128 columns per pass).
 constexpr int kColumnsPerLane = 4;
@@ -121,31 +122,47 @@ constexpr int kColumnsPerLane = 4;
 // rules.h's order (level one: the lanes' partials folded). Hot rows are listed for sum_hot_rows_kernel.
 __global__ void sum_sorted_rows_kernel(const unsigned long long* sorted_rows, const int* sorted_positions,
                                        const int* run_starts, const float* __restrict__ rows, int64_t total,
-                                       int64_t width, float scale, CoalesceHeader* header, int64_t* unique_rows,
-                                       float* __restrict__ values, int* hot_rows, double* row_squares) {
+                                       int64_t num_rows, int64_t width, float scale, CoalesceHeader* header,
+                                       int64_t* unique_rows, float* __restrict__ values, int* hot_rows,
+                                       double* row_squares) {
   const int lane = threadIdx.x % 32;
   const int64_t row_count = header->row_count;
   for (int64_t u = global_thread() / 32; u < row_count; u += thread_stride() / 32) {
     const int64_t begin = run_starts[u];
     const int64_t end = u + 1 < row_count ? run_starts[u + 1] : total;
-    if (lane == 0) unique_rows[u] = static_cast<int64_t>(sorted_rows[begin]);
+    const unsigned long long row = sorted_rows[begin];
+    if (lane == 0) unique_rows[u] = static_cast<int64_t>(row);
+    // An id outside the table (negative ones are huge as unsigned keys): the first occurrence of the input
+    // that is one starts a run (the sort is stable), so the minimum over such runs is the first in the input.
+    if (row >= static_cast<unsigned long long>(num_rows)) {
+      if (lane == 0) {
+        atomicMin(&header->first_bad_position, static_cast<unsigned long long>(sorted_positions[begin]));
+        row_squares[u] = 0.0;
+      }
+      continue;
+    }
     if (end - begin > kCoalesceHotRowOccurrences) {
       if (lane == 0) hot_rows[atomicAdd(&header->hot_row_count, 1)] = static_cast<int>(u);  // any order: rows apart
       continue;
     }
-    // kColumnsPerLane columns of a lane at a time (lane + 32 c), the occurrences the inner loop: their
-    // loads are in flight together instead of one chain of latencies per column.
-    const float* first = rows + static_cast<int64_t>(sorted_positions[begin]) * width;
+    // At most kCoalesceHotRowOccurrences (= 32) occurrences: lane k holds the position of occurrence k, so
+    // the loop below only waits for rows, several at a time (their addresses come from shuffles). A lane
+    // takes kColumnsPerLane columns at a time (lane + 32 c).
+    static_assert(kCoalesceHotRowOccurrences <= 32);
+    const int occurrences = static_cast<int>(end - begin);
+    const int my_position = lane < occurrences ? sorted_positions[begin + lane] : 0;
     double partial = 0.0;
     for (int64_t group = 0; group < width; group += 32 * kColumnsPerLane) {
       float sum[kColumnsPerLane];
+      const float* first = rows + static_cast<int64_t>(__shfl_sync(0xffffffffu, my_position, 0)) * width;
 #pragma unroll
       for (int c = 0; c < kColumnsPerLane; ++c) {
         const int64_t j = group + lane + 32 * c;
         sum[c] = j < width ? first[j] : 0.0f;
       }
-      for (int64_t k = begin + 1; k < end; ++k) {
-        const float* row = rows + static_cast<int64_t>(sorted_positions[k]) * width;
+#pragma unroll 4  // no stores in the loop: several occurrences' loads in flight, the additions still in order
+      for (int k = 1; k < occurrences; ++k) {
+        const float* row = rows + static_cast<int64_t>(__shfl_sync(0xffffffffu, my_position, k)) * width;
 #pragma unroll
         for (int c = 0; c < kColumnsPerLane; ++c) {
           const int64_t j = group + lane + 32 * c;
@@ -178,20 +195,34 @@ __global__ void sum_hot_rows_kernel(const int* sorted_positions, const int* run_
     const int64_t begin = run_starts[u];
     const int64_t end = u + 1 < header->row_count ? run_starts[u + 1] : total;
     double partial = 0.0;  // lane 0's threads (warp 0): columns column, column + 32, ... as row_squares_kernel
-    // kColumnsPerLane tiles of 32 columns at a time, so the loads of all of them are in flight together.
+    // This warp's occurrences are begin + lane + 32 m, m < chain (at least one: a hot row has more than 32).
+    // Their positions are fetched 32 at a time, one per thread, and handed out by shuffles, so the inner
+    // loop only waits for rows. kColumnsPerLane tiles of 32 columns at a time.
+    const int64_t chain = (end - begin - lane + kCoalesceSquaresLanes - 1) / kCoalesceSquaresLanes;
     for (int64_t group = 0; group < width; group += 32 * kColumnsPerLane) {
       float sum[kColumnsPerLane];
+      for (int64_t m0 = 0; m0 < chain; m0 += 32) {
+        const int64_t m = m0 + column;
+        const int my_position = m < chain ? sorted_positions[begin + lane + kCoalesceSquaresLanes * m] : 0;
+        const int span = static_cast<int>(chain - m0 < 32 ? chain - m0 : 32);
+        int t = 0;
+        if (m0 == 0) {  // the chain starts from its first occurrence's values
+          const float* row = rows + static_cast<int64_t>(__shfl_sync(0xffffffffu, my_position, 0)) * width;
 #pragma unroll
-      for (int c = 0; c < kColumnsPerLane; ++c) {
-        const int64_t j = group + 32 * c + column;
-        sum[c] = j < width ? rows[static_cast<int64_t>(sorted_positions[begin + lane]) * width + j] : 0.0f;
-      }
-      for (int64_t k = begin + lane + kCoalesceSquaresLanes; k < end; k += kCoalesceSquaresLanes) {
-        const float* row = rows + static_cast<int64_t>(sorted_positions[k]) * width;
+          for (int c = 0; c < kColumnsPerLane; ++c) {
+            const int64_t j = group + 32 * c + column;
+            sum[c] = j < width ? row[j] : 0.0f;
+          }
+          t = 1;
+        }
+#pragma unroll 4  // as in sum_sorted_rows_kernel
+        for (; t < span; ++t) {
+          const float* row = rows + static_cast<int64_t>(__shfl_sync(0xffffffffu, my_position, t)) * width;
 #pragma unroll
-        for (int c = 0; c < kColumnsPerLane; ++c) {
-          const int64_t j = group + 32 * c + column;
-          if (j < width) sum[c] += row[j];
+          for (int c = 0; c < kColumnsPerLane; ++c) {
+            const int64_t j = group + 32 * c + column;
+            if (j < width) sum[c] += row[j];
+          }
         }
       }
 #pragma unroll
@@ -269,7 +300,6 @@ struct SortedScratch {
   unsigned long long* sorted_rows;
   int* positions;
   int* sorted_positions;
-  char* starts;
   int* run_starts;
   int* hot_rows;
   void* cub_storage;
@@ -288,9 +318,8 @@ size_t cub_bytes_for(int64_t total, int64_t num_rows) {
   OPSNN_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
       nullptr, sort_bytes, static_cast<const unsigned long long*>(nullptr), static_cast<unsigned long long*>(nullptr),
       static_cast<const int*>(nullptr), static_cast<int*>(nullptr), count, 0, significant_bits(num_rows)));
-  OPSNN_CUDA_CHECK(cub::DeviceSelect::Flagged(nullptr, select_bytes, thrust::counting_iterator<int>(0),
-                                              static_cast<const char*>(nullptr), static_cast<int*>(nullptr),
-                                              static_cast<int*>(nullptr), count));
+  OPSNN_CUDA_CHECK(cub::DeviceSelect::If(nullptr, select_bytes, thrust::counting_iterator<int>(0),
+                                         static_cast<int*>(nullptr), static_cast<int*>(nullptr), count, RunStart{}));
   return sort_bytes > select_bytes ? sort_bytes : select_bytes;
 }
 
@@ -307,7 +336,6 @@ size_t carve_scratch(char* base, int64_t total, size_t cub_bytes, SortedScratch&
   s.sorted_rows = reinterpret_cast<unsigned long long*>(take(n * sizeof(unsigned long long)));
   s.positions = reinterpret_cast<int*>(take(n * sizeof(int)));
   s.sorted_positions = reinterpret_cast<int*>(take(n * sizeof(int)));
-  s.starts = take(n);
   s.run_starts = reinterpret_cast<int*>(take(n * sizeof(int)));
   s.hot_rows = reinterpret_cast<int*>(take((n / kCoalesceHotRowOccurrences + 1) * sizeof(int)));
   s.cub_bytes = cub_bytes;
@@ -495,8 +523,7 @@ void launch_sorted_coalesce(const int64_t* indices, const float* rows, int64_t t
               " needed");
   carve_scratch(static_cast<char*>(scratch), total, scratch_bytes - fixed, s);
   const int count = static_cast<int>(total);
-  coalesce_begin_kernel<<<1, 1>>>(header);
-  number_occurrences_kernel<<<blocks_for(total, kThreads), kThreads>>>(indices, total, num_rows, s.positions, header);
+  number_occurrences_kernel<<<blocks_for(total, kThreads), kThreads>>>(total, s.positions, header);
   OPSNN_CUDA_CHECK(cudaGetLastError());
   // Radix sort is stable: equal row ids keep their occurrence order. Bits above the table's are all zero
   // for in-range ids (out-of-range ones are reported and their sums never used).
@@ -504,13 +531,11 @@ void launch_sorted_coalesce(const int64_t* indices, const float* rows, int64_t t
   OPSNN_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
       s.cub_storage, cub_bytes, reinterpret_cast<const unsigned long long*>(indices), s.sorted_rows, s.positions,
       s.sorted_positions, count, 0, significant_bits(num_rows)));
-  mark_row_starts_kernel<<<blocks_for(total, kThreads), kThreads>>>(s.sorted_rows, total, s.starts);
-  OPSNN_CUDA_CHECK(cudaGetLastError());
   cub_bytes = s.cub_bytes;
-  OPSNN_CUDA_CHECK(cub::DeviceSelect::Flagged(s.cub_storage, cub_bytes, thrust::counting_iterator<int>(0), s.starts,
-                                              s.run_starts, &header->row_count, count));
+  OPSNN_CUDA_CHECK(cub::DeviceSelect::If(s.cub_storage, cub_bytes, thrust::counting_iterator<int>(0), s.run_starts,
+                                         &header->row_count, count, RunStart{s.sorted_rows}));
   sum_sorted_rows_kernel<<<blocks_for(total, kWarpsPerBlock), kThreads>>>(
-      s.sorted_rows, s.sorted_positions, s.run_starts, rows, total, width, scale, header, unique_rows, values,
+      s.sorted_rows, s.sorted_positions, s.run_starts, rows, total, num_rows, width, scale, header, unique_rows, values,
       s.hot_rows, squares);
   OPSNN_CUDA_CHECK(cudaGetLastError());
   if (total > kCoalesceHotRowOccurrences) {
