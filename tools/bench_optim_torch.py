@@ -1,13 +1,19 @@
 #!/usr/bin/env python3
-"""PyTorch's fused optimizers on the parameter shapes of `opsnn-bench optim --device cuda`, and both side by side.
+"""PyTorch's fused optimizers on the parameter shapes of `opsnn-bench optim`, and both side by side.
 
-Measures, on one GPU and in one process: the device copy bandwidth (tensor.copy_), torch.optim.AdamW /
+--device cuda (the default) measures, on one GPU and in one process: the device copy bandwidth (tensor.copy_), torch.optim.AdamW /
 Adam / SGD (momentum) with fused=True on fp32 parameters, AdamW fused on bf16 parameters and states,
 AdamW with foreach=True, and LAMB written with torch._foreach ops (PyTorch has no LAMB of its own). Times are CUDA-event medians of single steps after warm-up, on non-zero data.
 With --opsnn PATH it also runs `PATH optim --device cuda` with the same sizes, reads its --json output
 and prints the rows next to each other with the ratios the optimizer issue asks for.
 
     python3 tools/bench_optim_torch.py --sizes resnet50,1e9x50 --opsnn build-gpu/opsnn-bench
+
+--device cpu measures PyTorch's fused CPU AdamW, Adam and SGD (momentum) with --threads threads, and with
+--opsnn runs `PATH optim --device cpu --threads N` in the same process tree; pin both to the same cores
+by starting this script under taskset:
+
+    taskset -c 0,1 python3 tools/bench_optim_torch.py --device cpu --threads 2 --sizes 1e8 --opsnn build/opsnn-bench
 """
 import argparse
 import json
@@ -17,6 +23,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 import torch
 
@@ -133,6 +140,97 @@ def measure(label, shapes, warmup, repeats):
     return rows
 
 
+def cpu_median_ms(fn, warmup, repeats):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+# (label, bytes each parameter must move: p, g, states read and written, factory) on the CPU.
+CPU_VARIANTS = [
+    ("adamw", 28, lambda p: torch.optim.AdamW(p, lr=1e-3, fused=True)),
+    ("adam", 28, lambda p: torch.optim.Adam(p, lr=1e-3, fused=True)),
+    ("sgd momentum", 20, lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.95, fused=True)),
+]
+
+
+def measure_cpu(label, shapes, warmup, repeats):
+    n = sum(torch.Size(s).numel() for s in shapes)
+    a = torch.empty(n).uniform_(-1, 1)
+    b = torch.empty_like(a)
+    copy = cpu_median_ms(lambda: b.copy_(a), warmup, repeats)
+    del a, b
+    rows = [{"problem": label, "variant": "copy", "ms": copy, "gbps": 8.0 * n / (copy * 1e-3) / 1e9}]
+    generator = torch.Generator().manual_seed(1)
+    for name, bytes_per_parameter, make in CPU_VARIANTS:
+        params = []
+        for shape in shapes:
+            p = torch.nn.Parameter(torch.empty(shape).uniform_(-1, 1, generator=generator))
+            p.grad = torch.empty_like(p).uniform_(-1e-2, 1e-2, generator=generator)
+            params.append(p)
+        try:
+            optimizer = make(params)
+            ms = cpu_median_ms(optimizer.step, warmup, repeats)
+        except (RuntimeError, TypeError, ValueError) as error:  # not in this PyTorch: report, go on
+            print(f"bench_optim_torch: {label} {name} failed: {error}", file=sys.stderr)
+            continue
+        rows.append({"problem": label, "variant": name, "ms": ms, "bytes_per_parameter": bytes_per_parameter,
+                     "gbps": bytes_per_parameter * n / (ms * 1e-3) / 1e9})
+        del optimizer, params
+    return rows
+
+
+def main_cpu(args, labels):
+    torch.set_num_threads(args.threads)
+    torch_rows = []
+    for label in labels:
+        torch_rows += measure_cpu(label, problem_shapes(label), 2, args.repeats)
+    cores = sorted(os.sched_getaffinity(0))
+    print(f"PyTorch {torch.__version__} on the CPU, {torch.get_num_threads()} threads, cores {cores}, median of "
+          f"{args.repeats} steps")
+    for row in torch_rows:
+        print(f"{row['problem']:<10} {row['variant']:<14} {row['ms']:9.2f} ms {row['gbps']:7.1f} GB/s")
+    if not args.opsnn:
+        return 0
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "opsnn.json")
+        command = [args.opsnn, "optim", "--device", "cpu", "--threads", str(args.threads), "--sizes", args.sizes,
+                   "--repeats", str(args.repeats), "--json", path]
+        print("\n$ " + " ".join(command), flush=True)
+        subprocess.run(command, check=True)
+        with open(path) as f:
+            report = json.load(f)
+    ours = report["rows"]
+    print(f"\nopsnn (CPU kernels {report['cpu_kernels']}) vs PyTorch, same cores and threads; speedup = PyTorch ms / "
+          "opsnn ms; bandwidth = the bytes the rule must move / time, against opsnn's streaming copy")
+    print(f"{'params':<10} {'optimizer':<14} {'opsnn ms':>9} {'PyTorch ms':>11} {'speedup':>8} {'GB/s':>7} "
+          f"{'% stream':>8}  needs")
+    all_met = True
+    for label in labels:
+        stream = find(ours, label, "stream copy")
+        for name, bytes_per_parameter, _ in CPU_VARIANTS:
+            mine = next((r for r in ours if r["problem"] == label and r["variant"] == name and r["state"] == "f32"), None)
+            theirs = find(torch_rows, label, name)
+            if mine is None or theirs is None or stream is None:
+                continue
+            n = sum(torch.Size(s).numel() for s in problem_shapes(label))
+            gbps = bytes_per_parameter * n / (mine["ms"] * 1e-3) / 1e9
+            # The bar: 1.2x PyTorch or 95% of the streaming copy's bandwidth, whichever is lower, and never
+            # slower than PyTorch.
+            allowed_ms = min(theirs["ms"], max(theirs["ms"] / 1.2, bytes_per_parameter * n / (0.95 * stream["gbps"] * 1e9) * 1e3))
+            met = mine["ms"] <= allowed_ms
+            all_met &= met
+            print(f"{label:<10} {name:<14} {mine['ms']:9.2f} {theirs['ms']:11.2f} {theirs['ms'] / mine['ms']:7.2f}x "
+                  f"{gbps:7.1f} {100 * gbps / stream['gbps']:7.0f}%  <= {allowed_ms:.2f} ms: "
+                  f"{'met' if met else 'NOT met'}")
+    return 0 if all_met else 3
+
+
 def find(rows, problem, variant):
     for row in rows:
         if row["problem"] == problem and row["variant"] == variant:
@@ -142,10 +240,20 @@ def find(rows, problem, variant):
 
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="resnet50,1e9x50")
-    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--sizes", default=None, help="default: cuda resnet50,1e9x50; cpu 1e8")
+    parser.add_argument("--repeats", type=int, default=None, help="default: cuda 20, cpu 7")
+    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)), help="cpu: threads of both")
     parser.add_argument("--opsnn", help="path of opsnn-bench, to run it in the same call and compare")
     args = parser.parse_args(argv)
+    if args.sizes is None:
+        args.sizes = "1e8" if args.device == "cpu" else "resnet50,1e9x50"
+    if args.repeats is None:
+        args.repeats = 7 if args.device == "cpu" else 20
+    if args.repeats < 1 or args.threads < 1:
+        parser.error("--repeats and --threads must be at least 1")
+    if args.device == "cpu":
+        return main_cpu(args, [s for s in args.sizes.split(",") if s])
     if not torch.cuda.is_available():
         print("bench_optim_torch: no CUDA device", file=sys.stderr)
         return 1

@@ -59,9 +59,28 @@ TEST_CASE("opsnn-bench: unknown options, partial numbers, missing values and emp
   require_usage_error({"optim", "--sizes", ""}, "--sizes needs a value, got an empty one");
   require_usage_error({"optim", "--sizes", "1e3,"}, "--sizes: empty entry in '1e3,'");
   require_usage_error({"optim", "--sizes", "1e3", "--repeats", "1", "--repeats", "2"}, "--repeats given twice");
-  require_usage_error({"optim", "--sizes", "1e3", "--json", "out.json"}, "--json applies to --device cuda only");
+  require_usage_error({"optim", "--sizes", "1e3", "--variants", "adamw"}, "--variants applies to --device cuda only");
   require_usage_error({"ops", "--repeats", "2abc"}, "--repeats must be a positive integer, got '2abc'");
   require_usage_error({"ops", "--bogus", "1"}, "unknown option '--bogus' (options: --threads, --repeats)");
+}
+
+TEST_CASE("opsnn-bench optim --device cpu --json writes its rows, or says why it cannot", "[cli][bench]") {
+  opsnn::testing::TemporaryFolder folder("opsnn-bench-cli-test");
+  Outcome written = opsnn::testing::run_program(
+      OPSNN_BENCH_EXE, {"optim", "--sizes", "1e3", "--repeats", "1", "--threads", "1", "--json", "out.json"},
+      folder.path);
+  INFO(written.output);
+  REQUIRE(written.exit_code == 0);
+  const std::string json = opsnn::testing::read_text(folder.path / "out.json");
+  for (const char* expected : {"\"cpu_kernels\"", "\"stream copy\"", "\"triad\"", "\"adamw\"", "\"sgd momentum\""}) {
+    INFO(expected);
+    REQUIRE(json.find(expected) != std::string::npos);
+  }
+  Outcome unwritable = opsnn::testing::run_program(
+      OPSNN_BENCH_EXE, {"optim", "--sizes", "1e3", "--repeats", "1", "--json", "no/such/folder/out.json"}, folder.path);
+  INFO(unwritable.output);
+  REQUIRE(unwritable.exit_code >= 1);
+  REQUIRE(unwritable.output.find("--json: cannot write 'no/such/folder/out.json'") != std::string::npos);
 }
 
 TEST_CASE("opsnn-bench: GPU benchmarks without a GPU fail cleanly", "[cli][bench]") {

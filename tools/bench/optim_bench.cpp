@@ -4,6 +4,9 @@
 // parameter shapes. Bandwidth counts the bytes each variant must move (every array read or written once
 // per pass that touches it), not cache-line traffic.
 #include <omp.h>
+#if defined(__SSE__)
+#include <xmmintrin.h>  // _mm_stream_ps: the streaming copy baseline (SSE, in every x86-64 CPU)
+#endif
 
 #include <algorithm>
 #include <charconv>
@@ -11,11 +14,14 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "bench/bench.h"
+#include "core/cpu_variants.h"
 #include "opsnn/core/error.h"
 #include "opsnn/optim/optimizer.h"
 
@@ -132,6 +138,35 @@ double triad_seconds(int64_t count, int warmup, int repeats) {
       warmup, repeats);
 }
 
+// A STREAM-like copy y = x with non-temporal (streaming) stores: the write bandwidth these cores reach
+// without first reading the destination lines, 8 bytes per element.
+double stream_copy_seconds(int64_t count, int warmup, int repeats) {
+  FloatBuffer a(count), b(count);
+  fill_random(a.data, count, 1, -1, 1);
+  fill_random(b.data, count, 2, -1, 1);
+  const double seconds = median_seconds(
+      [&] {
+        const float* __restrict x = a.data;
+        float* __restrict y = b.data;
+        // 16-float blocks (64-byte lines; both buffers 64-byte aligned), the tail without streaming.
+        const int64_t blocks = count / 16;
+#pragma omp parallel for schedule(static)
+        for (int64_t block = 0; block < blocks; ++block) {
+#if defined(__SSE__)
+          for (int64_t i = block * 16; i < block * 16 + 16; i += 4) _mm_stream_ps(y + i, _mm_load_ps(x + i));
+#else
+          std::copy(x + block * 16, x + block * 16 + 16, y + block * 16);  // no streaming stores here
+#endif
+        }
+        for (int64_t i = blocks * 16; i < count; ++i) y[i] = x[i];
+#if defined(__SSE__)
+        _mm_sfence();
+#endif
+      },
+      warmup, repeats);
+  return seconds;
+}
+
 // Adam (fp32, L2 decay) as the traditional pipeline: a norm/inf pass, then grad prep, momentum, variance,
 // bias correction and update, each its own pass over memory through temporaries.
 struct UnfusedAdam {
@@ -237,7 +272,7 @@ int run(const std::vector<std::string>& args) {
     if (arg == "--help" || arg == "-h") {
       std::printf(
           "usage: opsnn-bench optim [--device cpu|cuda] [--sizes 1e6,1e7,1e8,resnet50,1e9x50] "
-          "[--repeats 10] [--threads N] [--json FILE (cuda)] [--variants adamw,lamb,... (cuda)]\n");
+          "[--repeats 10] [--threads N] [--json FILE] [--variants adamw,lamb,... (cuda)]\n");
       return 0;
     }
   check_options(args, {"--device", "--sizes", "--repeats", "--threads", "--json", "--variants"});
@@ -249,8 +284,8 @@ int run(const std::vector<std::string>& args) {
     return 2;
   }
   OPSNN_CHECK_AS(ConfigError, device == "cpu", "--device: expected cpu or cuda, got '", device, "'");
-  for (const char* cuda_only : {"--json", "--variants"})
-    OPSNN_CHECK_AS(ConfigError, option(args, cuda_only, "").empty(), cuda_only, " applies to --device cuda only");
+  OPSNN_CHECK_AS(ConfigError, option(args, "--variants", "").empty(), "--variants applies to --device cuda only");
+  const std::string json_path = option(args, "--json", "");
   std::vector<Problem> problems;
   for (const std::string& size : split(option(args, "--sizes", "1e6,1e7,1e8,resnet50"), "--sizes"))
     problems.push_back(make_problem(size));
@@ -268,11 +303,13 @@ int run(const std::vector<std::string>& args) {
     variants.push_back({"lamb", OptimizerOptions(1e-3).betas({0.95, 0.999}).state_dtype(dtype), "lamb"});
     variants.push_back({"lion", OptimizerOptions(1e-4).state_dtype(dtype), "lion"});
   }
-  std::printf("opsnn-bench optim --device cpu: %d threads, median of %d runs after %d warm-up runs\n", threads, repeats,
-              warmup);
+  const char* kernels = opsnn::cpu::cpu_kernels().name;
+  std::printf("opsnn-bench optim --device cpu: %d threads, CPU kernels %s, median of %d runs after %d warm-up runs\n",
+              threads, kernels, repeats, warmup);
   std::printf(
-      "bandwidth = bytes the variant must move / time; %% triad = fused bandwidth / triad bandwidth "
-      "(same size, same run)\n\n");
+      "bandwidth = bytes the variant must move / time; %% triad = fused bandwidth / triad bandwidth; stream copy: "
+      "8 B/param with streaming stores (same size, same run)\n\n");
+  nlohmann::json rows = nlohmann::json::array();
   std::printf("%-10s %-13s %-5s %11s %9s %8s %13s %9s\n", "params", "optimizer", "state", "fused ms", "GB/s", "% triad",
               "unfused ms", "speedup");
   double acceptance_speedup = 0.0, acceptance_fraction = 0.0;
@@ -285,8 +322,15 @@ int run(const std::vector<std::string>& args) {
       UnfusedAdam chain(n);
       unfused = median_seconds([&] { chain.step(); }, warmup, repeats);
     }
+    const double stream = stream_copy_seconds(n, warmup, repeats);
+    const double stream_bandwidth = 8.0 * static_cast<double>(n) / stream / 1e9;
     std::printf("%-10s %-13s %-5s %11.3f %9.1f %8s\n", problem.label.c_str(), "triad", "-", triad * 1e3,
                 triad_bandwidth, "100%");
+    std::printf("%-10s %-13s %-5s %11.3f %9.1f %7.0f%%\n", problem.label.c_str(), "stream copy", "-", stream * 1e3,
+                stream_bandwidth, 100.0 * stream_bandwidth / triad_bandwidth);
+    rows.push_back({{"problem", problem.label}, {"variant", "triad"}, {"ms", triad * 1e3}, {"gbps", triad_bandwidth}});
+    rows.push_back(
+        {{"problem", problem.label}, {"variant", "stream copy"}, {"ms", stream * 1e3}, {"gbps", stream_bandwidth}});
     std::printf("%-10s %-13s %-5s %11.3f %9.1f %7.0f%%\n", problem.label.c_str(), "unfused adam", "f32", unfused * 1e3,
                 UnfusedAdam::kBytesPerParameter * static_cast<double>(n) / unfused / 1e9,
                 100.0 * UnfusedAdam::kBytesPerParameter * static_cast<double>(n) / unfused / 1e9 / triad_bandwidth);
@@ -300,6 +344,12 @@ int run(const std::vector<std::string>& args) {
                   100.0 * bandwidth / triad_bandwidth);
       if (compare) std::printf(" %13.3f %8.2fx", unfused * 1e3, unfused / seconds);
       std::printf("\n");
+      rows.push_back({{"problem", problem.label},
+                      {"variant", variant.label},
+                      {"state", std::string(dtype_name(variant.options.state_dtype()))},
+                      {"ms", seconds * 1e3},
+                      {"gbps", bandwidth},
+                      {"stream_fraction", bandwidth / stream_bandwidth}});
       std::fflush(stdout);
       if (compare && problem.label == "1e8") {
         acceptance_speedup = unfused / seconds;
@@ -307,6 +357,12 @@ int run(const std::vector<std::string>& args) {
       }
     }
     std::printf("\n");
+  }
+  if (!json_path.empty()) {
+    std::ofstream out(json_path);
+    OPSNN_CHECK_AS(DataError, out.good(), "--json: cannot write '", json_path, "'");
+    out << nlohmann::json{{"device", "cpu"}, {"threads", threads}, {"cpu_kernels", kernels}, {"rows", rows}}.dump(1)
+        << "\n";
   }
   if (acceptance_speedup > 0.0)
     std::printf(
