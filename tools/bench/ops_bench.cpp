@@ -1,14 +1,17 @@
 // `opsnn-bench ops`: CPU GFLOP/s of GEMM and of conv2d forward, input gradient, weight gradient and
-// forward+backward on ResNet layer shapes, each next to Eigen's own f32 GEMM rate measured in the run.
+// forward+backward on ResNet layer shapes, each next to Eigen's own f32 GEMM rate measured in the run (in the CPU
+// kernel variant in use).
 #include <omp.h>
 
 #include <Eigen/Core>
 #include <cstdio>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "bench/bench.h"
+#include "core/cpu_variants.h"
 #include "opsnn/core/error.h"
 #include "opsnn/core/rng.h"
 #include "opsnn/core/tensor.h"
@@ -38,11 +41,24 @@ void print_row(const std::string& what, double rate, double reference) {
   std::printf("  %-42s %9.1f %9.0f%%\n", what.c_str(), rate, 100.0 * rate / reference);
 }
 
+// Eigen's GEMM on plain buffers, as compiled into the CPU kernel variant in use (cpu::matmul): the
+// reference without opsnn's tensor and op layers, with the same vector instructions as opsnn's gemm.
 double eigen_gemm_rate(int repeats) {
-  using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  const Matrix a = Matrix::Random(kGemmSize, kGemmSize), b = Matrix::Random(kGemmSize, kGemmSize);
-  Matrix c(kGemmSize, kGemmSize);
-  const double seconds = median_seconds([&] { c.noalias() = a * b; }, 1, repeats);
+  const size_t count = static_cast<size_t>(kGemmSize * kGemmSize);
+  std::vector<float> a(count), b(count), c(count);
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (float& x : a) x = uniform(rng);
+  for (float& x : b) x = uniform(rng);
+  opsnn::cpu::Matmul<float> product;
+  product.a = a.data();
+  product.lda = kGemmSize;
+  product.b = b.data();
+  product.ldb = kGemmSize;
+  product.out = c.data();
+  product.ldo = kGemmSize;
+  product.m = product.n = product.k = kGemmSize;
+  const double seconds = median_seconds([&] { opsnn::cpu::matmul(product); }, 1, repeats);
   return gflops(2.0 * kGemmSize * kGemmSize * kGemmSize, seconds);
 }
 
@@ -109,8 +125,8 @@ int run(const std::vector<std::string>& args) {
   Generator generator(2024);
 
   const double reference = eigen_gemm_rate(repeats);
-  std::printf("opsnn-bench ops: CPU, f32, %d thread(s), median of %d runs; Eigen %d.%d.%d (%s)\n", threads, repeats,
-              EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION, EIGEN_MINOR_VERSION, Eigen::SimdInstructionSetsInUse());
+  std::printf("opsnn-bench ops: CPU, f32, %d thread(s), median of %d runs; Eigen %d.%d.%d, CPU kernels %s\n", threads,
+              repeats, EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION, EIGEN_MINOR_VERSION, opsnn::cpu::cpu_kernels().name);
   std::printf("  %-42s %9s %10s\n", "", "GFLOP/s", "of Eigen");
   print_row("Eigen GEMM " + std::to_string(kGemmSize) + "^3 (reference)", reference, reference);
   print_row("opsnn gemm " + std::to_string(kGemmSize) + "^3", opsnn_gemm_rate(backend, generator, repeats), reference);
