@@ -1,9 +1,12 @@
-// A fresh folder under the system temp directory for one test, removed with everything in it afterwards.
+// A fresh folder under the system temp directory for one test, removed with everything in it afterwards,
+// and reading back a text file a test's program wrote there.
 #pragma once
 
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <system_error>
 
@@ -30,5 +33,13 @@ struct TemporaryFolder {
   TemporaryFolder(const TemporaryFolder&) = delete;
   TemporaryFolder& operator=(const TemporaryFolder&) = delete;
 };
+
+// The whole file as text; empty when it cannot be read.
+inline std::string read_text(const std::filesystem::path& path) {
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
 
 }  // namespace opsnn::testing

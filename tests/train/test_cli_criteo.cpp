@@ -31,12 +31,7 @@ Outcome run_train(const std::vector<std::string>& arguments, const fs::path& fol
   return opsnn::testing::run_program(OPSNN_TRAIN_EXE, arguments, folder);
 }
 
-std::string read_text(const fs::path& path) {
-  std::ifstream file(path);
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
+using opsnn::testing::read_text;
 
 const std::string kConfig = std::string(OPSNN_SOURCE_DIR) + "/configs/dlrm_criteo.yaml";
 

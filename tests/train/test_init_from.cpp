@@ -237,12 +237,7 @@ logging: {every_steps: 1, progress: plain}
 checkpoint: {every_epochs: 0, keep_last: 0}
 )";
 
-std::string read_text(const fs::path& path) {
-  std::ifstream file(path);
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
+using opsnn::testing::read_text;
 
 }  // namespace
 
