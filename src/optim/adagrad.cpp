@@ -45,7 +45,8 @@ Adagrad::Adagrad(std::vector<ParamGroup> groups, const OptimizerOptions& options
 
 void Adagrad::apply_update(UpdateContext& context) {
   context.kernels.elementwise_update(context.arena, UpdateRule::adagrad, context.adam, context.segments.data(),
-                                     context.grad_multiplier, context.chunk_param_check.data());
+                                     context.grad_multiplier, context.chunk_param_check.data(),
+                                     context.chunk_grad_sums);
 }
 
 }  // namespace opsnn::optim

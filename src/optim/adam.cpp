@@ -59,7 +59,7 @@ Adam::Adam(const OptimizerDescriptor& descriptor, std::vector<ParamGroup> groups
 
 void Adam::apply_update(UpdateContext& context) {
   context.kernels.adam_update(context.arena, context.adam, context.segments.data(), context.grad_multiplier,
-                              context.chunk_param_check.data());
+                              context.chunk_param_check.data(), context.chunk_grad_sums);
 }
 
 AdamW::AdamW(NamedParameters parameters, const AdamWOptions& options)

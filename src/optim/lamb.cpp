@@ -39,7 +39,7 @@ void LAMB::apply_update(UpdateContext& context) {
   double* update_sums = scratch(0);
   double* param_sums = scratch(1);
   context.kernels.lamb_phase1(context.arena, context.adam, context.segments.data(), context.grad_multiplier,
-                              update_sums, param_sums);
+                              update_sums, param_sums, context.chunk_grad_sums);
   // Per segment: sum of r^2 at [i], of p^2 at [n + i] (one exchange when the states are sharded).
   const size_t n = context.segments.size();
   std::vector<double> sums(2 * n, 0.0);

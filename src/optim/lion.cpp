@@ -38,7 +38,8 @@ Lion::Lion(std::vector<ParamGroup> groups, const OptimizerOptions& options)
 
 void Lion::apply_update(UpdateContext& context) {
   context.kernels.elementwise_update(context.arena, UpdateRule::lion, context.adam, context.segments.data(),
-                                     context.grad_multiplier, context.chunk_param_check.data());
+                                     context.grad_multiplier, context.chunk_param_check.data(),
+                                     context.chunk_grad_sums);
 }
 
 }  // namespace opsnn::optim

@@ -273,11 +273,12 @@ void SparseUpdater::finish_on_device(const SparseSegment& segment) { no_device_p
 
 void Optimizer::zero_grad() { arena_->zero_grads(); }
 
-int32_t Optimizer::gradient_pass(float inverse_scale) {
+int32_t Optimizer::gradient_pass(float inverse_scale, bool chunk_sums_ready) {
   const ParamArena& arena = *arena_;
-  const FusedStepKernels& kernels = fused_step_kernels(arena.device());
-  ArenaView view = arena.view();
-  kernels.grad_sum_of_squares(view, chunk_sums_.data());
+  if (!chunk_sums_ready) {
+    ArenaView view = arena.view();
+    fused_step_kernels(arena.device()).grad_sum_of_squares(view, chunk_sums_.data());
+  }
 
   // Per-chunk partials summed in chunk order: the same result for any thread count; a sharded step's
   // partial sums over the ranks (in the same way on every rank).
@@ -512,6 +513,14 @@ std::optional<TopKStepReport> Optimizer::sparsify_gradients() {
   return last_sparsification_;
 }
 
+bool Optimizer::single_pass_host_step() const {
+  // As the device step's single_pass_step: nothing in the update depends on the gradient statistics (no
+  // clipping, no loss scaling, warn on non-finite values), the states are not sharded (the sums would have to
+  // cross the ranks first), and the update passes are the built-in ones that can sum the gradients.
+  return descriptor_->builtin && !scaler_.enabled() && !(options_.max_grad_norm() > 0.0) && !arena_->sharded() &&
+         monitor_.options().on_nonfinite() == NonFiniteAction::warn;
+}
+
 const StepState& Optimizer::step() {
   if (sparsifier_ && !sparsified_) last_sparsification_ = sparsifier_->apply(*this);
   sparsified_ = false;
@@ -520,32 +529,17 @@ const StepState& Optimizer::step() {
   StepState& state = state_;
   state.monitor_flags = 0;
   state.found_inf = 0;
-
-  // Pass 1: unscaled sums of squares per segment; inf/NaN shows up as a non-finite sum.
-  float inverse_scale = scaler_.inverse_scale(state);
-  int32_t bad_segment = gradient_pass(inverse_scale);
-  double total = 0.0;
-  for (double sum : segment_sum_squares_) total += sum;
-
-  // Tiny step: norm, clip factor, monitor and skip decision.
-  state.found_inf = bad_segment >= 0 ? 1 : 0;
-  state.grad_norm = static_cast<float>(std::sqrt(total));
-  state.clip_factor = gradient_clip_factor(std::sqrt(total), options_.max_grad_norm());
   const std::vector<ArenaSegment>& segments = arena_->segments();
-  std::string bad_name = bad_segment >= 0 ? segments[static_cast<size_t>(bad_segment)].name : std::string();
-  bool skip = monitor_.check_gradients(state, bad_segment, bad_name, scaler_.enabled());
+  auto [beta1, beta2] = options_.effective_betas(*descriptor_);
 
-  if (skip) {
-    mark_skipped(state);
-  } else {
-    auto [beta1, beta2] = options_.effective_betas(*descriptor_);
+  // The update pass, with unscale and clip folded into the gradient read; in a single-pass step it also
+  // sums the gradients' squares, which the two-pass step sums in a pass of its own first.
+  auto update = [&](float grad_multiplier, double* chunk_grad_sums) {
     double lr = scheduled_lr(state.step);
     set_segment_scalars(lr);
     AdamScalars adam;
     SgdScalars sgd;
     step_scalars(state, lr, adam, sgd);
-
-    // Pass 2: the update, with unscale and clip folded into the gradient read.
     ArenaView view = arena_->view();
     UpdateContext context{view,
                           fused_step_kernels(arena_->device()),
@@ -553,14 +547,43 @@ const StepState& Optimizer::step() {
                           adam,
                           sgd,
                           segment_scalars_,
-                          inverse_scale * state.clip_factor,
-                          chunk_param_check_};
+                          grad_multiplier,
+                          chunk_param_check_,
+                          chunk_grad_sums};
     apply_update(context);
-    update_sparse_segments(context.adam, context.sgd, state.clip_factor);
+    return std::tuple{lr, context.adam, context.sgd};
+  };
+  // The norm, clip factor, monitor and skip decision from the per-segment sums (unscaled).
+  auto check_gradients = [&](int32_t bad_segment) {
+    double total = 0.0;
+    for (double sum : segment_sum_squares_) total += sum;
+    state.found_inf = bad_segment >= 0 ? 1 : 0;
+    state.grad_norm = static_cast<float>(std::sqrt(total));
+    state.clip_factor = gradient_clip_factor(std::sqrt(total), options_.max_grad_norm());
+    std::string bad_name = bad_segment >= 0 ? segments[static_cast<size_t>(bad_segment)].name : std::string();
+    return monitor_.check_gradients(state, bad_segment, bad_name, scaler_.enabled());
+  };
+  auto finish_applied = [&](double lr, const AdamScalars& adam, const SgdScalars& sgd) {
+    update_sparse_segments(adam, sgd, state.clip_factor);
     int32_t bad_parameter = first_nonfinite_param_segment();
     monitor_.check_parameters(state, bad_parameter,
                               bad_parameter >= 0 ? segments[static_cast<size_t>(bad_parameter)].name : std::string());
     advance_applied_step(state, beta1, beta2, lr);
+  };
+
+  if (single_pass_host_step()) {
+    auto [lr, adam, sgd] = update(1.0f, chunk_sums_.data());
+    const bool skip = check_gradients(gradient_pass(1.0f, true));
+    OPSNN_CHECK(!skip, "a single-pass step cannot be skipped");  // warn without loss scaling never skips
+    finish_applied(lr, adam, sgd);
+  } else {
+    float inverse_scale = scaler_.inverse_scale(state);
+    if (check_gradients(gradient_pass(inverse_scale, false))) {
+      mark_skipped(state);
+    } else {
+      auto [lr, adam, sgd] = update(inverse_scale * state.clip_factor, nullptr);
+      finish_applied(lr, adam, sgd);
+    }
   }
   scaler_.update(state);
   return state;

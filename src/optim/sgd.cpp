@@ -37,7 +37,7 @@ SGD::SGD(std::vector<ParamGroup> groups, const OptimizerOptions& options)
 
 void SGD::apply_update(UpdateContext& context) {
   context.kernels.sgd_update(context.arena, context.sgd, context.segments.data(), context.grad_multiplier,
-                             context.chunk_param_check.data());
+                             context.chunk_param_check.data(), context.chunk_grad_sums);
 }
 
 }  // namespace opsnn::optim

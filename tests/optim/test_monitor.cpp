@@ -4,8 +4,14 @@
 #include <spdlog/spdlog.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <sstream>
+#include <string>
+#include <vector>
 
+#include "opsnn/optim/descriptor.h"
+#include "opsnn/optim/optimizer.h"
 #include "opsnn/optim/sgd.h"
 #include "optim/optim_test_support.h"
 #include "support/catch.h"
@@ -118,6 +124,65 @@ TEST_CASE("monitor: on_nonfinite = warn applies the step and then reports the no
   REQUIRE((state.monitor_flags & kNonFiniteParam) != 0);
   REQUIRE(state.first_nonfinite_segment == 1);
   REQUIRE(capture.text().find("layer1.bias") != std::string::npos);
+}
+
+TEST_CASE("monitor: the single-pass CPU step of warn mode gives the two-pass step's bits", "[optim]") {
+  // warn without clipping or loss scaling sums the gradients inside the update pass; skip sums them in a
+  // pass of its own first. With finite gradients both must give the same parameters, states and norms.
+  auto bits = [](float x) {
+    uint32_t b;
+    std::memcpy(&b, &x, sizeof(b));
+    return b;
+  };
+  for (const std::string& name : builtin_optimizer_names()) {
+    for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+      INFO(name << " with " << dtype_name(dtype) << " states");
+      std::vector<std::vector<std::vector<float>>> params(2);
+      std::vector<std::vector<uint32_t>> norms(2), segment_norms(2);
+      int run = 0;
+      for (NonFiniteAction action : {NonFiniteAction::warn, NonFiniteAction::skip}) {
+        // Several chunks with ragged tails, a tiny tensor, fp16 blocks that do not divide the chunks.
+        NamedParameters parameters = random_parameters({{333, 61}, {7}, {40003}}, 21);
+        auto optimizer = make_optimizer(
+            name, parameters, OptimizerOptions(1e-3).state_dtype(dtype).monitor(MonitorOptions().on_nonfinite(action)));
+        for (int step = 0; step < 4; ++step) {
+          write_grads(parameters, make_grads(parameters, step, 9, GradPattern::mixed));
+          norms[run].push_back(bits(optimizer->step().grad_norm));
+          for (double norm : optimizer->segment_grad_norms())
+            segment_norms[run].push_back(bits(static_cast<float>(norm)));
+        }
+        for (const auto& entry : parameters) params[run].push_back(entry.second.to_vector<float>());
+        ++run;
+      }
+      REQUIRE(norms[0] == norms[1]);
+      REQUIRE(segment_norms[0] == segment_norms[1]);
+      for (size_t t = 0; t < params[0].size(); ++t) {
+        INFO("tensor " << t);
+        REQUIRE(std::memcmp(params[0][t].data(), params[1][t].data(), params[0][t].size() * sizeof(float)) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("monitor: a single-pass step with a NaN gradient names its tensor and applies the update", "[optim]") {
+  // Adam over several chunks: the NaN sits in the last tensor, so earlier chunks' sums are finite.
+  NamedParameters parameters = random_parameters({{300, 100}, {5000}}, 22);
+  auto optimizer = make_optimizer("adam", parameters, with_action(NonFiniteAction::warn));
+  auto grads = make_grads(parameters, 0, 3, GradPattern::normal);
+  grads[1][4321] = NAN;
+  write_grads(parameters, grads);
+  LogCapture capture;
+  const StepState& state = optimizer->step();
+  REQUIRE(state.step == 1);
+  REQUIRE(std::isnan(state.grad_norm));
+  REQUIRE(std::isfinite(optimizer->segment_grad_norms()[0]));
+  REQUIRE(std::isnan(optimizer->segment_grad_norms()[1]));
+  REQUIRE(std::isnan(parameters[1].second.to_vector<float>()[4321]));
+  REQUIRE(std::isfinite(parameters[1].second.to_vector<float>()[4320]));
+  REQUIRE((state.monitor_flags & kNonFiniteGrad) != 0);
+  REQUIRE(state.first_nonfinite_segment == 1);
+  REQUIRE(capture.text().find("non-finite (inf/NaN) gradient in tensor 'layer1.bias'") != std::string::npos);
+  REQUIRE(capture.text().find("applied anyway") != std::string::npos);
 }
 
 TEST_CASE("monitor: parameters overflowing to inf are caught after the update", "[optim]") {

@@ -221,6 +221,8 @@ class Optimizer {
     std::vector<SegmentStepScalars>& segments;
     float grad_multiplier;  // 1/loss_scale * clip factor
     std::vector<float>& chunk_param_check;
+    // Not null in a single-pass step: the update kernels also write each chunk's sum of g^2 here.
+    double* chunk_grad_sums = nullptr;
   };
   virtual void apply_update(UpdateContext& context) = 0;
 
@@ -233,8 +235,11 @@ class Optimizer {
  private:
   void validate_groups() const;
   double scheduled_lr(int64_t applied_steps) const;
-  // Sets segment_sum_squares_ and the non-finite segment; returns the index of the first bad one or -1.
-  int32_t gradient_pass(float inverse_scale);
+  // Sets segment_sum_squares_ from the per-chunk sums (summed here unless chunk_sums_ready: a single-pass
+  // update wrote them) and the sparse segments'; returns the index of the first non-finite one or -1.
+  int32_t gradient_pass(float inverse_scale, bool chunk_sums_ready);
+  // The host step sums the gradients inside the update pass (see the definition for when).
+  bool single_pass_host_step() const;
   int32_t first_nonfinite_param_segment() const;
   SparseSegment sparse_segment(size_t index) const;
   // The scalars of an applied step as the CPU update pass and the sparse updater see them.

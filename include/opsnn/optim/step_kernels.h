@@ -48,26 +48,28 @@ struct ArenaView {
 
 // Each kernel writes one value per chunk. A "param check" is the sum of p_new * 0: 0 when every updated
 // parameter of the chunk is finite, NaN otherwise (one add per element, no branch in the SIMD loop).
+// chunk_grad_sums, when not null, gets what grad_sum_of_squares would write (the same bits) from the update
+// pass itself: the single-pass step, for steps whose update does not depend on the gradient norm.
 struct FusedStepKernels {
   // chunk_sums[c] = sum of g^2 over chunk c (double accumulation); inf/NaN when the chunk holds inf/NaN.
   void (*grad_sum_of_squares)(const ArenaView& arena, double* chunk_sums) = nullptr;
   // Adam/AdamW: states[0] exp_avg, states[1] exp_avg_sq, states[2] max_exp_avg_sq (amsgrad).
   void (*adam_update)(const ArenaView& arena, const AdamScalars& base, const SegmentStepScalars* segments,
-                      float grad_multiplier, float* chunk_param_check) = nullptr;
+                      float grad_multiplier, float* chunk_param_check, double* chunk_grad_sums) = nullptr;
   // SGD: states[0] the momentum buffer (unused without momentum).
   void (*sgd_update)(const ArenaView& arena, const SgdScalars& base, const SegmentStepScalars* segments,
-                     float grad_multiplier, float* chunk_param_check) = nullptr;
+                     float grad_multiplier, float* chunk_param_check, double* chunk_grad_sums) = nullptr;
   // LAMB phase 1: moments updated; per chunk the sums of r^2 and p^2 for the per-segment trust ratios.
   void (*lamb_phase1)(const ArenaView& arena, const AdamScalars& base, const SegmentStepScalars* segments,
-                      float grad_multiplier, double* chunk_update_sum_squares,
-                      double* chunk_param_sum_squares) = nullptr;
+                      float grad_multiplier, double* chunk_update_sum_squares, double* chunk_param_sum_squares,
+                      double* chunk_grad_sums) = nullptr;
   // LAMB phase 2: p -= lr * trust * r, r recomputed from the moments.
   void (*lamb_phase2)(const ArenaView& arena, const AdamScalars& base, const SegmentStepScalars* segments,
                       float* chunk_param_check) = nullptr;
   // An element-wise rule of builtin_list.h (rule names it): states[0..Rule::kStates) in the rule's order.
   void (*elementwise_update)(const ArenaView& arena, UpdateRule rule, const AdamScalars& base,
-                             const SegmentStepScalars* segments, float grad_multiplier,
-                             float* chunk_param_check) = nullptr;
+                             const SegmentStepScalars* segments, float grad_multiplier, float* chunk_param_check,
+                             double* chunk_grad_sums) = nullptr;
 };
 
 void register_fused_step_kernels(DeviceType type, const FusedStepKernels& kernels);

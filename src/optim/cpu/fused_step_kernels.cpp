@@ -19,6 +19,10 @@
 namespace opsnn::optim::cpu::OPSNN_CPU_VARIANT {
 namespace {
 
+// The loops below take their element bodies as lambdas; GCC does not always inline a lambda called from an
+// `omp simd` loop, and a call per element stops the loop vectorising (4x slower), so they are forced inline.
+#define OPSNN_ALWAYS_INLINE __attribute__((always_inline))
+
 // fp16 states are staged through stack buffers of this many elements (3 x 2 KB, in L1).
 constexpr int64_t kHalfBlock = 512;
 
@@ -84,39 +88,73 @@ double fold_sum_lanes(const double (&lanes)[kSumLanes]) {
   return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
 }
 
+// Runs element(i, lane) for i in [0, count) with lane = i % kSumLanes, vectorised across the lanes: the
+// loop shape of every sum (a chunk's lanes continue over fp16 blocks, which are kSumLanes multiples).
+template <typename Element>
+OPSNN_ALWAYS_INLINE inline void for_each_lane(int64_t count, Element&& element) {
+  int64_t i = 0;
+  for (; i + kSumLanes <= count; i += kSumLanes) {
+#pragma omp simd
+    for (int64_t l = 0; l < kSumLanes; ++l) element(i + l, l);
+  }
+  for (int64_t l = 0; i + l < count; ++l) element(i + l, l);
+}
+
+// Adds g^2 of grads[0, count) into the lanes, lane l taking elements l, l + kSumLanes, ...
+OPSNN_ALWAYS_INLINE inline void add_squares(const float* __restrict grads, int64_t count, double* lanes) {
+  for_each_lane(count, [&](int64_t i, int64_t l) OPSNN_ALWAYS_INLINE {
+    const double g = grads[i];
+    lanes[l] += g * g;
+  });
+}
+
+// The update loop of a span: check += update(i) * 0 over [0, count), update(i) returning the new parameter.
+// With SumSquares the gradients' squares are summed into grad_lanes as grad_sum_of_squares sums them (the
+// same lanes, the same bits) in the same pass over memory: the single-pass step. Each block of gradients is
+// summed right after its update, from L1; one loop doing both vectorises worse (not at all for bf16 states).
+template <bool SumSquares, typename Update>
+OPSNN_ALWAYS_INLINE inline float update_loop(const float* __restrict grads, int64_t count, double* grad_lanes,
+                                             Update&& update) {
+  constexpr int64_t kBlock = 1024;  // 4 KB of gradients; a multiple of kSumLanes, so the lanes continue
+  static_assert(kBlock % kSumLanes == 0);
+  float check = 0.0f;
+  for (int64_t start = 0; start < count; start += SumSquares ? kBlock : count) {
+    const int64_t end = SumSquares ? std::min(count, start + kBlock) : count;
+#pragma omp simd reduction(+ : check)
+    for (int64_t i = start; i < end; ++i) check += update(i) * 0.0f;
+    if constexpr (SumSquares) add_squares(grads + start, end - start, grad_lanes);
+  }
+  (void)grads, (void)grad_lanes;
+  return check;
+}
+
 // ---- gradient statistics ----
 void grad_sum_of_squares(const ArenaView& arena, double* chunk_sums) {
   for_each_chunk(arena, [&](int64_t c, const ArenaChunk& chunk) {
-    const float* grads = arena.grads + chunk.begin;
-    const int64_t count = chunk.end - chunk.begin;
     double lanes[kSumLanes] = {};
-    int64_t i = 0;
-    for (; i + kSumLanes <= count; i += kSumLanes) {
-#pragma omp simd
-      for (int64_t l = 0; l < kSumLanes; ++l) {
-        const double g = grads[i + l];
-        lanes[l] += g * g;
-      }
-    }
-    for (int64_t l = 0; i + l < count; ++l) {
-      const double g = grads[i + l];
-      lanes[l] += g * g;
-    }
+    add_squares(arena.grads + chunk.begin, chunk.end - chunk.begin, lanes);
     chunk_sums[c] = fold_sum_lanes(lanes);
   });
 }
 
+// Calls body.template operator()<SumSquares>() with SumSquares = (chunk_grad_sums != null).
+template <typename Body>
+void with_sum_squares(const double* chunk_grad_sums, Body&& body) {
+  if (chunk_grad_sums)
+    body.template operator()<true>();
+  else
+    body.template operator()<false>();
+}
+
 // ---- Adam / AdamW ----
-template <typename State, bool Decoupled, bool Amsgrad>
+template <typename State, bool Decoupled, bool Amsgrad, bool SumSquares>
 float adam_span(float* __restrict params, const float* __restrict grads, State* __restrict exp_avg,
                 State* __restrict exp_avg_sq, State* __restrict max_exp_avg_sq, int64_t count, float grad_multiplier,
-                const AdamScalars& scalars) {
+                const AdamScalars& scalars, double* grad_lanes) {
   AdamScalars s = scalars;  // constant flags let the compiler drop the untaken branches of adam_element
   s.decoupled = Decoupled;
   s.amsgrad = Amsgrad;
-  float check = 0.0f;
-#pragma omp simd reduction(+ : check)
-  for (int64_t i = 0; i < count; ++i) {
+  return update_loop<SumSquares>(grads, count, grad_lanes, [&](int64_t i) OPSNN_ALWAYS_INLINE {
     float p = params[i];
     float m = load_value(exp_avg[i]);
     float v = load_value(exp_avg_sq[i]);
@@ -127,14 +165,13 @@ float adam_span(float* __restrict params, const float* __restrict grads, State* 
     store_value(exp_avg[i], m);
     store_value(exp_avg_sq[i], v);
     if constexpr (Amsgrad) store_value(max_exp_avg_sq[i], v_max);
-    check += p * 0.0f;
-  }
-  return check;
+    return p;
+  });
 }
 
-template <typename State, bool Decoupled, bool Amsgrad>
+template <typename State, bool Decoupled, bool Amsgrad, bool SumSquares>
 void adam_update_typed(const ArenaView& arena, const AdamScalars& base, const SegmentStepScalars* segments,
-                       float grad_multiplier, float* chunk_param_check) {
+                       float grad_multiplier, float* chunk_param_check, double* chunk_grad_sums) {
   for_each_chunk(arena, [&](int64_t c, const ArenaChunk& chunk) {
     AdamScalars s = base;
     s.lr = segments[chunk.segment].lr;
@@ -146,58 +183,64 @@ void adam_update_typed(const ArenaView& arena, const AdamScalars& base, const Se
     float* params = arena.params + chunk.begin;
     const float* grads = arena.grads + chunk.begin;
     float check = 0.0f;
+    double grad_lanes[kSumLanes] = {};
     staged(states, count, true, [&](const auto& staged_states, int64_t start, int64_t length) {
       using Staged = std::remove_pointer_t<typename std::remove_cvref_t<decltype(staged_states)>::value_type>;
-      check += adam_span<Staged, Decoupled, Amsgrad>(params + start, grads + start, staged_states[0], staged_states[1],
-                                                     staged_states[2], length, grad_multiplier, s);
+      check += adam_span<Staged, Decoupled, Amsgrad, SumSquares>(params + start, grads + start, staged_states[0],
+                                                                 staged_states[1], staged_states[2], length,
+                                                                 grad_multiplier, s, grad_lanes);
     });
     chunk_param_check[c] = check;
+    if constexpr (SumSquares) chunk_grad_sums[c] = fold_sum_lanes(grad_lanes);
   });
 }
 
 void adam_update(const ArenaView& arena, const AdamScalars& base, const SegmentStepScalars* segments,
-                 float grad_multiplier, float* chunk_param_check) {
+                 float grad_multiplier, float* chunk_param_check, double* chunk_grad_sums) {
   with_state_type(arena.state_dtype, [&](auto tag) {
     using State = decltype(tag);
-    if (base.decoupled) {
-      if (base.amsgrad)
-        adam_update_typed<State, true, true>(arena, base, segments, grad_multiplier, chunk_param_check);
-      else
-        adam_update_typed<State, true, false>(arena, base, segments, grad_multiplier, chunk_param_check);
-    } else {
-      if (base.amsgrad)
-        adam_update_typed<State, false, true>(arena, base, segments, grad_multiplier, chunk_param_check);
-      else
-        adam_update_typed<State, false, false>(arena, base, segments, grad_multiplier, chunk_param_check);
-    }
+    with_sum_squares(chunk_grad_sums, [&]<bool SumSquares>() {
+      auto run = [&]<bool Decoupled, bool Amsgrad>() {
+        adam_update_typed<State, Decoupled, Amsgrad, SumSquares>(arena, base, segments, grad_multiplier,
+                                                                 chunk_param_check, chunk_grad_sums);
+      };
+      if (base.decoupled) {
+        if (base.amsgrad)
+          run.template operator()<true, true>();
+        else
+          run.template operator()<true, false>();
+      } else {
+        if (base.amsgrad)
+          run.template operator()<false, true>();
+        else
+          run.template operator()<false, false>();
+      }
+    });
   });
 }
 
 // ---- SGD ----
-template <typename State, bool Momentum, bool Nesterov, bool FirstStep>
+template <typename State, bool Momentum, bool Nesterov, bool FirstStep, bool SumSquares>
 float sgd_span(float* __restrict params, const float* __restrict grads, State* __restrict buffers, int64_t count,
-               float grad_multiplier, const SgdScalars& scalars) {
+               float grad_multiplier, const SgdScalars& scalars, double* grad_lanes) {
   SgdScalars s = scalars;
   s.nesterov = Nesterov;
   s.first_step = FirstStep;
   if constexpr (!Momentum) s.momentum = 0.0f;
-  float check = 0.0f;
-#pragma omp simd reduction(+ : check)
-  for (int64_t i = 0; i < count; ++i) {
+  return update_loop<SumSquares>(grads, count, grad_lanes, [&](int64_t i) OPSNN_ALWAYS_INLINE {
     float p = params[i];
     float buffer = 0.0f;
     if constexpr (Momentum && !FirstStep) buffer = load_value(buffers[i]);
     sgd_element(p, buffer, grads[i] * grad_multiplier, s);
     params[i] = p;
     if constexpr (Momentum) store_value(buffers[i], buffer);
-    check += p * 0.0f;
-  }
-  return check;
+    return p;
+  });
 }
 
-template <typename State, bool Momentum, bool Nesterov, bool FirstStep>
+template <typename State, bool Momentum, bool Nesterov, bool FirstStep, bool SumSquares>
 void sgd_update_typed(const ArenaView& arena, const SgdScalars& base, const SegmentStepScalars* segments,
-                      float grad_multiplier, float* chunk_param_check) {
+                      float grad_multiplier, float* chunk_param_check, double* chunk_grad_sums) {
   for_each_chunk(arena, [&](int64_t c, const ArenaChunk& chunk) {
     SgdScalars s = base;
     s.lr = segments[chunk.segment].lr;
@@ -207,44 +250,50 @@ void sgd_update_typed(const ArenaView& arena, const SgdScalars& base, const Segm
     float* params = arena.params + chunk.begin;
     const float* grads = arena.grads + chunk.begin;
     float check = 0.0f;
+    double grad_lanes[kSumLanes] = {};
     staged(states, count, Momentum, [&](const auto& staged_states, int64_t start, int64_t length) {
       using Staged = std::remove_pointer_t<typename std::remove_cvref_t<decltype(staged_states)>::value_type>;
-      check += sgd_span<Staged, Momentum, Nesterov, FirstStep>(params + start, grads + start, staged_states[0], length,
-                                                               grad_multiplier, s);
+      check += sgd_span<Staged, Momentum, Nesterov, FirstStep, SumSquares>(
+          params + start, grads + start, staged_states[0], length, grad_multiplier, s, grad_lanes);
     });
     chunk_param_check[c] = check;
+    if constexpr (SumSquares) chunk_grad_sums[c] = fold_sum_lanes(grad_lanes);
   });
 }
 
 void sgd_update(const ArenaView& arena, const SgdScalars& base, const SegmentStepScalars* segments,
-                float grad_multiplier, float* chunk_param_check) {
+                float grad_multiplier, float* chunk_param_check, double* chunk_grad_sums) {
   with_state_type(arena.state_dtype, [&](auto tag) {
     using State = decltype(tag);
-    auto run = [&]<bool Momentum, bool Nesterov, bool FirstStep>() {
-      sgd_update_typed<State, Momentum, Nesterov, FirstStep>(arena, base, segments, grad_multiplier, chunk_param_check);
-    };
-    if (base.momentum == 0.0f)
-      run.template operator()<false, false, false>();
-    else if (base.nesterov) {
-      if (base.first_step)
-        run.template operator()<true, true, true>();
-      else
-        run.template operator()<true, true, false>();
-    } else {
-      if (base.first_step)
-        run.template operator()<true, false, true>();
-      else
-        run.template operator()<true, false, false>();
-    }
+    with_sum_squares(chunk_grad_sums, [&]<bool SumSquares>() {
+      auto run = [&]<bool Momentum, bool Nesterov, bool FirstStep>() {
+        sgd_update_typed<State, Momentum, Nesterov, FirstStep, SumSquares>(arena, base, segments, grad_multiplier,
+                                                                           chunk_param_check, chunk_grad_sums);
+      };
+      if (base.momentum == 0.0f)
+        run.template operator()<false, false, false>();
+      else if (base.nesterov) {
+        if (base.first_step)
+          run.template operator()<true, true, true>();
+        else
+          run.template operator()<true, true, false>();
+      } else {
+        if (base.first_step)
+          run.template operator()<true, false, true>();
+        else
+          run.template operator()<true, false, false>();
+      }
+    });
   });
 }
 
 // ---- LAMB ----
-template <typename State>
+template <typename State, bool SumSquares>
 void lamb_phase1_span(const float* __restrict params, const float* __restrict grads, State* __restrict exp_avg,
                       State* __restrict exp_avg_sq, int64_t count, float grad_multiplier, const AdamScalars& s,
-                      double (&update_lanes)[kSumLanes], double (&param_lanes)[kSumLanes]) {
-  auto element = [&](int64_t i, int64_t lane) {
+                      double (&update_lanes)[kSumLanes], double (&param_lanes)[kSumLanes],
+                      double (&grad_lanes)[kSumLanes]) {
+  for_each_lane(count, [&](int64_t i, int64_t lane) OPSNN_ALWAYS_INLINE {
     float m = load_value(exp_avg[i]);
     float v = load_value(exp_avg_sq[i]);
     const double r = lamb_phase1_element(params[i], m, v, grads[i] * grad_multiplier, s);
@@ -253,36 +302,39 @@ void lamb_phase1_span(const float* __restrict params, const float* __restrict gr
     const double p = params[i];
     update_lanes[lane] += r * r;
     param_lanes[lane] += p * p;
-  };
-  int64_t i = 0;
-  for (; i + kSumLanes <= count; i += kSumLanes) {
-#pragma omp simd
-    for (int64_t l = 0; l < kSumLanes; ++l) element(i + l, l);
-  }
-  for (int64_t l = 0; i + l < count; ++l) element(i + l, l);
+    if constexpr (SumSquares) {
+      const double g = grads[i];
+      grad_lanes[lane] += g * g;
+    }
+  });
 }
 
 void lamb_phase1(const ArenaView& arena, const AdamScalars& base, const SegmentStepScalars* segments,
-                 float grad_multiplier, double* chunk_update_sum_squares, double* chunk_param_sum_squares) {
+                 float grad_multiplier, double* chunk_update_sum_squares, double* chunk_param_sum_squares,
+                 double* chunk_grad_sums) {
   with_state_type(arena.state_dtype, [&](auto tag) {
     using State = decltype(tag);
-    for_each_chunk(arena, [&](int64_t c, const ArenaChunk& chunk) {
-      AdamScalars s = base;
-      s.lr = segments[chunk.segment].lr;
-      s.weight_decay = segments[chunk.segment].weight_decay;
-      std::array<State*, 2> states = {state_array<State>(arena, 0) + chunk.begin,
-                                      state_array<State>(arena, 1) + chunk.begin};
-      const float* params = arena.params + chunk.begin;
-      const float* grads = arena.grads + chunk.begin;
-      // Lanes over the whole chunk: fp16 blocks (a multiple of kSumLanes long) continue them.
-      static_assert(kHalfBlock % kSumLanes == 0);
-      double update_lanes[kSumLanes] = {}, param_lanes[kSumLanes] = {};
-      staged(states, chunk.end - chunk.begin, true, [&](const auto& staged_states, int64_t start, int64_t length) {
-        lamb_phase1_span(params + start, grads + start, staged_states[0], staged_states[1], length, grad_multiplier, s,
-                         update_lanes, param_lanes);
+    with_sum_squares(chunk_grad_sums, [&]<bool SumSquares>() {
+      for_each_chunk(arena, [&](int64_t c, const ArenaChunk& chunk) {
+        AdamScalars s = base;
+        s.lr = segments[chunk.segment].lr;
+        s.weight_decay = segments[chunk.segment].weight_decay;
+        std::array<State*, 2> states = {state_array<State>(arena, 0) + chunk.begin,
+                                        state_array<State>(arena, 1) + chunk.begin};
+        const float* params = arena.params + chunk.begin;
+        const float* grads = arena.grads + chunk.begin;
+        // Lanes over the whole chunk: fp16 blocks (a multiple of kSumLanes long) continue them.
+        static_assert(kHalfBlock % kSumLanes == 0);
+        double update_lanes[kSumLanes] = {}, param_lanes[kSumLanes] = {}, grad_lanes[kSumLanes] = {};
+        staged(states, chunk.end - chunk.begin, true, [&](const auto& staged_states, int64_t start, int64_t length) {
+          using Staged = std::remove_pointer_t<typename std::remove_cvref_t<decltype(staged_states)>::value_type>;
+          lamb_phase1_span<Staged, SumSquares>(params + start, grads + start, staged_states[0], staged_states[1],
+                                               length, grad_multiplier, s, update_lanes, param_lanes, grad_lanes);
+        });
+        chunk_update_sum_squares[c] = fold_sum_lanes(update_lanes);
+        chunk_param_sum_squares[c] = fold_sum_lanes(param_lanes);
+        if constexpr (SumSquares) chunk_grad_sums[c] = fold_sum_lanes(grad_lanes);
       });
-      chunk_update_sum_squares[c] = fold_sum_lanes(update_lanes);
-      chunk_param_sum_squares[c] = fold_sum_lanes(param_lanes);
     });
   });
 }
@@ -325,13 +377,11 @@ void lamb_phase2(const ArenaView& arena, const AdamScalars& base, const SegmentS
 // ---- element-wise rules (builtin_list.h): one generic pass, the rule's element function per element ----
 // The states as separate __restrict pointers (up to kMaxOptimizerStates; unused ones null): with the
 // pointers in an array the compiler cannot rule out aliasing and the fp32 loop ran 7x slower.
-template <typename Rule, typename State>
+template <typename Rule, typename State, bool SumSquares>
 float rule_span(float* __restrict params, const float* __restrict grads, State* __restrict s0, State* __restrict s1,
-                State* __restrict s2, int64_t count, float grad_multiplier, const AdamScalars& s) {
+                State* __restrict s2, int64_t count, float grad_multiplier, const AdamScalars& s, double* grad_lanes) {
   static_assert(Rule::kStates >= 1 && Rule::kStates <= kMaxOptimizerStates, "a rule has 1 to 3 states");
-  float check = 0.0f;
-#pragma omp simd reduction(+ : check)
-  for (int64_t i = 0; i < count; ++i) {
+  return update_loop<SumSquares>(grads, count, grad_lanes, [&](int64_t i) OPSNN_ALWAYS_INLINE {
     float p = params[i];
     float values[Rule::kStates];
     values[0] = load_value(s0[i]);
@@ -342,14 +392,13 @@ float rule_span(float* __restrict params, const float* __restrict grads, State* 
     store_value(s0[i], values[0]);
     if constexpr (Rule::kStates > 1) store_value(s1[i], values[1]);
     if constexpr (Rule::kStates > 2) store_value(s2[i], values[2]);
-    check += p * 0.0f;
-  }
-  return check;
+    return p;
+  });
 }
 
-template <typename Rule>
+template <typename Rule, bool SumSquares>
 void rule_update(const ArenaView& arena, const AdamScalars& base, const SegmentStepScalars* segments,
-                 float grad_multiplier, float* chunk_param_check) {
+                 float grad_multiplier, float* chunk_param_check, double* chunk_grad_sums) {
   with_state_type(arena.state_dtype, [&](auto tag) {
     using State = decltype(tag);
     for_each_chunk(arena, [&](int64_t c, const ArenaChunk& chunk) {
@@ -361,30 +410,35 @@ void rule_update(const ArenaView& arena, const AdamScalars& base, const SegmentS
       float* params = arena.params + chunk.begin;
       const float* grads = arena.grads + chunk.begin;
       float check = 0.0f;
+      double grad_lanes[kSumLanes] = {};
       staged(states, chunk.end - chunk.begin, true, [&](const auto& staged_states, int64_t start, int64_t length) {
         // Half: block buffers indexed from 0; other types: one span, start = 0.
         using Staged = std::remove_pointer_t<typename std::remove_cvref_t<decltype(staged_states)>::value_type>;
         auto at = [&](int k) { return k < Rule::kStates ? staged_states[static_cast<size_t>(k)] : nullptr; };
-        check +=
-            rule_span<Rule, Staged>(params + start, grads + start, at(0), at(1), at(2), length, grad_multiplier, s);
+        check += rule_span<Rule, Staged, SumSquares>(params + start, grads + start, at(0), at(1), at(2), length,
+                                                     grad_multiplier, s, grad_lanes);
       });
       chunk_param_check[c] = check;
+      if constexpr (SumSquares) chunk_grad_sums[c] = fold_sum_lanes(grad_lanes);
     });
   });
 }
 
 void elementwise_update(const ArenaView& arena, UpdateRule rule, const AdamScalars& base,
-                        const SegmentStepScalars* segments, float grad_multiplier, float* chunk_param_check) {
+                        const SegmentStepScalars* segments, float grad_multiplier, float* chunk_param_check,
+                        double* chunk_grad_sums) {
   switch (rule) {
-#define OPSNN_RULE_CASE(name, Rule) \
-  case UpdateRule::name:            \
-    return rule_update<Rule>(arena, base, segments, grad_multiplier, chunk_param_check);
+#define OPSNN_RULE_CASE(name, Rule)                                                                               \
+  case UpdateRule::name:                                                                                          \
+    if (chunk_grad_sums)                                                                                          \
+      return rule_update<Rule, true>(arena, base, segments, grad_multiplier, chunk_param_check, chunk_grad_sums); \
+    return rule_update<Rule, false>(arena, base, segments, grad_multiplier, chunk_param_check, nullptr);
     OPSNN_ELEMENTWISE_RULES(OPSNN_RULE_CASE)
 #undef OPSNN_RULE_CASE
     default:
       break;
   }
-  (void)arena, (void)base, (void)segments, (void)grad_multiplier, (void)chunk_param_check;
+  (void)arena, (void)base, (void)segments, (void)grad_multiplier, (void)chunk_param_check, (void)chunk_grad_sums;
   throw Error(detail::concat("no element-wise CPU kernel for update rule ", static_cast<int>(rule)));
 }
 
