@@ -2,12 +2,14 @@
 // conversion (round to nearest even through half.h), fill and axpy-style accumulation.
 #include "core/cpu_services.h"
 
+#include <sys/mman.h>
 #include <sys/sysinfo.h>
 
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string_view>
 
 #include "opsnn/core/error.h"
 
@@ -24,6 +26,26 @@ size_t host_memory_bytes() {
   }();
   return bytes;
 }
+
+// Large buffers (optimizer arenas, activations, datasets) are 2 MB aligned and advised as transparent huge
+// pages (where the kernel's THP mode is madvise, as on Debian and Ubuntu by default): one TLB entry per
+// 2 MB instead of per 4 KB. OPSNN_HUGE_PAGES=0 turns it off; any value other than 0 or 1 is a ConfigError.
+constexpr size_t kHugePageBytes = size_t{2} << 20;
+constexpr size_t kHugePageMinimumBytes = 4 * kHugePageBytes;
+
+}  // namespace
+
+bool cpu_huge_pages() {
+  static const bool wanted = [] {
+    const char* value = std::getenv("OPSNN_HUGE_PAGES");
+    if (value == nullptr || std::string_view(value) == "1") return true;
+    if (std::string_view(value) == "0") return false;
+    throw ConfigError(detail::concat("OPSNN_HUGE_PAGES=", value, ": expected 0 or 1"));
+  }();
+  return wanted;
+}
+
+namespace {
 
 template <typename To, typename From>
 void strided_copy_typed(To* destination, const From* source, int dim, const int64_t* shape, const int64_t* strides) {
@@ -53,9 +75,13 @@ class CpuServices final : public DeviceServices {
     if (bytes > host_memory_bytes())
       throw OutOfMemoryError(detail::concat("out of host memory allocating ", bytes, " bytes (the machine has ",
                                             host_memory_bytes(), " bytes of memory and swap)"));
-    size_t rounded = (bytes + kCpuAlignmentBytes - 1) / kCpuAlignmentBytes * kCpuAlignmentBytes;
-    void* pointer = std::aligned_alloc(kCpuAlignmentBytes, rounded);
+    const size_t alignment = bytes >= kHugePageMinimumBytes && cpu_huge_pages() ? kHugePageBytes : kCpuAlignmentBytes;
+    size_t rounded = (bytes + alignment - 1) / alignment * alignment;
+    void* pointer = std::aligned_alloc(alignment, rounded);
     if (pointer == nullptr) throw OutOfMemoryError(detail::concat("out of host memory allocating ", bytes, " bytes"));
+#if defined(MADV_HUGEPAGE)
+    if (alignment == kHugePageBytes) madvise(pointer, rounded, MADV_HUGEPAGE);  // advice only: failure is harmless
+#endif
     return pointer;
   }
   void deallocate(void* pointer, size_t, int) override { std::free(pointer); }

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/cpu_services.h"
 #include "opsnn/core/device.h"
 #include "opsnn/core/error.h"
 #include "opsnn/core/storage.h"
@@ -335,6 +336,18 @@ TEST_CASE("CPU storage is 64-byte aligned", "[core]") {
   Storage storage(5, kCPU);
   CHECK(reinterpret_cast<uintptr_t>(storage.data()) % 64 == 0);
   CHECK(storage.bytes() == 5);
+}
+
+TEST_CASE("CPU buffers of 8 MB and more start on a 2 MB huge-page boundary unless OPSNN_HUGE_PAGES=0", "[core]") {
+  const uintptr_t huge_page = uintptr_t{2} << 20;
+  for (int64_t megabytes : {8, 9, 33}) {
+    Tensor t = Tensor::zeros({megabytes << 18});  // fp32: 4 bytes each
+    if (cpu_huge_pages()) CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % huge_page == 0);
+    CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % kCpuAlignmentBytes == 0);
+    CHECK(t.to_vector<float>().back() == 0.0f);  // usable to its last byte
+    t.data<float>()[t.numel() - 1] = 1.0f;
+    CHECK(t.to_vector<float>().back() == 1.0f);
+  }
 }
 
 TEST_CASE("rehome moves the values into new storage and every handle follows", "[core]") {
