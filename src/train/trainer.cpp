@@ -15,8 +15,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/cpu_services.h"
 #include "core/cpu_variants.h"
 #include "core/json_reader.h"
+#include "ops/cpu/onednn.h"
 #include "opsnn/autograd/node.h"
 #include "opsnn/core/storage.h"
 #include "opsnn/data/device_loader.h"
@@ -268,6 +270,11 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
   validate_config(c);
   const TrainingDevice run_device = check_device(c, cuda_device_count());
   s.device = run_device.device;
+  // The environment's CPU settings (OPSNN_CPU_KERNELS, OPSNN_HUGE_PAGES, OPSNN_CPU_ENGINE): a bad value
+  // fails here, before anything is written.
+  (void)opsnn::cpu::cpu_kernels();
+  (void)cpu_huge_pages();
+  (void)ops::onednn::policy();
   OPSNN_CHECK_AS(UsageError, !s.options.eval_only || !s.options.resume.empty(),
                  "eval_only needs the checkpoint to evaluate: TrainerOptions::resume (a path, or auto)");
   if (dist::launched_distributed()) {
@@ -428,8 +435,12 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
   s.logger->info("opsnn run '{}' in {}: {} on {} ({} train / {} test samples), {} parameters, {} on {}", run_name_of(c),
                  s.run_dir.string(), c.model.arch, s.datasets.train->name(), s.datasets.train->size(),
                  s.datasets.test->size(), models::count_parameters(*s.model), c.optimizer.name, s.device.str());
-  s.logger->info("CPU kernels: {} (OPSNN_CPU_KERNELS=portable|avx2|avx512 chooses another)",
-                 opsnn::cpu::cpu_kernels().name);
+  constexpr const char* kEngines[] = {"eigen", "onednn", "auto"};
+  s.logger->info(
+      "CPU kernels: {} (OPSNN_CPU_KERNELS=portable|avx2|avx512 chooses another); huge pages for large CPU buffers {} "
+      "(OPSNN_HUGE_PAGES=0|1); fp32 CPU convolutions and matrix products on {} (OPSNN_CPU_ENGINE=eigen|onednn|auto)",
+      opsnn::cpu::cpu_kernels().name, cpu_huge_pages() ? "on" : "off",
+      kEngines[static_cast<int>(ops::onednn::policy())]);
   if (s.optimizer->sparse_updater() != nullptr)
     s.logger->info(
         "row-sparse embedding gradients: {} updates only the rows each batch touches",

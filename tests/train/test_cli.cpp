@@ -246,6 +246,34 @@ TEST_CASE("cli: OPSNN_CPU_KERNELS picks the CPU kernels - an unknown value exits
              Catch::Contains("CPU kernels: portable"));
 }
 
+TEST_CASE("cli: OPSNN_HUGE_PAGES and OPSNN_CPU_ENGINE - a bad value exits 2 naming it", "[cli]") {
+  TemporaryFolder folder;
+  write_text(folder.path / "tiny.yaml", kTinyRunYaml);
+  auto run_with = [&](const std::string& value, const std::string& out) {
+    return opsnn::testing::run_program(
+        "env", {"OPSNN_HUGE_PAGES=" + value, OPSNN_TRAIN_EXE, "--config", "tiny.yaml", "--out", out}, folder.path);
+  };
+  Outcome bad = run_with("yes", "bad");
+  INFO(bad.output);
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.output, Catch::Contains("OPSNN_HUGE_PAGES=yes") && Catch::Contains("expected 0 or 1"));
+  CHECK(!fs::exists(folder.path / "bad"));  // found before anything is written
+  Outcome engine = opsnn::testing::run_program(
+      "env", {"OPSNN_CPU_ENGINE=mkl", OPSNN_TRAIN_EXE, "--config", "tiny.yaml", "--out", "engine"}, folder.path);
+  INFO(engine.output);
+  CHECK(engine.exit_code == 2);
+  CHECK_THAT(engine.output,
+             Catch::Contains("OPSNN_CPU_ENGINE=mkl") && Catch::Contains("expected eigen, onednn or auto"));
+  CHECK(!fs::exists(folder.path / "engine"));
+  for (const char* value : {"0", "1"}) {
+    Outcome outcome = run_with(value, std::string("pages") + value);
+    INFO(outcome.output);
+    CHECK(outcome.exit_code == 0);
+    CHECK_THAT(opsnn::testing::read_text(folder.path / (std::string("pages") + value) / "train.log"),
+               Catch::Contains(std::string("huge pages for large CPU buffers ") + (value[0] == '1' ? "on" : "off")));
+  }
+}
+
 TEST_CASE("cli: a missing data root exits 1 naming the path", "[cli]") {
   TemporaryFolder folder;
   Outcome outcome = run_train({"--set", "data.root=/nonexistent/fashion-data", "--out", "run"}, folder.path);

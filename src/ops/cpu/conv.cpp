@@ -1,7 +1,8 @@
 // CPU conv2d kernels (NCHW input, OIHW weight; NHWC input through permuted copies): forward and the
 // input/weight gradients, each an im2col over cache-sized bands of output rows (or, for 1x1 stride-1
 // unpadded kernels, the input itself) multiplied by Eigen's GEMM (cpu::matmul, in the CPU variant in use),
-// with col2im scattering the input gradient back.
+// with col2im scattering the input gradient back. fp32 convolutions go to oneDNN instead where
+// OPSNN_CPU_ENGINE says so (onednn.h); this Eigen path stays the reference and runs every other dtype.
 #include <omp.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include "core/cpu_variants.h"
 #include "ops/cpu/cpu_backend.h"
 #include "ops/cpu/kernel_support.h"
+#include "ops/cpu/onednn.h"
 
 namespace opsnn::ops {
 namespace {
@@ -311,6 +313,31 @@ Conv2dGeometry nchw_geometry(Conv2dGeometry geometry) {
   return geometry;
 }
 
+onednn::ConvDims dims_of(const ConvShape& s) {
+  onednn::ConvDims d;
+  d.batch = s.batch;
+  d.in_channels = s.in_channels;
+  d.in_h = s.in_h;
+  d.in_w = s.in_w;
+  d.out_channels = s.out_channels;
+  d.kernel_h = s.kernel_h;
+  d.kernel_w = s.kernel_w;
+  d.out_h = s.out_h;
+  d.out_w = s.out_w;
+  d.geometry = s.geometry;
+  return d;
+}
+
+// Runs an NCHW convolution on the engine OPSNN_CPU_ENGINE picks: with_eigen() always for dtypes other than
+// fp32 and for shapes oneDNN does not support, else as onednn::run_on_engine decides.
+template <typename Eigen, typename OneDnn>
+void run_conv(const ConvShape& s, onednn::Direction direction, DType dtype, Eigen&& with_eigen, OneDnn&& with_onednn) {
+  if (dtype != DType::f32 || onednn::policy() == onednn::Policy::eigen) return with_eigen();
+  const onednn::ConvDims dims = dims_of(s);
+  if (!onednn::conv_supported(dims)) return with_eigen();
+  onednn::run_on_engine(onednn::conv_key(dims, direction), with_eigen, with_onednn);
+}
+
 }  // namespace
 
 void CpuBackend::conv2d_forward(const Tensor& input, const Tensor& weight, const Tensor& bias, Tensor& out,
@@ -322,8 +349,16 @@ void CpuBackend::conv2d_forward(const Tensor& input, const Tensor& weight, const
     return;
   }
   const ConvShape shape(input.shape(), weight.shape(), out.shape(), geometry);
-  cpu::visit_floating(input.dtype(), "conv2d_forward",
-                      [&](auto tag) { forward_typed<decltype(tag)>(input, weight, bias, out, shape); });
+  run_conv(
+      shape, onednn::Direction::forward, input.dtype(),
+      [&] {
+        cpu::visit_floating(input.dtype(), "conv2d_forward",
+                            [&](auto tag) { forward_typed<decltype(tag)>(input, weight, bias, out, shape); });
+      },
+      [&] {
+        onednn::conv_forward(dims_of(shape), input.data<float>(), weight.data<float>(),
+                             bias.defined() ? bias.data<float>() : nullptr, out.data<float>());
+      });
 }
 
 void CpuBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, Tensor& grad_input,
@@ -335,8 +370,17 @@ void CpuBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& wei
     return;
   }
   const ConvShape shape(grad_input.shape(), weight.shape(), grad_out.shape(), geometry);
-  cpu::visit_floating(grad_out.dtype(), "conv2d_backward_input",
-                      [&](auto tag) { backward_input_typed<decltype(tag)>(grad_out, weight, grad_input, shape); });
+  run_conv(
+      shape, onednn::Direction::backward_data, grad_out.dtype(),
+      [&] {
+        cpu::visit_floating(grad_out.dtype(), "conv2d_backward_input", [&](auto tag) {
+          backward_input_typed<decltype(tag)>(grad_out, weight, grad_input, shape);
+        });
+      },
+      [&] {
+        onednn::conv_backward_data(dims_of(shape), grad_out.data<float>(), weight.data<float>(),
+                                   grad_input.data<float>());
+      });
 }
 
 void CpuBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& input, Tensor& grad_weight,
@@ -346,8 +390,17 @@ void CpuBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& in
     return;
   }
   const ConvShape shape(input.shape(), grad_weight.shape(), grad_out.shape(), geometry);
-  cpu::visit_floating(grad_out.dtype(), "conv2d_backward_weight",
-                      [&](auto tag) { backward_weight_typed<decltype(tag)>(grad_out, input, grad_weight, shape); });
+  run_conv(
+      shape, onednn::Direction::backward_weights, grad_out.dtype(),
+      [&] {
+        cpu::visit_floating(grad_out.dtype(), "conv2d_backward_weight", [&](auto tag) {
+          backward_weight_typed<decltype(tag)>(grad_out, input, grad_weight, shape);
+        });
+      },
+      [&] {
+        onednn::conv_backward_weights(dims_of(shape), grad_out.data<float>(), input.data<float>(),
+                                      grad_weight.data<float>());
+      });
 }
 
 }  // namespace opsnn::ops
