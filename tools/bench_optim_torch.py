@@ -159,6 +159,10 @@ CPU_VARIANTS = [
 ]
 
 
+# opsnn-bench's single-pass rows (monitor.on_nonfinite = warn) of each PyTorch variant.
+SINGLE_PASS = {"adamw": "adamw 1p", "adam": "adam 1p", "sgd momentum": "sgd mom 1p"}
+
+
 def measure_cpu(label, shapes, warmup, repeats):
     n = sum(torch.Size(s).numel() for s in shapes)
     a = torch.empty(n).uniform_(-1, 1)
@@ -214,20 +218,25 @@ def main_cpu(args, labels):
     for label in labels:
         stream = find(ours, label, "stream copy")
         for name, bytes_per_parameter, _ in CPU_VARIANTS:
-            mine = next((r for r in ours if r["problem"] == label and r["variant"] == name and r["state"] == "f32"), None)
             theirs = find(torch_rows, label, name)
-            if mine is None or theirs is None or stream is None:
-                continue
-            n = sum(torch.Size(s).numel() for s in problem_shapes(label))
-            gbps = bytes_per_parameter * n / (mine["ms"] * 1e-3) / 1e9
-            # The bar: 1.2x PyTorch or 95% of the streaming copy's bandwidth, whichever is lower, and never
-            # slower than PyTorch.
-            allowed_ms = min(theirs["ms"], max(theirs["ms"] / 1.2, bytes_per_parameter * n / (0.95 * stream["gbps"] * 1e9) * 1e3))
-            met = mine["ms"] <= allowed_ms
-            all_met &= met
-            print(f"{label:<10} {name:<14} {mine['ms']:9.2f} {theirs['ms']:11.2f} {theirs['ms'] / mine['ms']:7.2f}x "
-                  f"{gbps:7.1f} {100 * gbps / stream['gbps']:7.0f}%  <= {allowed_ms:.2f} ms: "
-                  f"{'met' if met else 'NOT met'}")
+            # opsnn's default step (monitor.on_nonfinite = skip: a gradient pass first) and its single-pass
+            # step (warn: applies non-finite updates as PyTorch does, and still reports them).
+            for mine_name, extra_bytes in ((name, 4), (SINGLE_PASS[name], 0)):
+                mine = next((r for r in ours if r["problem"] == label and r["variant"] == mine_name
+                             and r.get("state", "f32") == "f32"), None)
+                if mine is None or theirs is None or stream is None:
+                    continue
+                n = sum(torch.Size(s).numel() for s in problem_shapes(label))
+                moved = bytes_per_parameter + extra_bytes
+                gbps = moved * n / (mine["ms"] * 1e-3) / 1e9
+                # The bar: 1.2x PyTorch or 95% of the streaming copy's bandwidth, whichever is lower, and
+                # never slower than PyTorch.
+                allowed_ms = min(theirs["ms"], max(theirs["ms"] / 1.2, moved * n / (0.95 * stream["gbps"] * 1e9) * 1e3))
+                met = mine["ms"] <= allowed_ms
+                all_met &= met
+                print(f"{label:<10} {mine_name:<14} {mine['ms']:9.2f} {theirs['ms']:11.2f} "
+                      f"{theirs['ms'] / mine['ms']:7.2f}x {gbps:7.1f} {100 * gbps / stream['gbps']:7.0f}%  "
+                      f"<= {allowed_ms:.2f} ms: {'met' if met else 'NOT met'}")
     return 0 if all_met else 3
 
 

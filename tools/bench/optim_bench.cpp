@@ -23,6 +23,7 @@
 #include "bench/bench.h"
 #include "core/cpu_variants.h"
 #include "opsnn/core/error.h"
+#include "opsnn/core/storage.h"
 #include "opsnn/optim/optimizer.h"
 
 namespace opsnn::bench {
@@ -95,13 +96,12 @@ namespace {
 using optim::OptimizerOptions;
 
 // ---- memory ----
+// The baselines' buffers come from the CPU allocator the arena uses (64-byte aligned; large ones on huge
+// pages unless OPSNN_HUGE_PAGES=0), so both sides of a ratio have the same pages.
 struct FloatBuffer {
   explicit FloatBuffer(int64_t count)
-      : data(static_cast<float*>(std::aligned_alloc(64, (static_cast<size_t>(count) * 4 + 63) / 64 * 64))),
-        size(count) {
-    OPSNN_CHECK(data != nullptr, "out of memory allocating ", count, " floats");
-  }
-  ~FloatBuffer() { std::free(data); }
+      : data(static_cast<float*>(device_services(kCPU).allocate(static_cast<size_t>(count) * 4, 0))), size(count) {}
+  ~FloatBuffer() { device_services(kCPU).deallocate(data, static_cast<size_t>(size) * 4, 0); }
   FloatBuffer(const FloatBuffer&) = delete;
   FloatBuffer& operator=(const FloatBuffer&) = delete;
   float* data;
@@ -235,16 +235,17 @@ struct Variant {
   std::string label;
 };
 
-// Bytes the fused step must move per parameter: the gradient pass reads g (4); then per update pass
-// every array it touches once. s = bytes per state element.
-// The states come from the optimizer's descriptor (sgd momentum 1, adam 2, lion 1).
+// Bytes the fused step must move per parameter: the gradient pass reads g (4; none in a single-pass step,
+// monitor.on_nonfinite = warn); then per update pass every array it touches once. s = bytes per state
+// element. The states come from the optimizer's descriptor (sgd momentum 1, adam 2, lion 1).
 double fused_bytes_per_parameter(const std::string& optimizer, const OptimizerOptions& options) {
   const optim::OptimizerDescriptor* descriptor = optim::find_optimizer(optimizer);
   double s = static_cast<double>(dtype_size(options.state_dtype()));
   double states = static_cast<double>(descriptor->state_names(options).size());
+  double gradient_pass = options.monitor().on_nonfinite() == optim::NonFiniteAction::warn ? 0 : 4;
   if (descriptor->per_tensor_norms)  // lamb: phase 1 g, p r, states r+w; phase 2 p r+w, states r
-    return 4 + (4 + 4 + 2 * states * s) + (8 + states * s);
-  return 4 + (4 + 8 + 2 * states * s);  // g; then g, p r+w, each state r+w
+    return gradient_pass + (4 + 4 + 2 * states * s) + (8 + states * s);
+  return gradient_pass + (4 + 8 + 2 * states * s);  // g; then g, p r+w, each state r+w
 }
 
 double fused_step_seconds(const Problem& problem, const Variant& variant, int warmup, int repeats) {
@@ -303,11 +304,18 @@ int run(const std::vector<std::string>& args) {
     variants.push_back({"lamb", OptimizerOptions(1e-3).betas({0.95, 0.999}).state_dtype(dtype), "lamb"});
     variants.push_back({"lion", OptimizerOptions(1e-4).state_dtype(dtype), "lion"});
   }
+  // Single-pass steps: with monitor.on_nonfinite = warn (no clipping, no loss scaling) nothing waits for the
+  // gradient norm, so it is summed in the update pass (PyTorch's fused steps check nothing).
+  const optim::MonitorOptions warn = optim::MonitorOptions().on_nonfinite(optim::NonFiniteAction::warn);
+  variants.push_back({"sgd", OptimizerOptions(0.1).momentum(0.95).monitor(warn), "sgd mom 1p"});
+  variants.push_back({"adam", OptimizerOptions(1e-3).betas({0.95, 0.999}).monitor(warn), "adam 1p"});
+  variants.push_back({"adamw", OptimizerOptions(1e-3).betas({0.95, 0.999}).monitor(warn), "adamw 1p"});
   const char* kernels = opsnn::cpu::cpu_kernels().name;
   std::printf("opsnn-bench optim --device cpu: %d threads, CPU kernels %s, median of %d runs after %d warm-up runs\n",
               threads, kernels, repeats, warmup);
   std::printf(
-      "bandwidth = bytes the variant must move / time; %% triad = fused bandwidth / triad bandwidth; stream copy: "
+      "bandwidth = bytes the variant must move / time; %% triad = fused bandwidth / triad bandwidth; 1p = single pass "
+      "(monitor.on_nonfinite = warn: no gradient pass first); stream copy: "
       "8 B/param with streaming stores (same size, same run)\n\n");
   nlohmann::json rows = nlohmann::json::array();
   std::printf("%-10s %-13s %-5s %11s %9s %8s %13s %9s\n", "params", "optimizer", "state", "fused ms", "GB/s", "% triad",
