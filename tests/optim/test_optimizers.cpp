@@ -3,8 +3,13 @@
 // schedules, groups with lr multipliers and no-decay, fp16/bf16 states; zero, huge and tiny gradients.
 #include <omp.h>
 
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
 #include "opsnn/optim/adagrad.h"
 #include "opsnn/optim/adam.h"
+#include "opsnn/optim/rules.h"
 #include "optim/optim_test_support.h"
 #include "support/catch.h"
 
@@ -106,6 +111,36 @@ TEST_CASE("lion matches the double reference: sign update, decoupled decay, its 
                           OptimizerOptions(1e-3).weight_decay(0.1).max_grad_norm(1.0).schedule(
                               ScheduleParams{ScheduleKind::warmup_cosine, 1e-3, 1e-5, 5, 40, 1, 0.1}),
                           kFloat);
+}
+
+TEST_CASE("lion's sign is 1 or -1 and passes zeros and NaN through, with their sign bits", "[optim]") {
+  // sign(c) of c = b1*m + (1-b1)*g with b1 = 0 (c = g): the update is p -= lr * sign(c) (no decay).
+  AdamScalars s{};
+  s.lr = 1.0f;
+  s.beta1 = 0.0f;
+  s.one_minus_beta1 = 1.0f;
+  s.beta2 = 0.5f;
+  s.one_minus_beta2 = 0.5f;
+  auto sign_of = [&](float g) {
+    float p = 0.0f;
+    float state[1] = {0.0f};
+    LionRule::element(p, state, g, s);
+    return -p;  // p = 0 - sign
+  };
+  auto bits = [](float x) {
+    uint32_t b;
+    std::memcpy(&b, &x, sizeof(b));
+    return b;
+  };
+  for (float g : {3.0f, 1e-38f, INFINITY}) REQUIRE(sign_of(g) == 1.0f);
+  for (float g : {-3.0f, -1e-38f, -INFINITY}) REQUIRE(sign_of(g) == -1.0f);
+  REQUIRE(std::isnan(sign_of(NAN)));
+  // A zero c is passed through as +0, not turned into -0: from p = -0 the update -0 - (sign + 0 * -0) keeps
+  // -0 for sign = +0 and would give +0 for sign = -0.
+  float state[1] = {0.0f};
+  float p = -0.0f;
+  LionRule::element(p, state, 0.0f, s);
+  REQUIRE(bits(p) == bits(-0.0f));
 }
 
 TEST_CASE("adagrad matches the double reference: L2 decay, initial accumulator, its defaults", "[optim]") {

@@ -135,7 +135,11 @@ struct LionRule {
   static OPSNN_HD void element(float& p, float (&state)[1], float g, const AdamScalars& s) {
     float& m = state[0];
     const float c = fmaf(s.beta1, m, s.one_minus_beta1 * g);
-    const float sign = c > 0.0f ? 1.0f : c < 0.0f ? -1.0f : c * 0.0f;
+    // sign(c), with +-0 and NaN passed through as they are, from a bit operation and selects of values at
+    // hand: arithmetic in a select (c * 0) made GCC branch and leave the CPU loop scalar (5x slower).
+    float sign = copysignf(1.0f, c);
+    sign = c == 0.0f ? c : sign;
+    sign = c != c ? c : sign;
     p -= s.lr * (sign + s.weight_decay * p);
     m = fmaf(s.beta2, m, s.one_minus_beta2 * g);
   }

@@ -379,8 +379,10 @@ void lamb_phase2(const ArenaView& arena, const AdamScalars& base, const SegmentS
 // pointers in an array the compiler cannot rule out aliasing and the fp32 loop ran 7x slower.
 template <typename Rule, typename State, bool SumSquares>
 float rule_span(float* __restrict params, const float* __restrict grads, State* __restrict s0, State* __restrict s1,
-                State* __restrict s2, int64_t count, float grad_multiplier, const AdamScalars& s, double* grad_lanes) {
+                State* __restrict s2, int64_t count, float grad_multiplier, const AdamScalars& scalars,
+                double* grad_lanes) {
   static_assert(Rule::kStates >= 1 && Rule::kStates <= kMaxOptimizerStates, "a rule has 1 to 3 states");
+  const AdamScalars s = scalars;  // a local copy: through the reference every store might change it
   return update_loop<SumSquares>(grads, count, grad_lanes, [&](int64_t i) OPSNN_ALWAYS_INLINE {
     float p = params[i];
     float values[Rule::kStates];
