@@ -317,7 +317,9 @@ distributed:
     }
     running_stats += name.find("running_") != std::string::npos ? 1 : 0;
     // f32 sums in other orders through 18 layers and 3 steps: the BatchNorm biases (sums of gradients of
-    // both signs) come within 1.3e-5 of their largest value, the rest within 1e-5.
+    // both signs) come within 1.3e-5 of their largest value with Eigen's convolutions, within 7e-5 with
+    // oneDNN's, which reduce over the batch in blocks (a batch of 4 and one of 8 sum in other orders, as
+    // cuDNN does on the GPU); the rest within 1e-5. Per-rank statistics miss by more than 1e-2 (below).
     CHECK(worst <= tolerance * scale);
   }
   CHECK(running_stats == 40);
@@ -342,7 +344,7 @@ distributed:
 
 TEST_CASE("cli: a 2-rank ResNet with distributed.sync_batchnorm trains as one process with the global batch",
           "[cli][dist]") {
-  check_sync_batchnorm({}, 5e-5, true);
+  check_sync_batchnorm({}, 2e-4, true);
 }
 
 TEST_CASE("cli: SyncBatchNorm on the GPU with 2 MPI ranks sharing it trains as one process", "[cli][dist][cuda]") {
