@@ -1,11 +1,15 @@
 // Tests of ops::max_pool2d, avg_pool2d and global_avg_pool2d (src/ops/pool.cpp, src/ops/cpu/pool.cpp):
 // worked values, tie and padding rules, finite-difference gradients and geometry errors.
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
 #include <numeric>
 #include <vector>
 
 #include "ops/op_test_helpers.h"
 #include "opsnn/core/rng.h"
+#include "opsnn/ops/backend.h"
 #include "opsnn/ops/ops.h"
 #include "support/catch.h"
 
@@ -52,6 +56,42 @@ TEST_CASE("max_pool2d picks window maxima and returns flat h*W+w indices", "[ops
   Tensor padded_out = ops::max_pool2d(Tensor::from_vector<double>(values, {1, 1, 5, 5}), pool(3, 2, 1));
   REQUIRE(padded_out.shape() == Shape{1, 1, 3, 3});
   REQUIRE(padded_out.to_vector<double>() == std::vector<double>{6, 8, 9, 16, 18, 19, 21, 23, 24});
+}
+
+TEST_CASE("max_pool2d 2x2 stride 2 follows the scan-order rules with ties NaN and -inf and odd sizes", "[ops]") {
+  // The 2x2 stride-2 fast path against a scan of each window in the general loop's order: the first
+  // maximum wins a tie, the first NaN wins over everything, -inf cells still give an index.
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> palette = {-inf, -1.0, 0.0, 1.0, 1.0, nan};
+  const int64_t planes = 6, h = 7, w = 9;  // odd: the last row and column belong to no window
+  std::vector<double> values(static_cast<size_t>(planes * h * w));
+  uint32_t state = 12345;
+  for (double& v : values) {
+    state = state * 1664525u + 1013904223u;
+    v = palette[(state >> 16) % palette.size()];
+  }
+  for (DType dtype : {DType::f32, DType::f64}) {
+    Tensor input = Tensor::from_vector<double>(values, {2, 3, h, w}).to(dtype);
+    Tensor out = Tensor::empty({2, 3, h / 2, w / 2}, dtype), indices = Tensor::empty({2, 3, h / 2, w / 2}, DType::i64);
+    ops::backend_for(kCPU).max_pool2d_forward(input, out, indices, pool(2, 2, 0));
+    const std::vector<double> got = out.to_vector<double>();
+    const std::vector<int64_t> at = indices.to_vector<int64_t>();
+    for (int64_t p = 0; p < planes; ++p)
+      for (int64_t oh = 0; oh < h / 2; ++oh)
+        for (int64_t ow = 0; ow < w / 2; ++ow) {
+          double best = -inf;
+          int64_t best_at = 2 * oh * w + 2 * ow;
+          for (int64_t ih = 2 * oh; ih < 2 * oh + 2; ++ih)
+            for (int64_t iw = 2 * ow; iw < 2 * ow + 2; ++iw) {
+              const double v = values[static_cast<size_t>(p * h * w + ih * w + iw)];
+              if (v > best || (std::isnan(v) && !std::isnan(best))) best = v, best_at = ih * w + iw;
+            }
+          const size_t o = static_cast<size_t>((p * (h / 2) + oh) * (w / 2) + ow);
+          INFO("plane " << p << " window " << oh << "," << ow);
+          REQUIRE(at[o] == best_at);
+          REQUIRE((std::isnan(best) ? std::isnan(got[o]) : got[o] == best));
+        }
+  }
 }
 
 TEST_CASE("max_pool2d treats padding as -inf", "[ops]") {

@@ -335,6 +335,11 @@ void run_conv(const ConvShape& s, onednn::Direction direction, DType dtype, Eige
   if (dtype != DType::f32 || onednn::policy() == onednn::Policy::eigen) return with_eigen();
   const onednn::ConvDims dims = dims_of(s);
   if (!onednn::conv_supported(dims)) return with_eigen();
+  // oneDNN's direct kernels block the input channels by 8 or 16: with a single one (a grayscale stem) its
+  // weight gradient ran 2.6x slower than Eigen's (src/ops/cpu/README.md), so onednn leaves it to Eigen.
+  if (onednn::policy() == onednn::Policy::onednn && direction == onednn::Direction::backward_weights &&
+      s.in_channels == 1)
+    return with_eigen();
   onednn::run_on_engine(onednn::conv_key(dims, direction), with_eigen, with_onednn);
 }
 

@@ -39,12 +39,48 @@ Window window_at(int64_t oh, int64_t ow, const PoolShape& s, const Pool2dGeometr
   return {h_begin, h_end, w_begin, w_end, g.count_include_pad ? padded_area : area};
 }
 
+// value beats best: larger, or the first NaN (NaN propagates, as in PyTorch); ties keep the earlier cell.
+template <typename T>
+bool beats(T value, T best) {
+  return value > best || (value != value && best == best);
+}
+
+// 2x2 windows at stride 2 without padding (every CNN's down-sampling): the four cells read directly, in
+// the general loop's order, so the results and indices are the same.
+template <typename T>
+void max_forward_2x2(const T* x, T* y, int64_t* argmax, const PoolShape& s) {
+#pragma omp parallel for schedule(static) if (s.parallel())
+  for (int64_t plane = 0; plane < s.planes; ++plane) {
+    const T* in = x + plane * s.in_plane();
+    T* out = y + plane * s.out_plane();
+    int64_t* index = argmax + plane * s.out_plane();
+    for (int64_t oh = 0; oh < s.out_h; ++oh) {
+      const int64_t top = 2 * oh * s.in_w;
+      const T* row0 = in + top;
+      const T* row1 = row0 + s.in_w;
+      for (int64_t ow = 0; ow < s.out_w; ++ow) {
+        const int64_t column = 2 * ow;
+        T best = row0[column];
+        int64_t at = top + column;
+        if (beats(row0[column + 1], best)) best = row0[column + 1], at = top + column + 1;
+        if (beats(row1[column], best)) best = row1[column], at = top + s.in_w + column;
+        if (beats(row1[column + 1], best)) best = row1[column + 1], at = top + s.in_w + column + 1;
+        out[oh * s.out_w + ow] = best;
+        index[oh * s.out_w + ow] = at;
+      }
+    }
+  }
+}
+
 template <typename T>
 void max_forward_typed(const Tensor& input, Tensor& out, Tensor& indices, const Pool2dGeometry& g) {
   const PoolShape s(input.shape(), out.shape());
   const T* x = input.data<T>();
   T* y = out.data<T>();
   int64_t* argmax = indices.data<int64_t>();
+  if (g.kernel_h == 2 && g.kernel_w == 2 && g.stride_h == 2 && g.stride_w == 2 && g.pad_h == 0 && g.pad_w == 0 &&
+      2 * s.out_h <= s.in_h && 2 * s.out_w <= s.in_w)
+    return max_forward_2x2(x, y, argmax, s);
 #pragma omp parallel for schedule(static) if (s.parallel())
   for (int64_t plane = 0; plane < s.planes; ++plane) {
     const T* in = x + plane * s.in_plane();
@@ -58,7 +94,7 @@ void max_forward_typed(const Tensor& input, Tensor& out, Tensor& indices, const 
         for (int64_t ih = window.h_begin; ih < window.h_end; ++ih) {
           for (int64_t iw = window.w_begin; iw < window.w_end; ++iw) {
             const T value = in[ih * s.in_w + iw];
-            if (value > best || (std::isnan(value) && !std::isnan(best))) {
+            if (beats(value, best)) {
               best = value;
               best_index = ih * s.in_w + iw;
             }

@@ -49,10 +49,16 @@ State* state_array(const ArenaView& arena, int index) {
   return static_cast<State*>(arena.states[index]);
 }
 
-// Runs body(chunk_index, chunk) over every chunk, in parallel when there is more than one.
+// Runs body(chunk_index, chunk) over every chunk, in parallel when there are several and enough elements
+// to pay for waking the threads (a small model's whole step takes microseconds). Each chunk writes its
+// own partials, so the results are the same either way.
+constexpr int64_t kParallelStepElements = int64_t{1} << 16;
+
 template <typename Body>
 void for_each_chunk(const ArenaView& arena, Body&& body) {
-#pragma omp parallel for schedule(static) if (arena.chunk_count > 1)
+  const bool parallel =
+      arena.chunk_count > 1 && arena.chunks[arena.chunk_count - 1].end - arena.chunks[0].begin >= kParallelStepElements;
+#pragma omp parallel for schedule(static) if (parallel)
   for (int64_t c = 0; c < arena.chunk_count; ++c) body(c, arena.chunks[c]);
 }
 
