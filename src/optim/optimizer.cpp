@@ -530,7 +530,7 @@ const StepState& Optimizer::step() {
   state.monitor_flags = 0;
   state.found_inf = 0;
   const std::vector<ArenaSegment>& segments = arena_->segments();
-  auto [beta1, beta2] = options_.effective_betas(*descriptor_);
+  const Betas betas = options_.effective_betas(*descriptor_);  // a pair: clang 14 lambdas cannot capture bindings
 
   // The update pass, with unscale and clip folded into the gradient read; in a single-pass step it also
   // sums the gradients' squares, which the two-pass step sums in a pass of its own first.
@@ -568,7 +568,7 @@ const StepState& Optimizer::step() {
     int32_t bad_parameter = first_nonfinite_param_segment();
     monitor_.check_parameters(state, bad_parameter,
                               bad_parameter >= 0 ? segments[static_cast<size_t>(bad_parameter)].name : std::string());
-    advance_applied_step(state, beta1, beta2, lr);
+    advance_applied_step(state, betas.first, betas.second, lr);
   };
 
   if (single_pass_host_step()) {
