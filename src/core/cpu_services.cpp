@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <sys/sysinfo.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -27,11 +28,26 @@ size_t host_memory_bytes() {
   return bytes;
 }
 
-// Large buffers (optimizer arenas, activations, datasets) are 2 MB aligned and advised as transparent huge
-// pages (where the kernel's THP mode is madvise, as on Debian and Ubuntu by default): one TLB entry per
-// 2 MB instead of per 4 KB. OPSNN_HUGE_PAGES=0 turns it off; any value other than 0 or 1 is a ConfigError.
+// Large buffers (optimizer arenas, activations, datasets) live in 2 MB aligned regions advised as transparent
+// huge pages (where the kernel's THP mode is madvise, as on Debian and Ubuntu by default): one TLB entry per
+// 2 MB instead of per 4 KB. OPSNN_HUGE_PAGES=0 turns the advice off; a value other than 0 or 1 is a
+// ConfigError.
 constexpr size_t kHugePageBytes = size_t{2} << 20;
 constexpr size_t kHugePageMinimumBytes = 4 * kHugePageBytes;
+
+// A large buffer does not start on its 2 MB boundary but a rotating number of 17-line steps past it.
+// Buffers of one size allocated one after another (an optimizer's parameters, gradients and states) would
+// otherwise share every address bit below their spacing, so the streams a fused step reads together
+// compete for the same cache sets, TLB sets and DRAM banks. On the 2-core development machine (AMD EPYC)
+// the Adam kernel over a 1e8-parameter arena ran 1.6-1.9x slower without the stagger (100-110 ms against
+// 55-58 ms in one process); on the H200 machine's Xeon the difference stayed within its noise. The word
+// before the returned pointer holds the region's base.
+constexpr size_t kStaggerStepBytes = 17 * kCpuAlignmentBytes;
+constexpr size_t kStaggerColors = 8;
+constexpr size_t kStaggerSpanBytes = kCpuAlignmentBytes + kStaggerColors * kStaggerStepBytes;
+static_assert(kCpuAlignmentBytes >= sizeof(void*));
+
+bool staggered_size(size_t bytes) { return bytes >= kHugePageMinimumBytes; }
 
 }  // namespace
 
@@ -69,22 +85,40 @@ void strided_copy_typed(To* destination, const From* source, int dim, const int6
   }
 }
 
+OutOfMemoryError out_of_memory(size_t bytes) {
+  return OutOfMemoryError(detail::concat("out of host memory allocating ", bytes, " bytes"));
+}
+
 class CpuServices final : public DeviceServices {
  public:
   void* allocate(size_t bytes, int) override {
     if (bytes > host_memory_bytes())
       throw OutOfMemoryError(detail::concat("out of host memory allocating ", bytes, " bytes (the machine has ",
                                             host_memory_bytes(), " bytes of memory and swap)"));
-    const size_t alignment = bytes >= kHugePageMinimumBytes && cpu_huge_pages() ? kHugePageBytes : kCpuAlignmentBytes;
-    size_t rounded = (bytes + alignment - 1) / alignment * alignment;
-    void* pointer = std::aligned_alloc(alignment, rounded);
-    if (pointer == nullptr) throw OutOfMemoryError(detail::concat("out of host memory allocating ", bytes, " bytes"));
+    if (!staggered_size(bytes)) {
+      void* pointer =
+          std::aligned_alloc(kCpuAlignmentBytes, (bytes + kCpuAlignmentBytes - 1) & ~(kCpuAlignmentBytes - 1));
+      if (pointer == nullptr) throw out_of_memory(bytes);
+      return pointer;
+    }
+    const size_t rounded = (bytes + kStaggerSpanBytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+    char* base = static_cast<char*>(std::aligned_alloc(kHugePageBytes, rounded));
+    if (base == nullptr) throw out_of_memory(bytes);
 #if defined(MADV_HUGEPAGE)
-    if (alignment == kHugePageBytes) madvise(pointer, rounded, MADV_HUGEPAGE);  // advice only: failure is harmless
+    if (cpu_huge_pages()) madvise(base, rounded, MADV_HUGEPAGE);  // advice only: failure is harmless
 #endif
+    static std::atomic<size_t> next_color{0};
+    const size_t color = next_color.fetch_add(1, std::memory_order_relaxed) % kStaggerColors;
+    char* pointer = base + kCpuAlignmentBytes + color * kStaggerStepBytes;
+    std::memcpy(pointer - sizeof(void*), &base, sizeof(void*));
     return pointer;
   }
-  void deallocate(void* pointer, size_t, int) override { std::free(pointer); }
+  void deallocate(void* pointer, size_t bytes, int) override {
+    if (pointer == nullptr || !staggered_size(bytes)) return std::free(pointer);
+    void* base = nullptr;
+    std::memcpy(&base, static_cast<char*>(pointer) - sizeof(void*), sizeof(void*));
+    std::free(base);
+  }
   void copy_to_host(void* host_destination, const void* source, size_t bytes, int) override {
     std::memcpy(host_destination, source, bytes);
   }

@@ -9,8 +9,9 @@ namespace opsnn {
 
 std::unique_ptr<DeviceServices> make_cpu_services();
 
-// Whether CPU buffers of 8 MB and more are 2 MB aligned and advised as transparent huge pages: yes unless
-// OPSNN_HUGE_PAGES=0 (read once; a value other than 0 or 1 throws ConfigError naming it).
+// Whether CPU buffers of 8 MB and more (in 2 MB aligned regions, each buffer a few lines in) are advised as
+// transparent huge pages: yes unless OPSNN_HUGE_PAGES=0 (read once; a value other than 0 or 1 throws
+// ConfigError naming it).
 bool cpu_huge_pages();
 
 // Copies a strided source of `dim` dimensions into a contiguous destination, converting dtypes.
