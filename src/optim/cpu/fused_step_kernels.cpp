@@ -3,9 +3,10 @@
 // on the storage type of the optimizer states. fp16 states are converted a block at a time (half_blocks.h)
 // through L1-resident buffers, since half.h's branchy conversion would stop the update loop vectorizing;
 // fp32 and bf16 (a shift) states are converted in the loop itself. Compiled once per CPU variant
-// (core/cpu_variants.h): sums run over kSumLanes fixed lanes, so no variant's vector width changes a bit.
+// (core/cpu_variants.h): sums run over fixed lanes, so no variant's vector width changes a bit.
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <type_traits>
 
 #include "opsnn/core/error.h"
@@ -86,33 +87,63 @@ void staged(const std::array<State*, StateCount>& states, int64_t count, bool wr
 }
 
 // ---- sums in a fixed order ----
-// Lane l of a sum takes elements l, l + kSumLanes, ...; the lanes are then added pairwise. An 8-lane
-// vector, two 4-lane ones or four 2-lane ones compute the same lanes, so every variant gives the same bits.
+// Lane l of a sum takes elements l, l + Lanes, ...; the lanes are then added pairwise. A vector of any
+// width computes the same lanes, so every variant gives the same bits. The gradients' sum of squares runs
+// over kGradSumLanes = 32 lanes: four 8-double accumulators, so the adds of one lane do not wait on each
+// other's latency (with 8 lanes that sum ran at 2 elements per cycle and cost a 1e8-parameter step about
+// 10 ms on 2 cores). LAMB's per-tensor sums keep kSumLanes = 8: three of them share one loop.
 constexpr int64_t kSumLanes = 8;
+constexpr int64_t kGradSumLanes = 32;
 
-double fold_sum_lanes(const double (&lanes)[kSumLanes]) {
-  return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+template <int64_t Lanes>
+double fold_sum_lanes(const double (&lanes)[Lanes]) {
+  static_assert(Lanes >= 2 && (Lanes & (Lanes - 1)) == 0, "a power of two lanes, added pairwise");
+  double level[Lanes];
+  for (int64_t l = 0; l < Lanes; ++l) level[l] = lanes[l];
+  for (int64_t width = Lanes / 2; width >= 1; width /= 2)
+    for (int64_t l = 0; l < width; ++l) level[l] = level[2 * l] + level[2 * l + 1];
+  return level[0];
 }
 
-// Runs element(i, lane) for i in [0, count) with lane = i % kSumLanes, vectorised across the lanes: the
-// loop shape of every sum (a chunk's lanes continue over fp16 blocks, which are kSumLanes multiples).
-template <typename Element>
+// Runs element(i, lane) for i in [0, count) with lane = i % Lanes, vectorised across the lanes: the loop
+// shape of every sum (a chunk's lanes continue over fp16 blocks and update blocks, which are multiples of
+// Lanes).
+template <int64_t Lanes, typename Element>
 OPSNN_ALWAYS_INLINE inline void for_each_lane(int64_t count, Element&& element) {
   int64_t i = 0;
-  for (; i + kSumLanes <= count; i += kSumLanes) {
+  for (; i + Lanes <= count; i += Lanes) {
 #pragma omp simd
-    for (int64_t l = 0; l < kSumLanes; ++l) element(i + l, l);
+    for (int64_t l = 0; l < Lanes; ++l) element(i + l, l);
   }
   for (int64_t l = 0; i + l < count; ++l) element(i + l, l);
 }
 
-// Adds g^2 of grads[0, count) into the lanes, lane l taking elements l, l + kSumLanes, ...
+// Adds g^2 of grads[0, count) into the kGradSumLanes lanes, lane l taking elements l, l + kGradSumLanes, ...
+// Written with vector types: left to itself the compiler kept the 32 accumulators on the stack.
 OPSNN_ALWAYS_INLINE inline void add_squares(const float* __restrict grads, int64_t count, double* lanes) {
-  for_each_lane(count, [&](int64_t i, int64_t l) OPSNN_ALWAYS_INLINE {
-    const double g = grads[i];
+  using Doubles = double __attribute__((vector_size(8 * sizeof(double))));
+  using Floats = float __attribute__((vector_size(8 * sizeof(float))));
+  constexpr int kVectors = kGradSumLanes / 8;
+  Doubles sums[kVectors];
+  std::memcpy(sums, lanes, sizeof sums);
+  int64_t i = 0;
+  for (; i + kGradSumLanes <= count; i += kGradSumLanes) {
+    for (int k = 0; k < kVectors; ++k) {
+      Floats values;
+      std::memcpy(&values, grads + i + 8 * k, sizeof values);
+      const Doubles g = __builtin_convertvector(values, Doubles);
+      sums[k] += g * g;
+    }
+  }
+  std::memcpy(lanes, sums, sizeof sums);
+  for (int64_t l = 0; i + l < count; ++l) {
+    const double g = grads[i + l];
     lanes[l] += g * g;
-  });
+  }
 }
+
+// Gradients a single-pass step updates before summing their squares from L1 (4 KB).
+constexpr int64_t kUpdateBlock = 1024;
 
 // The update loop of a span: check += update(i) * 0 over [0, count), update(i) returning the new parameter.
 // With SumSquares the gradients' squares are summed into grad_lanes as grad_sum_of_squares sums them (the
@@ -121,11 +152,10 @@ OPSNN_ALWAYS_INLINE inline void add_squares(const float* __restrict grads, int64
 template <bool SumSquares, typename Update>
 OPSNN_ALWAYS_INLINE inline float update_loop(const float* __restrict grads, int64_t count, double* grad_lanes,
                                              Update&& update) {
-  constexpr int64_t kBlock = 1024;  // 4 KB of gradients; a multiple of kSumLanes, so the lanes continue
-  static_assert(kBlock % kSumLanes == 0);
+  static_assert(kUpdateBlock % kGradSumLanes == 0, "the lanes continue over the blocks");
   float check = 0.0f;
-  for (int64_t start = 0; start < count; start += SumSquares ? kBlock : count) {
-    const int64_t end = SumSquares ? std::min(count, start + kBlock) : count;
+  for (int64_t start = 0; start < count; start += SumSquares ? kUpdateBlock : count) {
+    const int64_t end = SumSquares ? std::min(count, start + kUpdateBlock) : count;
 #pragma omp simd reduction(+ : check)
     for (int64_t i = start; i < end; ++i) check += update(i) * 0.0f;
     if constexpr (SumSquares) add_squares(grads + start, end - start, grad_lanes);
@@ -137,7 +167,7 @@ OPSNN_ALWAYS_INLINE inline float update_loop(const float* __restrict grads, int6
 // ---- gradient statistics ----
 void grad_sum_of_squares(const ArenaView& arena, double* chunk_sums) {
   for_each_chunk(arena, [&](int64_t c, const ArenaChunk& chunk) {
-    double lanes[kSumLanes] = {};
+    double lanes[kGradSumLanes] = {};
     add_squares(arena.grads + chunk.begin, chunk.end - chunk.begin, lanes);
     chunk_sums[c] = fold_sum_lanes(lanes);
   });
@@ -189,7 +219,7 @@ void adam_update_typed(const ArenaView& arena, const AdamScalars& base, const Se
     float* params = arena.params + chunk.begin;
     const float* grads = arena.grads + chunk.begin;
     float check = 0.0f;
-    double grad_lanes[kSumLanes] = {};
+    double grad_lanes[kGradSumLanes] = {};
     staged(states, count, true, [&](const auto& staged_states, int64_t start, int64_t length) {
       using Staged = std::remove_pointer_t<typename std::remove_cvref_t<decltype(staged_states)>::value_type>;
       check += adam_span<Staged, Decoupled, Amsgrad, SumSquares>(params + start, grads + start, staged_states[0],
@@ -256,7 +286,7 @@ void sgd_update_typed(const ArenaView& arena, const SgdScalars& base, const Segm
     float* params = arena.params + chunk.begin;
     const float* grads = arena.grads + chunk.begin;
     float check = 0.0f;
-    double grad_lanes[kSumLanes] = {};
+    double grad_lanes[kGradSumLanes] = {};
     staged(states, count, Momentum, [&](const auto& staged_states, int64_t start, int64_t length) {
       using Staged = std::remove_pointer_t<typename std::remove_cvref_t<decltype(staged_states)>::value_type>;
       check += sgd_span<Staged, Momentum, Nesterov, FirstStep, SumSquares>(
@@ -298,21 +328,25 @@ template <typename State, bool SumSquares>
 void lamb_phase1_span(const float* __restrict params, const float* __restrict grads, State* __restrict exp_avg,
                       State* __restrict exp_avg_sq, int64_t count, float grad_multiplier, const AdamScalars& s,
                       double (&update_lanes)[kSumLanes], double (&param_lanes)[kSumLanes],
-                      double (&grad_lanes)[kSumLanes]) {
-  for_each_lane(count, [&](int64_t i, int64_t lane) OPSNN_ALWAYS_INLINE {
-    float m = load_value(exp_avg[i]);
-    float v = load_value(exp_avg_sq[i]);
-    const double r = lamb_phase1_element(params[i], m, v, grads[i] * grad_multiplier, s);
-    store_value(exp_avg[i], m);
-    store_value(exp_avg_sq[i], v);
-    const double p = params[i];
-    update_lanes[lane] += r * r;
-    param_lanes[lane] += p * p;
-    if constexpr (SumSquares) {
-      const double g = grads[i];
-      grad_lanes[lane] += g * g;
-    }
-  });
+                      double (&grad_lanes)[kGradSumLanes]) {
+  // With SumSquares the gradients' squares are summed block by block after their update, from L1, in the
+  // lanes of grad_sum_of_squares (as update_loop does).
+  for (int64_t start = 0; start < count; start += SumSquares ? kUpdateBlock : count) {
+    const int64_t end = SumSquares ? std::min(count, start + kUpdateBlock) : count;
+    for_each_lane<kSumLanes>(end - start, [&](int64_t j, int64_t lane) OPSNN_ALWAYS_INLINE {
+      const int64_t i = start + j;
+      float m = load_value(exp_avg[i]);
+      float v = load_value(exp_avg_sq[i]);
+      const double r = lamb_phase1_element(params[i], m, v, grads[i] * grad_multiplier, s);
+      store_value(exp_avg[i], m);
+      store_value(exp_avg_sq[i], v);
+      const double p = params[i];
+      update_lanes[lane] += r * r;
+      param_lanes[lane] += p * p;
+    });
+    if constexpr (SumSquares) add_squares(grads + start, end - start, grad_lanes);
+  }
+  (void)grad_lanes;
 }
 
 void lamb_phase1(const ArenaView& arena, const AdamScalars& base, const SegmentStepScalars* segments,
@@ -329,9 +363,9 @@ void lamb_phase1(const ArenaView& arena, const AdamScalars& base, const SegmentS
                                         state_array<State>(arena, 1) + chunk.begin};
         const float* params = arena.params + chunk.begin;
         const float* grads = arena.grads + chunk.begin;
-        // Lanes over the whole chunk: fp16 blocks (a multiple of kSumLanes long) continue them.
-        static_assert(kHalfBlock % kSumLanes == 0);
-        double update_lanes[kSumLanes] = {}, param_lanes[kSumLanes] = {}, grad_lanes[kSumLanes] = {};
+        // Lanes over the whole chunk: fp16 blocks and update blocks (multiples of the lanes) continue them.
+        static_assert(kHalfBlock % kGradSumLanes == 0 && kUpdateBlock % kSumLanes == 0);
+        double update_lanes[kSumLanes] = {}, param_lanes[kSumLanes] = {}, grad_lanes[kGradSumLanes] = {};
         staged(states, chunk.end - chunk.begin, true, [&](const auto& staged_states, int64_t start, int64_t length) {
           using Staged = std::remove_pointer_t<typename std::remove_cvref_t<decltype(staged_states)>::value_type>;
           lamb_phase1_span<Staged, SumSquares>(params + start, grads + start, staged_states[0], staged_states[1],
@@ -418,7 +452,7 @@ void rule_update(const ArenaView& arena, const AdamScalars& base, const SegmentS
       float* params = arena.params + chunk.begin;
       const float* grads = arena.grads + chunk.begin;
       float check = 0.0f;
-      double grad_lanes[kSumLanes] = {};
+      double grad_lanes[kGradSumLanes] = {};
       staged(states, chunk.end - chunk.begin, true, [&](const auto& staged_states, int64_t start, int64_t length) {
         // Half: block buffers indexed from 0; other types: one span, start = 0.
         using Staged = std::remove_pointer_t<typename std::remove_cvref_t<decltype(staged_states)>::value_type>;
