@@ -435,12 +435,10 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
   s.logger->info("opsnn run '{}' in {}: {} on {} ({} train / {} test samples), {} parameters, {} on {}", run_name_of(c),
                  s.run_dir.string(), c.model.arch, s.datasets.train->name(), s.datasets.train->size(),
                  s.datasets.test->size(), models::count_parameters(*s.model), c.optimizer.name, s.device.str());
-  constexpr const char* kEngines[] = {"eigen", "onednn", "auto"};
   s.logger->info(
       "CPU kernels: {} (OPSNN_CPU_KERNELS=portable|avx2|avx512 chooses another); huge pages for large CPU buffers {} "
       "(OPSNN_HUGE_PAGES=0|1); fp32 CPU convolutions and matrix products on {} (OPSNN_CPU_ENGINE=eigen|onednn|auto)",
-      opsnn::cpu::cpu_kernels().name, cpu_huge_pages() ? "on" : "off",
-      kEngines[static_cast<int>(ops::onednn::policy())]);
+      opsnn::cpu::cpu_kernels().name, cpu_huge_pages() ? "on" : "off", ops::onednn::policy_name(ops::onednn::policy()));
   if (s.optimizer->sparse_updater() != nullptr)
     s.logger->info(
         "row-sparse embedding gradients: {} updates only the rows each batch touches",

@@ -64,6 +64,18 @@ std::atomic<int>& policy_slot() {
 
 Policy policy() { return static_cast<Policy>(policy_slot().load(std::memory_order_relaxed)); }
 
+const char* policy_name(Policy value) {
+  switch (value) {
+    case Policy::eigen:
+      return "eigen";
+    case Policy::onednn:
+      return "onednn";
+    case Policy::timed:
+      return "auto";
+  }
+  return "unknown";
+}
+
 void set_policy(Policy value) {
   OPSNN_CHECK_AS(UsageError, value == Policy::eigen || built(), "oneDNN engine policy: this build has no oneDNN");
   policy_slot().store(static_cast<int>(value), std::memory_order_relaxed);

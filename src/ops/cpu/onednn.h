@@ -21,6 +21,8 @@ bool built();
 // results need not repeat bit for bit across runs). Read once; a bad value is a ConfigError naming it.
 enum class Policy : int { eigen, onednn, timed };
 Policy policy();
+// The OPSNN_CPU_ENGINE value that selects a policy ("eigen", "onednn", "auto").
+const char* policy_name(Policy policy);
 // Replaces the policy for the rest of the process (tests and benchmarks compare the engines); onednn and
 // timed need a build with oneDNN (UsageError otherwise).
 void set_policy(Policy policy);
