@@ -299,11 +299,20 @@ void execute(const ConvDims& dims, int slot, std::initializer_list<const void*> 
 bool built() { return true; }
 
 bool conv_supported(const ConvDims& dims) {
+  // The verdict per shape, so that a call after the first costs one lookup (not one per direction).
+  static std::mutex mutex;
+  static std::map<ShapeKey, bool> verdicts;
+  const ShapeKey key = conv_key(dims, Direction::forward);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto found = verdicts.find(key); found != verdicts.end()) return found->second;
+  }
+  bool supported = true;
   const Descriptors m(dims, false);
-  if (m.padding_r[0] < 0 || m.padding_r[1] < 0) return false;
-  for (int slot = 0; slot <= kForwardWithBias; ++slot)
-    if (!primitive_for(dims, slot).fast) return false;
-  return true;
+  if (m.padding_r[0] < 0 || m.padding_r[1] < 0) supported = false;
+  for (int slot = 0; supported && slot <= kForwardWithBias; ++slot) supported = primitive_for(dims, slot).fast;
+  std::lock_guard<std::mutex> lock(mutex);
+  return verdicts.emplace(key, supported).first->second;
 }
 
 void conv_forward(const ConvDims& dims, const float* x, const float* w, const float* b, float* y) {
