@@ -16,7 +16,6 @@ Prints samples/s of both, the ratio and each test accuracy, and whether the bar 
 PyTorch's training throughput at >= 86.5% test accuracy) is met; exits 3 when it is not.
 """
 import argparse
-import gzip
 import json
 import os
 import subprocess
@@ -27,13 +26,7 @@ import time
 import numpy as np
 import torch
 
-
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    dims = data[3]
-    shape = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(dims)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+from train_resnet18_fmnist_torch import read_idx  # the same IDX reader (tools/ is on the path)
 
 
 def load(root, split):
