@@ -11,9 +11,10 @@ and prints the rows next to each other with the ratios the optimizer issue asks 
 
 --device cpu measures PyTorch's fused CPU AdamW, Adam and SGD (momentum) with --threads threads, and with
 --opsnn runs `PATH optim --device cpu --threads N` in the same process tree; pin both to the same cores
-by starting this script under taskset:
+by starting this script under taskset. --rounds N alternates the two sides N times and reports each row's
+median over the rounds (a shared machine's bandwidth drifts more than the gap being measured):
 
-    taskset -c 0,1 python3 tools/bench_optim_torch.py --device cpu --threads 2 --sizes 1e8 --opsnn build/opsnn-bench
+    taskset -c 0,1 python3 tools/bench_optim_torch.py --device cpu --threads 2 --sizes 1e8 --rounds 3 --opsnn build/opsnn-bench
 """
 import argparse
 import json
@@ -189,26 +190,55 @@ def measure_cpu(label, shapes, warmup, repeats):
     return rows
 
 
+def median_rows(rounds):
+    """One row per (problem, variant, state) whose ms is the median of that row over the rounds."""
+    merged = {}
+    for rows in rounds:
+        for row in rows:
+            merged.setdefault((row["problem"], row["variant"], row.get("state", "f32")), []).append(row)
+    result = []
+    for same in merged.values():
+        row = dict(same[0])
+        row["ms"] = statistics.median(r["ms"] for r in same)
+        row["ms_rounds"] = [r["ms"] for r in same]
+        if "gbps" in row:
+            row["gbps"] = same[0]["gbps"] * same[0]["ms"] / row["ms"]
+        result.append(row)
+    return result
+
+
 def main_cpu(args, labels):
     torch.set_num_threads(args.threads)
-    torch_rows = []
-    for label in labels:
-        torch_rows += measure_cpu(label, problem_shapes(label), 2, args.repeats)
+    # The sides alternate (PyTorch, opsnn, PyTorch, ...) and each row is the median over the rounds: a
+    # shared machine's bandwidth drifts by tens of percent within minutes, more than the gap being measured.
+    torch_rounds, opsnn_rounds, kernels = [], [], None
+    for round_index in range(args.rounds):
+        rows = []
+        for label in labels:
+            rows += measure_cpu(label, problem_shapes(label), 2, args.repeats)
+        torch_rounds.append(rows)
+        if not args.opsnn:
+            continue
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "opsnn.json")
+            command = [args.opsnn, "optim", "--device", "cpu", "--threads", str(args.threads), "--sizes", args.sizes,
+                       "--repeats", str(args.repeats), "--json", path]
+            print(f"\n$ {' '.join(command)}   # round {round_index + 1} of {args.rounds}", flush=True)
+            subprocess.run(command, check=True)
+            with open(path) as f:
+                report = json.load(f)
+        opsnn_rounds.append(report["rows"])
+        kernels = report["cpu_kernels"]
+    torch_rows = median_rows(torch_rounds)
     cores = sorted(os.sched_getaffinity(0))
     print(f"PyTorch {torch.__version__} on the CPU, {torch.get_num_threads()} threads, cores {cores}, median of "
-          f"{args.repeats} steps")
+          f"{args.repeats} steps, median over {args.rounds} rounds")
     for row in torch_rows:
-        print(f"{row['problem']:<10} {row['variant']:<14} {row['ms']:9.2f} ms {row['gbps']:7.1f} GB/s")
+        rounds = " / ".join(f"{ms:.1f}" for ms in row["ms_rounds"])
+        print(f"{row['problem']:<10} {row['variant']:<14} {row['ms']:9.2f} ms {row['gbps']:7.1f} GB/s  (rounds: {rounds})")
     if not args.opsnn:
         return 0
-    with tempfile.TemporaryDirectory() as folder:
-        path = os.path.join(folder, "opsnn.json")
-        command = [args.opsnn, "optim", "--device", "cpu", "--threads", str(args.threads), "--sizes", args.sizes,
-                   "--repeats", str(args.repeats), "--json", path]
-        print("\n$ " + " ".join(command), flush=True)
-        subprocess.run(command, check=True)
-        with open(path) as f:
-            report = json.load(f)
+    report = {"cpu_kernels": kernels, "rows": median_rows(opsnn_rounds)}
     ours = report["rows"]
     print(f"\nopsnn (CPU kernels {report['cpu_kernels']}) vs PyTorch, same cores and threads; speedup = PyTorch ms / "
           "opsnn ms; bandwidth = the bytes the rule must move / time, against opsnn's streaming copy")
@@ -237,6 +267,9 @@ def main_cpu(args, labels):
                 print(f"{label:<10} {mine_name:<14} {mine['ms']:9.2f} {theirs['ms']:11.2f} "
                       f"{theirs['ms'] / mine['ms']:7.2f}x {gbps:7.1f} {100 * gbps / stream['gbps']:7.0f}%  "
                       f"<= {allowed_ms:.2f} ms: {'met' if met else 'NOT met'}")
+                if args.rounds > 1:
+                    print(f"{'':<10} {'':<14} rounds: opsnn {' / '.join(f'{ms:.1f}' for ms in mine['ms_rounds'])}, "
+                          f"PyTorch {' / '.join(f'{ms:.1f}' for ms in theirs['ms_rounds'])}")
     return 0 if all_met else 3
 
 
@@ -254,13 +287,15 @@ def main(argv):
     parser.add_argument("--repeats", type=int, default=None, help="default: cuda 20, cpu 7")
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)), help="cpu: threads of both")
     parser.add_argument("--opsnn", help="path of opsnn-bench, to run it in the same call and compare")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="cpu: alternate PyTorch and opsnn this many times; each row is the median over the rounds")
     args = parser.parse_args(argv)
     if args.sizes is None:
         args.sizes = "1e8" if args.device == "cpu" else "resnet50,1e9x50"
     if args.repeats is None:
         args.repeats = 7 if args.device == "cpu" else 20
-    if args.repeats < 1 or args.threads < 1:
-        parser.error("--repeats and --threads must be at least 1")
+    if args.repeats < 1 or args.threads < 1 or args.rounds < 1:
+        parser.error("--repeats, --threads and --rounds must be at least 1")
     if args.device == "cpu":
         return main_cpu(args, [s for s in args.sizes.split(",") if s])
     if not torch.cuda.is_available():
