@@ -38,24 +38,20 @@ void multiply(const T* a, int64_t lda, bool transpose_a, const T* b, int64_t ldb
   opsnn::cpu::matmul(product);
 }
 
-// Every size of one convolution, read from the (already validated) tensors.
-struct ConvShape {
-  int64_t batch, in_channels, in_h, in_w;
-  int64_t out_channels, kernel_h, kernel_w;
-  int64_t out_h, out_w;
-  Conv2dGeometry geometry;
-
+// Every size of one convolution, read from the (already validated) tensors: oneDNN's description of it,
+// with the derived sizes the Eigen path needs.
+struct ConvShape : onednn::ConvDims {
   ConvShape(const Shape& input, const Shape& weight, const Shape& output, const Conv2dGeometry& g)
-      : batch(input[0]),
-        in_channels(input[1]),
-        in_h(input[2]),
-        in_w(input[3]),
-        out_channels(weight[0]),
-        kernel_h(weight[2]),
-        kernel_w(weight[3]),
-        out_h(output[2]),
-        out_w(output[3]),
-        geometry(g) {}
+      : onednn::ConvDims{.batch = input[0],
+                         .in_channels = input[1],
+                         .in_h = input[2],
+                         .in_w = input[3],
+                         .out_channels = weight[0],
+                         .kernel_h = weight[2],
+                         .kernel_w = weight[3],
+                         .out_h = output[2],
+                         .out_w = output[3],
+                         .geometry = g} {}
 
   int64_t in_plane() const { return in_h * in_w; }
   int64_t out_plane() const { return out_h * out_w; }
@@ -313,34 +309,18 @@ Conv2dGeometry nchw_geometry(Conv2dGeometry geometry) {
   return geometry;
 }
 
-onednn::ConvDims dims_of(const ConvShape& s) {
-  onednn::ConvDims d;
-  d.batch = s.batch;
-  d.in_channels = s.in_channels;
-  d.in_h = s.in_h;
-  d.in_w = s.in_w;
-  d.out_channels = s.out_channels;
-  d.kernel_h = s.kernel_h;
-  d.kernel_w = s.kernel_w;
-  d.out_h = s.out_h;
-  d.out_w = s.out_w;
-  d.geometry = s.geometry;
-  return d;
-}
-
 // Runs an NCHW convolution on the engine OPSNN_CPU_ENGINE picks: with_eigen() always for dtypes other than
 // fp32 and for shapes oneDNN does not support, else as onednn::run_on_engine decides.
 template <typename Eigen, typename OneDnn>
 void run_conv(const ConvShape& s, onednn::Direction direction, DType dtype, Eigen&& with_eigen, OneDnn&& with_onednn) {
   if (dtype != DType::f32 || onednn::policy() == onednn::Policy::eigen) return with_eigen();
-  const onednn::ConvDims dims = dims_of(s);
-  if (!onednn::conv_supported(dims)) return with_eigen();
+  if (!onednn::conv_supported(s)) return with_eigen();
   // oneDNN's direct kernels block the input channels by 8 or 16: with a single one (a grayscale stem) its
   // weight gradient ran 2.6x slower than Eigen's (src/ops/cpu/README.md), so onednn leaves it to Eigen.
   if (onednn::policy() == onednn::Policy::onednn && direction == onednn::Direction::backward_weights &&
       s.in_channels == 1)
     return with_eigen();
-  onednn::run_on_engine(onednn::conv_key(dims, direction), with_eigen, with_onednn);
+  onednn::run_on_engine(onednn::conv_key(s, direction), with_eigen, with_onednn);
 }
 
 }  // namespace
@@ -361,7 +341,7 @@ void CpuBackend::conv2d_forward(const Tensor& input, const Tensor& weight, const
                             [&](auto tag) { forward_typed<decltype(tag)>(input, weight, bias, out, shape); });
       },
       [&] {
-        onednn::conv_forward(dims_of(shape), input.data<float>(), weight.data<float>(),
+        onednn::conv_forward(shape, input.data<float>(), weight.data<float>(),
                              bias.defined() ? bias.data<float>() : nullptr, out.data<float>());
       });
 }
@@ -383,8 +363,7 @@ void CpuBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& wei
         });
       },
       [&] {
-        onednn::conv_backward_data(dims_of(shape), grad_out.data<float>(), weight.data<float>(),
-                                   grad_input.data<float>());
+        onednn::conv_backward_data(shape, grad_out.data<float>(), weight.data<float>(), grad_input.data<float>());
       });
 }
 
@@ -403,8 +382,7 @@ void CpuBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& in
         });
       },
       [&] {
-        onednn::conv_backward_weights(dims_of(shape), grad_out.data<float>(), input.data<float>(),
-                                      grad_weight.data<float>());
+        onednn::conv_backward_weights(shape, grad_out.data<float>(), input.data<float>(), grad_weight.data<float>());
       });
 }
 
