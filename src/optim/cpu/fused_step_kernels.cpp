@@ -105,15 +105,14 @@ double fold_sum_lanes(const double (&lanes)[Lanes]) {
   return level[0];
 }
 
-// Runs element(i, lane) for i in [0, count) with lane = i % Lanes, vectorised across the lanes: the loop
-// shape of every sum (a chunk's lanes continue over fp16 blocks and update blocks, which are multiples of
-// Lanes).
-template <int64_t Lanes, typename Element>
+// Runs element(i, lane) for i in [0, count) with lane = i % kSumLanes, vectorised across the lanes: the loop
+// shape of LAMB's sums.
+template <typename Element>
 OPSNN_ALWAYS_INLINE inline void for_each_lane(int64_t count, Element&& element) {
   int64_t i = 0;
-  for (; i + Lanes <= count; i += Lanes) {
+  for (; i + kSumLanes <= count; i += kSumLanes) {
 #pragma omp simd
-    for (int64_t l = 0; l < Lanes; ++l) element(i + l, l);
+    for (int64_t l = 0; l < kSumLanes; ++l) element(i + l, l);
   }
   for (int64_t l = 0; i + l < count; ++l) element(i + l, l);
 }
@@ -144,6 +143,9 @@ OPSNN_ALWAYS_INLINE inline void add_squares(const float* __restrict grads, int64
 
 // Gradients a single-pass step updates before summing their squares from L1 (4 KB).
 constexpr int64_t kUpdateBlock = 1024;
+// A chunk's sums continue over its update blocks and fp16 blocks: both are whole numbers of lanes.
+static_assert(kUpdateBlock % kGradSumLanes == 0 && kHalfBlock % kGradSumLanes == 0);
+static_assert(kGradSumLanes % kSumLanes == 0);
 
 // The update loop of a span: check += update(i) * 0 over [0, count), update(i) returning the new parameter.
 // With SumSquares the gradients' squares are summed into grad_lanes as grad_sum_of_squares sums them (the
@@ -152,7 +154,6 @@ constexpr int64_t kUpdateBlock = 1024;
 template <bool SumSquares, typename Update>
 OPSNN_ALWAYS_INLINE inline float update_loop(const float* __restrict grads, int64_t count, double* grad_lanes,
                                              Update&& update) {
-  static_assert(kUpdateBlock % kGradSumLanes == 0, "the lanes continue over the blocks");
   float check = 0.0f;
   for (int64_t start = 0; start < count; start += SumSquares ? kUpdateBlock : count) {
     const int64_t end = SumSquares ? std::min(count, start + kUpdateBlock) : count;
@@ -333,7 +334,7 @@ void lamb_phase1_span(const float* __restrict params, const float* __restrict gr
   // lanes of grad_sum_of_squares (as update_loop does).
   for (int64_t start = 0; start < count; start += SumSquares ? kUpdateBlock : count) {
     const int64_t end = SumSquares ? std::min(count, start + kUpdateBlock) : count;
-    for_each_lane<kSumLanes>(end - start, [&](int64_t j, int64_t lane) OPSNN_ALWAYS_INLINE {
+    for_each_lane(end - start, [&](int64_t j, int64_t lane) OPSNN_ALWAYS_INLINE {
       const int64_t i = start + j;
       float m = load_value(exp_avg[i]);
       float v = load_value(exp_avg_sq[i]);
@@ -363,8 +364,7 @@ void lamb_phase1(const ArenaView& arena, const AdamScalars& base, const SegmentS
                                         state_array<State>(arena, 1) + chunk.begin};
         const float* params = arena.params + chunk.begin;
         const float* grads = arena.grads + chunk.begin;
-        // Lanes over the whole chunk: fp16 blocks and update blocks (multiples of the lanes) continue them.
-        static_assert(kHalfBlock % kGradSumLanes == 0 && kUpdateBlock % kSumLanes == 0);
+        // Lanes over the whole chunk: fp16 blocks and update blocks continue them.
         double update_lanes[kSumLanes] = {}, param_lanes[kSumLanes] = {}, grad_lanes[kGradSumLanes] = {};
         staged(states, chunk.end - chunk.begin, true, [&](const auto& staged_states, int64_t start, int64_t length) {
           using Staged = std::remove_pointer_t<typename std::remove_cvref_t<decltype(staged_states)>::value_type>;
