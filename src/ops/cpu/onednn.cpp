@@ -32,11 +32,11 @@ Policy read_policy() {
   const char* value = std::getenv("OPSNN_CPU_ENGINE");
   const std::string_view text = value == nullptr ? std::string_view() : std::string_view(value);
   if (text.empty()) return built() ? Policy::onednn : Policy::eigen;
-  if (text == "eigen") return Policy::eigen;
-  if (text == "onednn" || text == "auto") {
-    OPSNN_CHECK_AS(ConfigError, built(), "OPSNN_CPU_ENGINE=", text,
+  for (Policy candidate : {Policy::eigen, Policy::onednn, Policy::timed}) {
+    if (text != policy_name(candidate)) continue;
+    OPSNN_CHECK_AS(ConfigError, candidate == Policy::eigen || built(), "OPSNN_CPU_ENGINE=", text,
                    ": this build has no oneDNN (configure with libdnnl-dev installed, OPSNN_WITH_ONEDNN)");
-    return text == "auto" ? Policy::timed : Policy::onednn;
+    return candidate;
   }
   throw ConfigError(detail::concat("OPSNN_CPU_ENGINE=", text, ": expected eigen, onednn or auto"));
 }
