@@ -58,12 +58,17 @@ struct AdamScalars {
 };
 
 // One Adam/AdamW element. p is the fp32 master weight; m, v, v_max are fp32 values of the states.
+// eps_relative 0 is plain eps (scaled_eps gives eps then for every p, NaN and inf included) and decay 0 is
+// none (as in PyTorch, which skips g += 0 * p too): the CPU kernels compile those cases without that
+// arithmetic, since every instruction counts in a loop bound by memory.
 OPSNN_HD void adam_element(float& p, float& m, float& v, float& v_max, float g, const AdamScalars& s) {
-  float eps = scaled_eps(s.eps, s.eps_relative, p);
-  if (s.decoupled) {
-    p *= 1.0f - s.lr * s.weight_decay;
-  } else {
-    g = fmaf(s.weight_decay, p, g);
+  float eps = s.eps_relative != 0.0f ? scaled_eps(s.eps, s.eps_relative, p) : s.eps;
+  if (s.weight_decay != 0.0f) {
+    if (s.decoupled) {
+      p *= 1.0f - s.lr * s.weight_decay;
+    } else {
+      g = fmaf(s.weight_decay, p, g);
+    }
   }
   m = fmaf(s.beta1, m, s.one_minus_beta1 * g);
   v = fmaf(s.beta2, v, s.one_minus_beta2 * g * g);
@@ -87,7 +92,7 @@ struct SgdScalars {
 };
 
 OPSNN_HD void sgd_element(float& p, float& buffer, float g, const SgdScalars& s) {
-  g = fmaf(s.weight_decay, p, g);
+  if (s.weight_decay != 0.0f) g = fmaf(s.weight_decay, p, g);  // decay 0 is none, as in PyTorch
   float direction = g;
   if (s.momentum != 0.0f) {
     buffer = s.first_step ? g : fmaf(s.momentum, buffer, (1.0f - s.dampening) * g);

@@ -13,6 +13,10 @@
 #include "opsnn/optim/step_kernels.h"
 #include "optim/cpu/half_blocks.h"
 
+#if defined(__AVX2__)
+#include <immintrin.h>  // the AVX variants' sum of squares (add_squares)
+#endif
+
 #ifndef OPSNN_CPU_VARIANT
 #error "compiled once per CPU variant (CMakeLists.txt: OPSNN_CPU_VARIANT_SOURCES)"
 #endif
@@ -118,14 +122,38 @@ OPSNN_ALWAYS_INLINE inline void for_each_lane(int64_t count, Element&& element) 
 }
 
 // Adds g^2 of grads[0, count) into the kGradSumLanes lanes, lane l taking elements l, l + kGradSumLanes, ...
+// The square of a float is exact in double, so g * g + sum and fma(g, g, sum) are the same bits: the AVX
+// variants fuse them (one instruction per 8 or 4 lanes: in a step bound by memory the instruction count
+// still matters, since it limits how far ahead of its loads a core runs), the portable one cannot.
 // Written with vector types: left to itself the compiler kept the 32 accumulators on the stack.
 OPSNN_ALWAYS_INLINE inline void add_squares(const float* __restrict grads, int64_t count, double* lanes) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  static_assert(kGradSumLanes == 32, "four 8-double accumulators");
+  __m512d sums[4];
+  for (int k = 0; k < 4; ++k) sums[k] = _mm512_loadu_pd(lanes + 8 * k);
+  for (; i + kGradSumLanes <= count; i += kGradSumLanes)
+    for (int k = 0; k < 4; ++k) {
+      const __m512d g = _mm512_cvtps_pd(_mm256_loadu_ps(grads + i + 8 * k));
+      sums[k] = _mm512_fmadd_pd(g, g, sums[k]);
+    }
+  for (int k = 0; k < 4; ++k) _mm512_storeu_pd(lanes + 8 * k, sums[k]);
+#elif defined(__AVX2__) && defined(__FMA__)
+  static_assert(kGradSumLanes == 32, "eight 4-double accumulators");
+  __m256d sums[8];
+  for (int k = 0; k < 8; ++k) sums[k] = _mm256_loadu_pd(lanes + 4 * k);
+  for (; i + kGradSumLanes <= count; i += kGradSumLanes)
+    for (int k = 0; k < 8; ++k) {
+      const __m256d g = _mm256_cvtps_pd(_mm_loadu_ps(grads + i + 4 * k));
+      sums[k] = _mm256_fmadd_pd(g, g, sums[k]);
+    }
+  for (int k = 0; k < 8; ++k) _mm256_storeu_pd(lanes + 4 * k, sums[k]);
+#else
   using Doubles = double __attribute__((vector_size(8 * sizeof(double))));
   using Floats = float __attribute__((vector_size(8 * sizeof(float))));
   constexpr int kVectors = kGradSumLanes / 8;
   Doubles sums[kVectors];
   std::memcpy(sums, lanes, sizeof sums);
-  int64_t i = 0;
   for (; i + kGradSumLanes <= count; i += kGradSumLanes) {
     for (int k = 0; k < kVectors; ++k) {
       Floats values;
@@ -135,10 +163,21 @@ OPSNN_ALWAYS_INLINE inline void add_squares(const float* __restrict grads, int64
     }
   }
   std::memcpy(lanes, sums, sizeof sums);
+#endif
   for (int64_t l = 0; i + l < count; ++l) {
     const double g = grads[i + l];
     lanes[l] += g * g;
   }
+}
+
+// check + p * 0: stays 0 while every p is finite, NaN from the first that is not. One fused instruction where
+// the variant has FMA (same result: the product is 0 or NaN either way).
+OPSNN_ALWAYS_INLINE inline float add_check(float check, float p) {
+#if defined(__FMA__)
+  return fmaf(p, 0.0f, check);
+#else
+  return check + p * 0.0f;
+#endif
 }
 
 // Gradients a single-pass step updates before summing their squares from L1 (4 KB).
@@ -147,18 +186,60 @@ constexpr int64_t kUpdateBlock = 1024;
 static_assert(kUpdateBlock % kGradSumLanes == 0 && kHalfBlock % kGradSumLanes == 0);
 static_assert(kGradSumLanes % kSumLanes == 0);
 
+// How an update pass reads the gradients. `scaled`: times the step's multiplier (1 / loss scale, clip
+// factor); `unit`: as they are, the multiplier being 1 (g * 1 is g, so the multiply is left out: every
+// instruction less in these memory-bound loops lets a core run further ahead of its loads); `summing`: as
+// they are, also summing their squares (the single-pass step, whose multiplier is always 1).
+enum class Pass { scaled, unit, summing };
+
+template <Pass P>
+OPSNN_ALWAYS_INLINE inline float gradient(const float* __restrict grads, int64_t i, float multiplier) {
+  if constexpr (P == Pass::scaled) return grads[i] * multiplier;
+  (void)multiplier;
+  return grads[i];
+}
+
+// Calls body.template operator()<P>() with the pass that reads the gradients this way (chunk_grad_sums
+// non-null: the single-pass step).
+template <typename Body>
+void with_pass(float grad_multiplier, const double* chunk_grad_sums, Body&& body) {
+  if (chunk_grad_sums) {
+    OPSNN_CHECK(grad_multiplier == 1.0f, "a single-pass step reads the gradients unscaled");
+    body.template operator()<Pass::summing>();
+  } else if (grad_multiplier == 1.0f) {
+    body.template operator()<Pass::unit>();
+  } else {
+    body.template operator()<Pass::scaled>();
+  }
+}
+
+// Calls body.template operator()<Flags...>() with the runtime flags as compile-time ones, so each case's
+// loop holds only its own arithmetic.
+template <bool... Fixed, typename Body>
+void with_flags(Body&& body) {
+  body.template operator()<Fixed...>();
+}
+template <bool... Fixed, typename Body, typename... Flags>
+void with_flags(Body&& body, bool flag, Flags... flags) {
+  if (flag)
+    with_flags<Fixed..., true>(body, flags...);
+  else
+    with_flags<Fixed..., false>(body, flags...);
+}
+
 // The update loop of a span: check += update(i) * 0 over [0, count), update(i) returning the new parameter.
-// With SumSquares the gradients' squares are summed into grad_lanes as grad_sum_of_squares sums them (the
+// In a summing pass the gradients' squares are summed into grad_lanes as grad_sum_of_squares sums them (the
 // same lanes, the same bits) in the same pass over memory: the single-pass step. Each block of gradients is
 // summed right after its update, from L1; one loop doing both vectorises worse (not at all for bf16 states).
-template <bool SumSquares, typename Update>
+template <Pass P, typename Update>
 OPSNN_ALWAYS_INLINE inline float update_loop(const float* __restrict grads, int64_t count, double* grad_lanes,
                                              Update&& update) {
+  constexpr bool SumSquares = P == Pass::summing;
   float check = 0.0f;
   for (int64_t start = 0; start < count; start += SumSquares ? kUpdateBlock : count) {
     const int64_t end = SumSquares ? std::min(count, start + kUpdateBlock) : count;
 #pragma omp simd reduction(+ : check)
-    for (int64_t i = start; i < end; ++i) check += update(i) * 0.0f;
+    for (int64_t i = start; i < end; ++i) check = add_check(check, update(i));
     if constexpr (SumSquares) add_squares(grads + start, end - start, grad_lanes);
   }
   (void)grads, (void)grad_lanes;
@@ -174,30 +255,26 @@ void grad_sum_of_squares(const ArenaView& arena, double* chunk_sums) {
   });
 }
 
-// Calls body.template operator()<SumSquares>() with SumSquares = (chunk_grad_sums != null).
-template <typename Body>
-void with_sum_squares(const double* chunk_grad_sums, Body&& body) {
-  if (chunk_grad_sums)
-    body.template operator()<true>();
-  else
-    body.template operator()<false>();
-}
-
 // ---- Adam / AdamW ----
-template <typename State, bool Decoupled, bool Amsgrad, bool SumSquares>
+// Compile-time forms of adam_element: Decoupled (AdamW), Amsgrad, EpsScaled (eps_relative != 0) for the
+// whole step, Decayed (weight decay != 0) per chunk, as the tensor's group says. The rule skips what a form
+// leaves out (rules.h), so every form gives the general loop's bits.
+template <typename State, bool Decoupled, bool Amsgrad, bool EpsScaled, bool Decayed, Pass P>
 float adam_span(float* __restrict params, const float* __restrict grads, State* __restrict exp_avg,
                 State* __restrict exp_avg_sq, State* __restrict max_exp_avg_sq, int64_t count, float grad_multiplier,
                 const AdamScalars& scalars, double* grad_lanes) {
-  AdamScalars s = scalars;  // constant flags let the compiler drop the untaken branches of adam_element
+  AdamScalars s = scalars;  // constant fields let the compiler drop the untaken branches of adam_element
   s.decoupled = Decoupled;
   s.amsgrad = Amsgrad;
-  return update_loop<SumSquares>(grads, count, grad_lanes, [&](int64_t i) OPSNN_ALWAYS_INLINE {
+  if constexpr (!EpsScaled) s.eps_relative = 0.0f;
+  if constexpr (!Decayed) s.weight_decay = 0.0f;
+  return update_loop<P>(grads, count, grad_lanes, [&](int64_t i) OPSNN_ALWAYS_INLINE {
     float p = params[i];
     float m = load_value(exp_avg[i]);
     float v = load_value(exp_avg_sq[i]);
     float v_max = 0.0f;
     if constexpr (Amsgrad) v_max = load_value(max_exp_avg_sq[i]);
-    adam_element(p, m, v, v_max, grads[i] * grad_multiplier, s);
+    adam_element(p, m, v, v_max, gradient<P>(grads, i, grad_multiplier), s);
     params[i] = p;
     store_value(exp_avg[i], m);
     store_value(exp_avg_sq[i], v);
@@ -206,7 +283,7 @@ float adam_span(float* __restrict params, const float* __restrict grads, State* 
   });
 }
 
-template <typename State, bool Decoupled, bool Amsgrad, bool SumSquares>
+template <typename State, bool Decoupled, bool Amsgrad, bool EpsScaled, Pass P>
 void adam_update_typed(const ArenaView& arena, const AdamScalars& base, const SegmentStepScalars* segments,
                        float grad_multiplier, float* chunk_param_check, double* chunk_grad_sums) {
   for_each_chunk(arena, [&](int64_t c, const ArenaChunk& chunk) {
@@ -221,14 +298,18 @@ void adam_update_typed(const ArenaView& arena, const AdamScalars& base, const Se
     const float* grads = arena.grads + chunk.begin;
     float check = 0.0f;
     double grad_lanes[kGradSumLanes] = {};
-    staged(states, count, true, [&](const auto& staged_states, int64_t start, int64_t length) {
-      using Staged = std::remove_pointer_t<typename std::remove_cvref_t<decltype(staged_states)>::value_type>;
-      check += adam_span<Staged, Decoupled, Amsgrad, SumSquares>(params + start, grads + start, staged_states[0],
-                                                                 staged_states[1], staged_states[2], length,
-                                                                 grad_multiplier, s, grad_lanes);
-    });
+    with_flags(
+        [&]<bool Decayed>() {
+          staged(states, count, true, [&](const auto& staged_states, int64_t start, int64_t length) {
+            using Staged = std::remove_pointer_t<typename std::remove_cvref_t<decltype(staged_states)>::value_type>;
+            check += adam_span<Staged, Decoupled, Amsgrad, EpsScaled, Decayed, P>(
+                params + start, grads + start, staged_states[0], staged_states[1], staged_states[2], length,
+                grad_multiplier, s, grad_lanes);
+          });
+        },
+        s.weight_decay != 0.0f);
     chunk_param_check[c] = check;
-    if constexpr (SumSquares) chunk_grad_sums[c] = fold_sum_lanes(grad_lanes);
+    if constexpr (P == Pass::summing) chunk_grad_sums[c] = fold_sum_lanes(grad_lanes);
   });
 }
 
@@ -236,48 +317,49 @@ void adam_update(const ArenaView& arena, const AdamScalars& base, const SegmentS
                  float grad_multiplier, float* chunk_param_check, double* chunk_grad_sums) {
   with_state_type(arena.state_dtype, [&](auto tag) {
     using State = decltype(tag);
-    with_sum_squares(chunk_grad_sums, [&]<bool SumSquares>() {
-      auto run = [&]<bool Decoupled, bool Amsgrad>() {
-        adam_update_typed<State, Decoupled, Amsgrad, SumSquares>(arena, base, segments, grad_multiplier,
-                                                                 chunk_param_check, chunk_grad_sums);
-      };
-      if (base.decoupled) {
-        if (base.amsgrad)
-          run.template operator()<true, true>();
-        else
-          run.template operator()<true, false>();
-      } else {
-        if (base.amsgrad)
-          run.template operator()<false, true>();
-        else
-          run.template operator()<false, false>();
-      }
+    with_pass(grad_multiplier, chunk_grad_sums, [&]<Pass P>() {
+      with_flags(
+          [&]<bool Decoupled, bool Amsgrad, bool EpsScaled>() {
+            adam_update_typed<State, Decoupled, Amsgrad, EpsScaled, P>(arena, base, segments, grad_multiplier,
+                                                                       chunk_param_check, chunk_grad_sums);
+          },
+          base.decoupled, base.amsgrad, base.eps_relative != 0.0f);
     });
   });
 }
 
 // ---- SGD ----
-template <typename State, bool Momentum, bool Nesterov, bool FirstStep, bool SumSquares>
+// The forms of sgd_element's momentum, fixed at compile time so each loop holds only its own arithmetic.
+// Dampening d scales the gradient by 1 - d, which is 1 (no multiply) unless d is set; PyTorch's first
+// step copies g into the buffer whatever d is, and Nesterov needs d = 0 (options.cpp).
+enum class SgdMode { plain, first_step, heavy_ball, damped, nesterov_first_step, nesterov };
+
+template <typename State, SgdMode Mode, bool Decayed, Pass P>
 float sgd_span(float* __restrict params, const float* __restrict grads, State* __restrict buffers, int64_t count,
                float grad_multiplier, const SgdScalars& scalars, double* grad_lanes) {
+  constexpr bool Momentum = Mode != SgdMode::plain;
+  constexpr bool FirstStep = Mode == SgdMode::first_step || Mode == SgdMode::nesterov_first_step;
   SgdScalars s = scalars;
-  s.nesterov = Nesterov;
+  s.nesterov = Mode == SgdMode::nesterov || Mode == SgdMode::nesterov_first_step;
   s.first_step = FirstStep;
   if constexpr (!Momentum) s.momentum = 0.0f;
-  return update_loop<SumSquares>(grads, count, grad_lanes, [&](int64_t i) OPSNN_ALWAYS_INLINE {
+  if constexpr (Mode != SgdMode::damped) s.dampening = 0.0f;  // (1 - 0) * g folds to g
+  if constexpr (!Decayed) s.weight_decay = 0.0f;              // the rule skips decay 0
+  return update_loop<P>(grads, count, grad_lanes, [&](int64_t i) OPSNN_ALWAYS_INLINE {
     float p = params[i];
     float buffer = 0.0f;
     if constexpr (Momentum && !FirstStep) buffer = load_value(buffers[i]);
-    sgd_element(p, buffer, grads[i] * grad_multiplier, s);
+    sgd_element(p, buffer, gradient<P>(grads, i, grad_multiplier), s);
     params[i] = p;
     if constexpr (Momentum) store_value(buffers[i], buffer);
     return p;
   });
 }
 
-template <typename State, bool Momentum, bool Nesterov, bool FirstStep, bool SumSquares>
+template <typename State, SgdMode Mode, Pass P>
 void sgd_update_typed(const ArenaView& arena, const SgdScalars& base, const SegmentStepScalars* segments,
                       float grad_multiplier, float* chunk_param_check, double* chunk_grad_sums) {
+  constexpr bool Momentum = Mode != SgdMode::plain;
   for_each_chunk(arena, [&](int64_t c, const ArenaChunk& chunk) {
     SgdScalars s = base;
     s.lr = segments[chunk.segment].lr;
@@ -288,57 +370,69 @@ void sgd_update_typed(const ArenaView& arena, const SgdScalars& base, const Segm
     const float* grads = arena.grads + chunk.begin;
     float check = 0.0f;
     double grad_lanes[kGradSumLanes] = {};
-    staged(states, count, Momentum, [&](const auto& staged_states, int64_t start, int64_t length) {
-      using Staged = std::remove_pointer_t<typename std::remove_cvref_t<decltype(staged_states)>::value_type>;
-      check += sgd_span<Staged, Momentum, Nesterov, FirstStep, SumSquares>(
-          params + start, grads + start, staged_states[0], length, grad_multiplier, s, grad_lanes);
-    });
+    with_flags(
+        [&]<bool Decayed>() {
+          staged(states, count, Momentum, [&](const auto& staged_states, int64_t start, int64_t length) {
+            using Staged = std::remove_pointer_t<typename std::remove_cvref_t<decltype(staged_states)>::value_type>;
+            check += sgd_span<Staged, Mode, Decayed, P>(params + start, grads + start, staged_states[0], length,
+                                                        grad_multiplier, s, grad_lanes);
+          });
+        },
+        s.weight_decay != 0.0f);
     chunk_param_check[c] = check;
-    if constexpr (SumSquares) chunk_grad_sums[c] = fold_sum_lanes(grad_lanes);
+    if constexpr (P == Pass::summing) chunk_grad_sums[c] = fold_sum_lanes(grad_lanes);
   });
+}
+
+SgdMode sgd_mode(const SgdScalars& s) {
+  if (s.momentum == 0.0f) return SgdMode::plain;
+  if (s.nesterov) return s.first_step ? SgdMode::nesterov_first_step : SgdMode::nesterov;
+  if (s.first_step) return SgdMode::first_step;
+  return s.dampening == 0.0f ? SgdMode::heavy_ball : SgdMode::damped;
 }
 
 void sgd_update(const ArenaView& arena, const SgdScalars& base, const SegmentStepScalars* segments,
                 float grad_multiplier, float* chunk_param_check, double* chunk_grad_sums) {
   with_state_type(arena.state_dtype, [&](auto tag) {
     using State = decltype(tag);
-    with_sum_squares(chunk_grad_sums, [&]<bool SumSquares>() {
-      auto run = [&]<bool Momentum, bool Nesterov, bool FirstStep>() {
-        sgd_update_typed<State, Momentum, Nesterov, FirstStep, SumSquares>(arena, base, segments, grad_multiplier,
-                                                                           chunk_param_check, chunk_grad_sums);
+    with_pass(grad_multiplier, chunk_grad_sums, [&]<Pass P>() {
+      auto run = [&]<SgdMode Mode>() {
+        sgd_update_typed<State, Mode, P>(arena, base, segments, grad_multiplier, chunk_param_check, chunk_grad_sums);
       };
-      if (base.momentum == 0.0f)
-        run.template operator()<false, false, false>();
-      else if (base.nesterov) {
-        if (base.first_step)
-          run.template operator()<true, true, true>();
-        else
-          run.template operator()<true, true, false>();
-      } else {
-        if (base.first_step)
-          run.template operator()<true, false, true>();
-        else
-          run.template operator()<true, false, false>();
+      switch (sgd_mode(base)) {
+        case SgdMode::plain:
+          return run.template operator()<SgdMode::plain>();
+        case SgdMode::first_step:
+          return run.template operator()<SgdMode::first_step>();
+        case SgdMode::heavy_ball:
+          return run.template operator()<SgdMode::heavy_ball>();
+        case SgdMode::damped:
+          return run.template operator()<SgdMode::damped>();
+        case SgdMode::nesterov_first_step:
+          return run.template operator()<SgdMode::nesterov_first_step>();
+        case SgdMode::nesterov:
+          return run.template operator()<SgdMode::nesterov>();
       }
     });
   });
 }
 
 // ---- LAMB ----
-template <typename State, bool SumSquares>
+template <typename State, Pass P>
 void lamb_phase1_span(const float* __restrict params, const float* __restrict grads, State* __restrict exp_avg,
                       State* __restrict exp_avg_sq, int64_t count, float grad_multiplier, const AdamScalars& s,
                       double (&update_lanes)[kSumLanes], double (&param_lanes)[kSumLanes],
                       double (&grad_lanes)[kGradSumLanes]) {
-  // With SumSquares the gradients' squares are summed block by block after their update, from L1, in the
+  // In a summing pass the gradients' squares are summed block by block after their update, from L1, in the
   // lanes of grad_sum_of_squares (as update_loop does).
+  constexpr bool SumSquares = P == Pass::summing;
   for (int64_t start = 0; start < count; start += SumSquares ? kUpdateBlock : count) {
     const int64_t end = SumSquares ? std::min(count, start + kUpdateBlock) : count;
     for_each_lane(end - start, [&](int64_t j, int64_t lane) OPSNN_ALWAYS_INLINE {
       const int64_t i = start + j;
       float m = load_value(exp_avg[i]);
       float v = load_value(exp_avg_sq[i]);
-      const double r = lamb_phase1_element(params[i], m, v, grads[i] * grad_multiplier, s);
+      const double r = lamb_phase1_element(params[i], m, v, gradient<P>(grads, i, grad_multiplier), s);
       store_value(exp_avg[i], m);
       store_value(exp_avg_sq[i], v);
       const double p = params[i];
@@ -355,7 +449,7 @@ void lamb_phase1(const ArenaView& arena, const AdamScalars& base, const SegmentS
                  double* chunk_grad_sums) {
   with_state_type(arena.state_dtype, [&](auto tag) {
     using State = decltype(tag);
-    with_sum_squares(chunk_grad_sums, [&]<bool SumSquares>() {
+    with_pass(grad_multiplier, chunk_grad_sums, [&]<Pass P>() {
       for_each_chunk(arena, [&](int64_t c, const ArenaChunk& chunk) {
         AdamScalars s = base;
         s.lr = segments[chunk.segment].lr;
@@ -368,12 +462,12 @@ void lamb_phase1(const ArenaView& arena, const AdamScalars& base, const SegmentS
         double update_lanes[kSumLanes] = {}, param_lanes[kSumLanes] = {}, grad_lanes[kGradSumLanes] = {};
         staged(states, chunk.end - chunk.begin, true, [&](const auto& staged_states, int64_t start, int64_t length) {
           using Staged = std::remove_pointer_t<typename std::remove_cvref_t<decltype(staged_states)>::value_type>;
-          lamb_phase1_span<Staged, SumSquares>(params + start, grads + start, staged_states[0], staged_states[1],
-                                               length, grad_multiplier, s, update_lanes, param_lanes, grad_lanes);
+          lamb_phase1_span<Staged, P>(params + start, grads + start, staged_states[0], staged_states[1], length,
+                                      grad_multiplier, s, update_lanes, param_lanes, grad_lanes);
         });
         chunk_update_sum_squares[c] = fold_sum_lanes(update_lanes);
         chunk_param_sum_squares[c] = fold_sum_lanes(param_lanes);
-        if constexpr (SumSquares) chunk_grad_sums[c] = fold_sum_lanes(grad_lanes);
+        if constexpr (P == Pass::summing) chunk_grad_sums[c] = fold_sum_lanes(grad_lanes);
       });
     });
   });
@@ -388,7 +482,7 @@ float lamb_phase2_span(float* __restrict params, const State* __restrict exp_avg
     float p = params[i];
     lamb_phase2_element(p, load_value(exp_avg[i]), load_value(exp_avg_sq[i]), trust_ratio, s);
     params[i] = p;
-    check += p * 0.0f;
+    check = add_check(check, p);
   }
   return check;
 }
@@ -417,19 +511,19 @@ void lamb_phase2(const ArenaView& arena, const AdamScalars& base, const SegmentS
 // ---- element-wise rules (builtin_list.h): one generic pass, the rule's element function per element ----
 // The states as separate __restrict pointers (up to kMaxOptimizerStates; unused ones null): with the
 // pointers in an array the compiler cannot rule out aliasing and the fp32 loop ran 7x slower.
-template <typename Rule, typename State, bool SumSquares>
+template <typename Rule, typename State, Pass P>
 float rule_span(float* __restrict params, const float* __restrict grads, State* __restrict s0, State* __restrict s1,
                 State* __restrict s2, int64_t count, float grad_multiplier, const AdamScalars& scalars,
                 double* grad_lanes) {
   static_assert(Rule::kStates >= 1 && Rule::kStates <= kMaxOptimizerStates, "a rule has 1 to 3 states");
   const AdamScalars s = scalars;  // a local copy: through the reference every store might change it
-  return update_loop<SumSquares>(grads, count, grad_lanes, [&](int64_t i) OPSNN_ALWAYS_INLINE {
+  return update_loop<P>(grads, count, grad_lanes, [&](int64_t i) OPSNN_ALWAYS_INLINE {
     float p = params[i];
     float values[Rule::kStates];
     values[0] = load_value(s0[i]);
     if constexpr (Rule::kStates > 1) values[1] = load_value(s1[i]);
     if constexpr (Rule::kStates > 2) values[2] = load_value(s2[i]);
-    Rule::element(p, values, grads[i] * grad_multiplier, s);
+    Rule::element(p, values, gradient<P>(grads, i, grad_multiplier), s);
     params[i] = p;
     store_value(s0[i], values[0]);
     if constexpr (Rule::kStates > 1) store_value(s1[i], values[1]);
@@ -438,7 +532,7 @@ float rule_span(float* __restrict params, const float* __restrict grads, State* 
   });
 }
 
-template <typename Rule, bool SumSquares>
+template <typename Rule, Pass P>
 void rule_update(const ArenaView& arena, const AdamScalars& base, const SegmentStepScalars* segments,
                  float grad_multiplier, float* chunk_param_check, double* chunk_grad_sums) {
   with_state_type(arena.state_dtype, [&](auto tag) {
@@ -457,11 +551,11 @@ void rule_update(const ArenaView& arena, const AdamScalars& base, const SegmentS
         // Half: block buffers indexed from 0; other types: one span, start = 0.
         using Staged = std::remove_pointer_t<typename std::remove_cvref_t<decltype(staged_states)>::value_type>;
         auto at = [&](int k) { return k < Rule::kStates ? staged_states[static_cast<size_t>(k)] : nullptr; };
-        check += rule_span<Rule, Staged, SumSquares>(params + start, grads + start, at(0), at(1), at(2), length,
-                                                     grad_multiplier, s, grad_lanes);
+        check += rule_span<Rule, Staged, P>(params + start, grads + start, at(0), at(1), at(2), length, grad_multiplier,
+                                            s, grad_lanes);
       });
       chunk_param_check[c] = check;
-      if constexpr (SumSquares) chunk_grad_sums[c] = fold_sum_lanes(grad_lanes);
+      if constexpr (P == Pass::summing) chunk_grad_sums[c] = fold_sum_lanes(grad_lanes);
     });
   });
 }
@@ -470,11 +564,11 @@ void elementwise_update(const ArenaView& arena, UpdateRule rule, const AdamScala
                         const SegmentStepScalars* segments, float grad_multiplier, float* chunk_param_check,
                         double* chunk_grad_sums) {
   switch (rule) {
-#define OPSNN_RULE_CASE(name, Rule)                                                                               \
-  case UpdateRule::name:                                                                                          \
-    if (chunk_grad_sums)                                                                                          \
-      return rule_update<Rule, true>(arena, base, segments, grad_multiplier, chunk_param_check, chunk_grad_sums); \
-    return rule_update<Rule, false>(arena, base, segments, grad_multiplier, chunk_param_check, nullptr);
+#define OPSNN_RULE_CASE(name, Rule)                                                                     \
+  case UpdateRule::name:                                                                                \
+    return with_pass(grad_multiplier, chunk_grad_sums, [&]<Pass P>() {                                  \
+      rule_update<Rule, P>(arena, base, segments, grad_multiplier, chunk_param_check, chunk_grad_sums); \
+    });
     OPSNN_ELEMENTWISE_RULES(OPSNN_RULE_CASE)
 #undef OPSNN_RULE_CASE
     default:
