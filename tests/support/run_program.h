@@ -30,9 +30,10 @@ inline std::string shell_quote(const std::string& text) {
   return quoted;
 }
 
-// `program arguments...` in `folder`, stdin from /dev/null, output captured through a file there.
+// `program arguments...` in `folder`, stdin from `input` (empty: /dev/null) through a file there, output
+// captured through a file there.
 inline Outcome run_program(const std::string& program, const std::vector<std::string>& arguments,
-                           const std::filesystem::path& folder) {
+                           const std::filesystem::path& folder, const std::string& input = {}) {
   // Appended piece by piece: `"literal" + std::string` trips GCC 12's -Wrestrict false positive.
   std::string command = "cd ";
   command += shell_quote(folder.string());
@@ -45,7 +46,14 @@ inline Outcome run_program(const std::string& program, const std::vector<std::st
   std::filesystem::path output_file = folder / "program.out";
   command += " > ";
   command += shell_quote(output_file.string());
-  command += " 2>&1 < /dev/null";
+  command += " 2>&1 < ";
+  if (input.empty()) {
+    command += "/dev/null";
+  } else {
+    const std::filesystem::path input_file = folder / "program.in";
+    std::ofstream(input_file) << input;
+    command += shell_quote(input_file.string());
+  }
   int status = std::system(command.c_str());
   Outcome outcome;
   // The shell reports a child killed by a signal as 128 + signal.

@@ -1,5 +1,6 @@
 // opsnn-bench's command line: bad input is one clear message and a non-zero exit code (2 for usage
 // errors), decided before anything is measured. Runs the built program.
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -59,7 +60,10 @@ TEST_CASE("opsnn-bench: unknown options, partial numbers, missing values and emp
   require_usage_error({"optim", "--sizes", ""}, "--sizes needs a value, got an empty one");
   require_usage_error({"optim", "--sizes", "1e3,"}, "--sizes: empty entry in '1e3,'");
   require_usage_error({"optim", "--sizes", "1e3", "--repeats", "1", "--repeats", "2"}, "--repeats given twice");
-  require_usage_error({"optim", "--sizes", "1e3", "--variants", "adamw"}, "--variants applies to --device cuda only");
+  require_usage_error({"optim", "--sizes", "1e3", "--variants", "adamw,adamax"},
+                      "--variants: unknown name 'adamax' (known: sgd, adam, adamw, lamb, lion)");
+  require_usage_error({"optim", "--sizes", "1e3", "--states", "f64"}, "--states: unknown name 'f64' (known: f32, bf16");
+  require_usage_error({"optim", "--sizes", "1e3", "--states", "f32,"}, "--states: empty entry in 'f32,'");
   require_usage_error({"ops", "--repeats", "2abc"}, "--repeats must be a positive integer, got '2abc'");
   require_usage_error({"ops", "--bogus", "1"}, "unknown option '--bogus' (options: --threads, --repeats)");
 }
@@ -76,11 +80,58 @@ TEST_CASE("opsnn-bench optim --device cpu --json writes its rows, or says why it
     INFO(expected);
     REQUIRE(json.find(expected) != std::string::npos);
   }
+  // --variants and --states keep the named rows (with their single-pass twins) and drop the rest.
+  Outcome filtered = opsnn::testing::run_program(OPSNN_BENCH_EXE,
+                                                 {"optim", "--sizes", "1e3", "--repeats", "1", "--threads", "1",
+                                                  "--variants", "sgd", "--states", "f32", "--json", "sgd.json"},
+                                                 folder.path);
+  INFO(filtered.output);
+  REQUIRE(filtered.exit_code == 0);
+  const std::string sgd_json = opsnn::testing::read_text(folder.path / "sgd.json");
+  for (const char* expected : {"\"sgd momentum\"", "\"sgd mom 1p\"", "\"stream copy\""}) {
+    INFO(expected);
+    REQUIRE(sgd_json.find(expected) != std::string::npos);
+  }
+  for (const char* dropped : {"\"adam\"", "\"adamw 1p\"", "\"bf16\"", "\"lion\""}) {
+    INFO(dropped);
+    REQUIRE(sgd_json.find(dropped) == std::string::npos);
+  }
   Outcome unwritable = opsnn::testing::run_program(
       OPSNN_BENCH_EXE, {"optim", "--sizes", "1e3", "--repeats", "1", "--json", "no/such/folder/out.json"}, folder.path);
   INFO(unwritable.output);
   REQUIRE(unwritable.exit_code >= 1);
   REQUIRE(unwritable.output.find("--json: cannot write 'no/such/folder/out.json'") != std::string::npos);
+}
+
+TEST_CASE("opsnn-bench optim --serve answers each request with one line, an unknown one with exit 2", "[cli][bench]") {
+  opsnn::testing::TemporaryFolder folder("opsnn-bench-cli-test");
+  const std::vector<std::string> arguments = {"optim",      "--sizes",  "1e3",      "--threads", "1",
+                                              "--variants", "adam,sgd", "--states", "f32",       "--serve"};
+  Outcome served = opsnn::testing::run_program(OPSNN_BENCH_EXE, arguments, folder.path,
+                                               "adam 1p\nadam 1p\nstream copy\nsgd momentum\ndrop\nquit\n");
+  INFO(served.output);
+  REQUIRE(served.exit_code == 0);
+  std::istringstream lines(served.output);
+  std::vector<std::string> answers;
+  for (std::string line; std::getline(lines, line);) answers.push_back(line);
+  REQUIRE(answers.size() == 6);
+  CHECK(answers[0] == "ready");
+  CHECK(answers[1] == "built");
+  CHECK(std::stod(answers[2]) > 0.0);  // one step's milliseconds
+  CHECK(std::stod(answers[3]) > 0.0);  // one streaming copy's
+  CHECK(answers[4] == "built");
+  CHECK(answers[5] == "dropped");
+
+  Outcome unknown = opsnn::testing::run_program(OPSNN_BENCH_EXE, arguments, folder.path, "lamb\n");
+  INFO(unknown.output);
+  REQUIRE(unknown.exit_code == 2);
+  REQUIRE(unknown.output.find("error: unknown request 'lamb' (variants: sgd momentum, adam, sgd mom 1p, adam 1p") !=
+          std::string::npos);
+  // Two state dtypes give two variants one label: --serve needs one.
+  require_usage_error({"optim", "--sizes", "1e3", "--variants", "adam", "--serve"},
+                      "--serve: the label 'adam' names more than one variant");
+  require_usage_error({"optim", "--sizes", "1e3,1e4", "--states", "f32", "--serve"},
+                      "--serve takes one problem in --sizes, got 2");
 }
 
 TEST_CASE("opsnn-bench: GPU benchmarks without a GPU fail cleanly", "[cli][bench]") {

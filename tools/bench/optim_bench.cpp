@@ -10,11 +10,14 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iostream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -140,31 +143,36 @@ double triad_seconds(int64_t count, int warmup, int repeats) {
 
 // A STREAM-like copy y = x with non-temporal (streaming) stores: the write bandwidth these cores reach
 // without first reading the destination lines, 8 bytes per element.
-double stream_copy_seconds(int64_t count, int warmup, int repeats) {
-  FloatBuffer a(count), b(count);
-  fill_random(a.data, count, 1, -1, 1);
-  fill_random(b.data, count, 2, -1, 1);
-  const double seconds = median_seconds(
-      [&] {
-        const float* __restrict x = a.data;
-        float* __restrict y = b.data;
-        // 16-float blocks (64-byte lines; both buffers 64-byte aligned), the tail without streaming.
-        const int64_t blocks = count / 16;
+struct StreamCopy {
+  explicit StreamCopy(int64_t count) : a(count), b(count), count(count) {
+    fill_random(a.data, count, 1, -1, 1);
+    fill_random(b.data, count, 2, -1, 1);
+  }
+  void run() {
+    const float* __restrict x = a.data;
+    float* __restrict y = b.data;
+    // 16-float blocks (64-byte lines; both buffers 64-byte aligned), the tail without streaming.
+    const int64_t blocks = count / 16;
 #pragma omp parallel for schedule(static)
-        for (int64_t block = 0; block < blocks; ++block) {
+    for (int64_t block = 0; block < blocks; ++block) {
 #if defined(__SSE__)
-          for (int64_t i = block * 16; i < block * 16 + 16; i += 4) _mm_stream_ps(y + i, _mm_load_ps(x + i));
+      for (int64_t i = block * 16; i < block * 16 + 16; i += 4) _mm_stream_ps(y + i, _mm_load_ps(x + i));
 #else
-          std::copy(x + block * 16, x + block * 16 + 16, y + block * 16);  // no streaming stores here
+      std::copy(x + block * 16, x + block * 16 + 16, y + block * 16);  // no streaming stores here
 #endif
-        }
-        for (int64_t i = blocks * 16; i < count; ++i) y[i] = x[i];
+    }
+    for (int64_t i = blocks * 16; i < count; ++i) y[i] = x[i];
 #if defined(__SSE__)
-        _mm_sfence();
+    _mm_sfence();
 #endif
-      },
-      warmup, repeats);
-  return seconds;
+  }
+  FloatBuffer a, b;
+  int64_t count;
+};
+
+double stream_copy_seconds(int64_t count, int warmup, int repeats) {
+  StreamCopy copy(count);
+  return median_seconds([&] { copy.run(); }, warmup, repeats);
 }
 
 // Adam (fp32, L2 decay) as the traditional pipeline: a norm/inf pass, then grad prep, momentum, variance,
@@ -248,35 +256,124 @@ double fused_bytes_per_parameter(const std::string& optimizer, const OptimizerOp
   return gradient_pass + (4 + 8 + 2 * states * s);  // g; then g, p r+w, each state r+w
 }
 
-double fused_step_seconds(const Problem& problem, const Variant& variant, int warmup, int repeats) {
+// A variant's optimizer over the problem's parameters, with non-zero gradients.
+struct FusedStep {
+  FusedStep(const Problem& problem, const Variant& variant) {
+    for (size_t i = 0; i < problem.shapes.size(); ++i) {
+      Tensor t = Tensor::empty(problem.shapes[i]);
+      fill_random(t.data<float>(), t.numel(), 100 + i, -1, 1);
+      t.set_requires_grad(true);
+      parameters.emplace_back(std::string("p").append(std::to_string(i)), t);
+    }
+    optimizer = optim::make_optimizer(variant.optimizer, parameters, variant.options);
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      Tensor grad = parameters[i].second.grad();
+      fill_random(grad.data<float>(), grad.numel(), 1000 + i, -1e-2f, 1e-2f);
+    }
+  }
   optim::NamedParameters parameters;
-  for (size_t i = 0; i < problem.shapes.size(); ++i) {
-    Tensor t = Tensor::empty(problem.shapes[i]);
-    fill_random(t.data<float>(), t.numel(), 100 + i, -1, 1);
-    t.set_requires_grad(true);
-    parameters.emplace_back(std::string("p").append(std::to_string(i)), t);
+  std::unique_ptr<optim::Optimizer> optimizer;
+};
+
+double fused_step_seconds(const Problem& problem, const Variant& variant, int warmup, int repeats) {
+  FusedStep step(problem, variant);
+  return median_seconds([&] { step.optimizer->step(); }, warmup, repeats);
+}
+
+// --serve: steps on request, for a driver that alternates them with another framework's steps in one call
+// (tools/bench_optim_torch.py --paired): a shared machine's bandwidth drifts by tens of percent within
+// minutes, so only steps taken side by side compare. Prints "ready", then reads one request a line and
+// answers each with one line: a variant's label (its first request builds it and answers "built"; later
+// ones take one step and answer its milliseconds), "stream copy" (one streaming copy of the problem's
+// size, milliseconds), "drop" (frees every built variant; answers "dropped"); "quit" or the end of input
+// ends it. An unknown request is answered "error: ..." and ends it with exit code 2.
+int serve(const Problem& problem, const std::vector<Variant>& variants) {
+  for (size_t i = 0; i < variants.size(); ++i)
+    for (size_t j = i + 1; j < variants.size(); ++j)
+      OPSNN_CHECK_AS(ConfigError, variants[i].label != variants[j].label, "--serve: the label '", variants[i].label,
+                     "' names more than one variant: choose one state dtype with --states");
+  std::map<std::string, std::unique_ptr<FusedStep>> built;
+  std::unique_ptr<StreamCopy> copy;
+  auto milliseconds = [](auto&& fn) {
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  };
+  std::printf("ready\n");
+  std::fflush(stdout);
+  std::string request;
+  while (std::getline(std::cin, request) && request != "quit") {
+    if (request == "drop") {
+      built.clear();
+      copy.reset();
+      std::printf("dropped\n");
+    } else if (request == "stream copy") {
+      if (!copy) copy = std::make_unique<StreamCopy>(problem.total());
+      std::printf("%.6f\n", milliseconds([&] { copy->run(); }));
+    } else {
+      auto variant =
+          std::find_if(variants.begin(), variants.end(), [&](const Variant& v) { return v.label == request; });
+      if (variant == variants.end()) {
+        std::string known;
+        for (const Variant& v : variants) known += (known.empty() ? "" : ", ") + v.label;
+        std::printf("error: unknown request '%s' (variants: %s; or stream copy, drop, quit)\n", request.c_str(),
+                    known.c_str());
+        return 2;
+      }
+      std::unique_ptr<FusedStep>& step = built[request];
+      if (!step) {
+        step = std::make_unique<FusedStep>(problem, *variant);
+        std::printf("built\n");
+      } else {
+        std::printf("%.6f\n", milliseconds([&] { step->optimizer->step(); }));
+      }
+    }
+    std::fflush(stdout);
   }
-  auto optimizer = optim::make_optimizer(variant.optimizer, parameters, variant.options);
-  for (size_t i = 0; i < parameters.size(); ++i) {
-    Tensor grad = parameters[i].second.grad();
-    fill_random(grad.data<float>(), grad.numel(), 1000 + i, -1e-2f, 1e-2f);
-  }
-  return median_seconds([&] { optimizer->step(); }, warmup, repeats);
+  return 0;
 }
 
 }  // namespace
 
 namespace {
 
+// The variants --variants (optimizer names) and --states (state dtypes) keep, in their order; ConfigError
+// naming the option for a name no variant has.
+std::vector<Variant> chosen_variants(std::vector<Variant> variants, const std::vector<std::string>& args) {
+  auto keep_matching = [&](const std::string& key, auto&& name_of) {
+    const std::string wanted = option(args, key, "");
+    if (wanted.empty()) return;
+    std::vector<std::string> names = split(wanted, key);
+    std::vector<std::string> known;
+    for (const Variant& variant : variants)
+      if (std::find(known.begin(), known.end(), name_of(variant)) == known.end()) known.push_back(name_of(variant));
+    for (const std::string& name : names)
+      if (std::find(known.begin(), known.end(), name) == known.end()) {
+        std::string list;
+        for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+        throw ConfigError(key + ": unknown name '" + name + "' (known: " + list + ")");
+      }
+    std::erase_if(variants,
+                  [&](const Variant& v) { return std::find(names.begin(), names.end(), name_of(v)) == names.end(); });
+  };
+  keep_matching("--variants", [](const Variant& v) { return v.optimizer; });
+  keep_matching("--states", [](const Variant& v) { return std::string(dtype_name(v.options.state_dtype())); });
+  return variants;
+}
+
 int run(const std::vector<std::string>& args) {
   for (const std::string& arg : args)
     if (arg == "--help" || arg == "-h") {
       std::printf(
           "usage: opsnn-bench optim [--device cpu|cuda] [--sizes 1e6,1e7,1e8,resnet50,1e9x50] "
-          "[--repeats 10] [--threads N] [--json FILE] [--variants adamw,lamb,... (cuda)]\n");
+          "[--repeats 10] [--threads N] [--json FILE] [--variants adamw,lamb,...] [--states f32,bf16,f16 (cpu)] "
+          "[--serve (cpu)]\n"
+          "  --variants: cuda: variant labels; cpu: optimizer names (sgd, adam, adamw, lamb, lion), each with its "
+          "single-pass row where it has one\n");
       return 0;
     }
-  check_options(args, {"--device", "--sizes", "--repeats", "--threads", "--json", "--variants"});
+  check_options(args, {"--device", "--sizes", "--repeats", "--threads", "--json", "--variants", "--states"},
+                {"--serve"});
   std::string device = option(args, "--device", "cpu");
   if (device == "cuda") {  // tools/bench/cuda/, built with the CUDA backend
     for (const Command& command : commands())
@@ -285,7 +382,6 @@ int run(const std::vector<std::string>& args) {
     return 2;
   }
   OPSNN_CHECK_AS(ConfigError, device == "cpu", "--device: expected cpu or cuda, got '", device, "'");
-  OPSNN_CHECK_AS(ConfigError, option(args, "--variants", "").empty(), "--variants applies to --device cuda only");
   const std::string json_path = option(args, "--json", "");
   std::vector<Problem> problems;
   for (const std::string& size : split(option(args, "--sizes", "1e6,1e7,1e8,resnet50"), "--sizes"))
@@ -310,6 +406,15 @@ int run(const std::vector<std::string>& args) {
   variants.push_back({"sgd", OptimizerOptions(0.1).momentum(0.95).monitor(warn), "sgd mom 1p"});
   variants.push_back({"adam", OptimizerOptions(1e-3).betas({0.95, 0.999}).monitor(warn), "adam 1p"});
   variants.push_back({"adamw", OptimizerOptions(1e-3).betas({0.95, 0.999}).monitor(warn), "adamw 1p"});
+  variants = chosen_variants(std::move(variants), args);
+  if (std::find(args.begin(), args.end(), "--serve") != args.end()) {
+    OPSNN_CHECK_AS(ConfigError, problems.size() == 1, "--serve takes one problem in --sizes, got ", problems.size());
+    return serve(problems[0], variants);
+  }
+  // The unfused chain is Adam's: measured only when the f32 Adam row it is compared with runs.
+  const bool with_unfused = std::any_of(variants.begin(), variants.end(), [](const Variant& v) {
+    return v.label == "adam" && v.options.state_dtype() == DType::f32;
+  });
   const char* kernels = opsnn::cpu::cpu_kernels().name;
   std::printf("opsnn-bench optim --device cpu: %d threads, CPU kernels %s, median of %d runs after %d warm-up runs\n",
               threads, kernels, repeats, warmup);
@@ -326,7 +431,7 @@ int run(const std::vector<std::string>& args) {
     double triad = triad_seconds(n, warmup, repeats);
     double triad_bandwidth = 12.0 * static_cast<double>(n) / triad / 1e9;
     double unfused = 0.0;
-    {
+    if (with_unfused) {
       UnfusedAdam chain(n);
       unfused = median_seconds([&] { chain.step(); }, warmup, repeats);
     }
@@ -339,9 +444,10 @@ int run(const std::vector<std::string>& args) {
     rows.push_back({{"problem", problem.label}, {"variant", "triad"}, {"ms", triad * 1e3}, {"gbps", triad_bandwidth}});
     rows.push_back(
         {{"problem", problem.label}, {"variant", "stream copy"}, {"ms", stream * 1e3}, {"gbps", stream_bandwidth}});
-    std::printf("%-10s %-13s %-5s %11.3f %9.1f %7.0f%%\n", problem.label.c_str(), "unfused adam", "f32", unfused * 1e3,
-                UnfusedAdam::kBytesPerParameter * static_cast<double>(n) / unfused / 1e9,
-                100.0 * UnfusedAdam::kBytesPerParameter * static_cast<double>(n) / unfused / 1e9 / triad_bandwidth);
+    if (with_unfused)
+      std::printf("%-10s %-13s %-5s %11.3f %9.1f %7.0f%%\n", problem.label.c_str(), "unfused adam", "f32",
+                  unfused * 1e3, UnfusedAdam::kBytesPerParameter * static_cast<double>(n) / unfused / 1e9,
+                  100.0 * UnfusedAdam::kBytesPerParameter * static_cast<double>(n) / unfused / 1e9 / triad_bandwidth);
     for (const Variant& variant : variants) {
       double seconds = fused_step_seconds(problem, variant, warmup, repeats);
       double bandwidth =
