@@ -222,7 +222,7 @@ def main_cpu(args, labels):
         with tempfile.TemporaryDirectory() as folder:
             path = os.path.join(folder, "opsnn.json")
             command = [args.opsnn, "optim", "--device", "cpu", "--threads", str(args.threads), "--sizes", args.sizes,
-                       "--repeats", str(args.repeats), "--json", path]
+                       "--repeats", str(args.repeats), "--variants", "adamw,adam,sgd", "--states", "f32", "--json", path]
             print(f"\n$ {' '.join(command)}   # round {round_index + 1} of {args.rounds}", flush=True)
             subprocess.run(command, check=True)
             with open(path) as f:
@@ -273,6 +273,110 @@ def main_cpu(args, labels):
     return 0 if all_met else 3
 
 
+class OpsnnSteps:
+    """`opsnn-bench optim --device cpu --serve`: opsnn's steps one at a time, on request (tools/bench/README.md)."""
+
+    def __init__(self, path, threads, size):
+        command = [path, "optim", "--device", "cpu", "--threads", str(threads), "--sizes", size,
+                   "--variants", "adamw,adam,sgd", "--states", "f32", "--serve"]
+        print("$ " + " ".join(command), flush=True)
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        greeting = self.process.stdout.readline().strip()
+        if greeting != "ready":
+            raise RuntimeError(f"opsnn-bench --serve said {greeting!r}, expected 'ready'")
+
+    def ask(self, request):
+        self.process.stdin.write(request + "\n")
+        self.process.stdin.flush()
+        answer = self.process.stdout.readline().strip()
+        if not answer or answer.startswith("error"):
+            raise RuntimeError(f"opsnn-bench --serve answered {answer!r} to {request!r}")
+        return answer
+
+    def close(self):
+        self.process.stdin.write("quit\n")
+        self.process.stdin.close()
+        self.process.wait()
+
+
+def main_cpu_paired(args, label):
+    """PyTorch's and opsnn's steps alternating one by one (the order flipping every pair), so the machine's
+    drifting bandwidth meets both alike: each row is the median of the per-pair ratios."""
+    torch.set_num_threads(args.threads)
+    shapes = problem_shapes(label)
+    n = sum(torch.Size(s).numel() for s in shapes)
+    opsnn = OpsnnSteps(args.opsnn, args.threads, label)
+    a = torch.empty(n).uniform_(-1, 1)
+    b = torch.empty_like(a)
+
+    def timed(fn):
+        start = time.perf_counter()
+        fn()
+        return (time.perf_counter() - start) * 1e3
+
+    def paired(torch_step, requests):
+        for request in requests:
+            opsnn.ask(request)  # builds it
+        for _ in range(2):  # warm-up
+            torch_step()
+            for request in requests:
+                opsnn.ask(request)
+        times = {"torch": [], **{r: [] for r in requests}}
+        for k in range(args.paired):
+            order = ["torch", *requests] if k % 2 == 0 else [*requests, "torch"]
+            for side in order:
+                times[side].append(timed(torch_step) if side == "torch" else float(opsnn.ask(side)))
+        return times
+
+    print(f"PyTorch {torch.__version__} and opsnn on the CPU, {args.threads} threads, cores "
+          f"{sorted(os.sched_getaffinity(0))}, {args.paired} alternating pairs of steps (after 2 warm-up pairs); "
+          "ratio = median over the pairs of PyTorch ms / opsnn ms")
+    rows = []
+    copy = paired(lambda: b.copy_(a), ["stream copy"])
+    del a, b
+    stream_gbps = 8.0 * n / (statistics.median(copy["stream copy"]) * 1e-3) / 1e9
+    print(f"{label:<10} {'copy_ / stream copy':<22} PyTorch {statistics.median(copy['torch']):8.2f} ms, "
+          f"opsnn streaming {statistics.median(copy['stream copy']):8.2f} ms ({stream_gbps:.1f} GB/s)")
+    generator = torch.Generator().manual_seed(1)
+    all_met = True
+    print(f"{'params':<10} {'opsnn':<14} {'opsnn ms':>9} {'PyTorch ms':>11} {'ratio':>7} {'wins':>7} {'GB/s':>7} "
+          f"{'% stream':>8}  needs")
+    for name, bytes_per_parameter, make in CPU_VARIANTS:
+        params = []
+        for shape in shapes:
+            p = torch.nn.Parameter(torch.empty(shape).uniform_(-1, 1, generator=generator))
+            p.grad = torch.empty_like(p).uniform_(-1e-2, 1e-2, generator=generator)
+            params.append(p)
+        optimizer = make(params)
+        # opsnn's default step (monitor.on_nonfinite = skip: a gradient pass first, 4 more bytes) and its
+        # single-pass step (warn: applies non-finite updates as PyTorch does, and still reports them).
+        requests = {name: 4, SINGLE_PASS[name]: 0}
+        times = paired(optimizer.step, list(requests))
+        del optimizer, params
+        opsnn.ask("drop")
+        theirs = statistics.median(times["torch"])
+        for request, extra_bytes in requests.items():
+            ratios = [t / o for t, o in zip(times["torch"], times[request])]
+            ratio = statistics.median(ratios)
+            mine = statistics.median(times[request])
+            moved = bytes_per_parameter + extra_bytes
+            gbps = moved * n / (mine * 1e-3) / 1e9
+            # The bar: 1.2x PyTorch or 95% of the streaming copy's bandwidth, whichever is lower, and never
+            # slower than PyTorch (here: the median ratio at least 1).
+            needed = min(1.2, max(1.0, theirs / (moved * n / (0.95 * stream_gbps * 1e9) * 1e3)))
+            met = ratio >= needed
+            all_met &= met
+            wins = sum(r > 1.0 for r in ratios)
+            print(f"{label:<10} {request:<14} {mine:9.2f} {theirs:11.2f} {ratio:6.3f}x {wins:3d}/{len(ratios):<3d} "
+                  f"{gbps:7.1f} {100 * gbps / stream_gbps:7.0f}%  ratio >= {needed:.2f}: {'met' if met else 'NOT met'}")
+        rows.append({"variant": name, "torch_ms": times["torch"], **{r: times[r] for r in requests}})
+    opsnn.close()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"problem": label, "threads": args.threads, "stream_gbps": stream_gbps, "rows": rows}, f)
+    return 0 if all_met else 3
+
+
 def find(rows, problem, variant):
     for row in rows:
         if row["problem"] == problem and row["variant"] == variant:
@@ -289,13 +393,22 @@ def main(argv):
     parser.add_argument("--opsnn", help="path of opsnn-bench, to run it in the same call and compare")
     parser.add_argument("--rounds", type=int, default=1,
                         help="cpu: alternate PyTorch and opsnn this many times; each row is the median over the rounds")
+    parser.add_argument("--paired", type=int, default=0,
+                        help="cpu, with --opsnn and one size: alternate single steps of both this many times "
+                             "(opsnn-bench --serve) and report the median of the per-pair ratios")
+    parser.add_argument("--json", help="cpu --paired: write every step's time here")
     args = parser.parse_args(argv)
     if args.sizes is None:
         args.sizes = "1e8" if args.device == "cpu" else "resnet50,1e9x50"
     if args.repeats is None:
         args.repeats = 7 if args.device == "cpu" else 20
-    if args.repeats < 1 or args.threads < 1 or args.rounds < 1:
-        parser.error("--repeats, --threads and --rounds must be at least 1")
+    if args.repeats < 1 or args.threads < 1 or args.rounds < 1 or args.paired < 0:
+        parser.error("--repeats, --threads and --rounds must be at least 1, --paired at least 0")
+    if args.paired:
+        sizes = [s for s in args.sizes.split(",") if s]
+        if args.device != "cpu" or not args.opsnn or len(sizes) != 1:
+            parser.error("--paired needs --device cpu, --opsnn and one size")
+        return main_cpu_paired(args, sizes[0])
     if args.device == "cpu":
         return main_cpu(args, [s for s in args.sizes.split(",") if s])
     if not torch.cuda.is_available():
