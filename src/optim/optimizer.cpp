@@ -4,6 +4,7 @@
 // device unchanged.
 #include "opsnn/optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <tuple>
 
@@ -305,7 +306,7 @@ int32_t Optimizer::gradient_pass(float inverse_scale, bool chunk_sums_ready) {
   return first_bad;
 }
 
-int32_t Optimizer::first_nonfinite_param_segment() const {
+int32_t Optimizer::first_flagged_segment() const {
   const std::vector<ArenaChunk>& chunks = arena_->step_chunks();
   for (size_t c = 0; c < chunks.size(); ++c)
     if (chunk_param_check_[c] != 0.0f) return chunks[c].segment;
@@ -521,6 +522,18 @@ bool Optimizer::single_pass_host_step() const {
          monitor_.options().on_nonfinite() == NonFiniteAction::warn;
 }
 
+bool Optimizer::check_first_host_step() const {
+  // skip or stop without clipping or loss scaling: the decision to update needs only whether every gradient
+  // is finite, not their norm, so the first pass only checks them (a read at one instruction per vector) and
+  // the update pass sums their squares as the single-pass step does. Row-sparse segments would be checked
+  // only after the update, so their steps keep the two passes.
+  if (!descriptor_->builtin || scaler_.enabled() || options_.max_grad_norm() > 0.0 || arena_->sharded() ||
+      monitor_.options().on_nonfinite() == NonFiniteAction::warn)
+    return false;
+  const std::vector<ArenaSegment>& segments = arena_->segments();
+  return std::none_of(segments.begin(), segments.end(), [](const ArenaSegment& segment) { return segment.sparse; });
+}
+
 const StepState& Optimizer::step() {
   if (sparsifier_ && !sparsified_) last_sparsification_ = sparsifier_->apply(*this);
   sparsified_ = false;
@@ -565,18 +578,27 @@ const StepState& Optimizer::step() {
   };
   auto finish_applied = [&](double lr, const AdamScalars& adam, const SgdScalars& sgd) {
     update_sparse_segments(adam, sgd, state.clip_factor);
-    int32_t bad_parameter = first_nonfinite_param_segment();
+    int32_t bad_parameter = first_flagged_segment();
     monitor_.check_parameters(state, bad_parameter,
                               bad_parameter >= 0 ? segments[static_cast<size_t>(bad_parameter)].name : std::string());
     advance_applied_step(state, betas.first, betas.second, lr);
   };
 
-  if (single_pass_host_step()) {
+  // The update pass summing the squares, the gradient statistics from its sums, then the rest of the step.
+  auto update_summing = [&] {
     auto [lr, adam, sgd] = update(1.0f, chunk_sums_.data());
     const bool skip = check_gradients(gradient_pass(1.0f, true));
-    OPSNN_CHECK(!skip, "a single-pass step cannot be skipped");  // warn without loss scaling never skips
+    OPSNN_CHECK(!skip, "a step that sums the gradients in its update pass cannot be skipped");
     finish_applied(lr, adam, sgd);
-  } else {
+  };
+  bool all_finite = false;
+  if (check_first_host_step()) {
+    fused_step_kernels(arena_->device()).grad_finite_check(arena_->view(), chunk_param_check_.data());
+    all_finite = first_flagged_segment() < 0;
+  }
+  if (single_pass_host_step() || all_finite) {
+    update_summing();
+  } else {  // two passes: clipping or loss scaling needs the norm first, or a gradient is not finite
     float inverse_scale = scaler_.inverse_scale(state);
     if (check_gradients(gradient_pass(inverse_scale, false))) {
       mark_skipped(state);

@@ -126,25 +126,31 @@ TEST_CASE("monitor: on_nonfinite = warn applies the step and then reports the no
   REQUIRE(capture.text().find("layer1.bias") != std::string::npos);
 }
 
-TEST_CASE("monitor: the single-pass CPU step of warn mode gives the two-pass step's bits", "[optim]") {
-  // warn without clipping or loss scaling sums the gradients inside the update pass; skip sums them in a
-  // pass of its own first. With finite gradients both must give the same parameters, states and norms.
+TEST_CASE("monitor: the single-pass and check-first CPU steps give the two-pass step's bits", "[optim]") {
+  // warn without clipping or loss scaling sums the gradients inside the update pass (single pass); skip
+  // without them first only checks that the gradients are finite, then does the same (check first); a
+  // clipping bound too large to act still needs the norm before the update, so it sums the gradients in a
+  // pass of their own first (two passes). With finite gradients all three must give the same parameters,
+  // states and norms.
   auto bits = [](float x) {
     uint32_t b;
     std::memcpy(&b, &x, sizeof(b));
     return b;
   };
+  const std::vector<MonitorOptions> monitors = {MonitorOptions().on_nonfinite(NonFiniteAction::warn),
+                                                MonitorOptions().on_nonfinite(NonFiniteAction::skip),
+                                                MonitorOptions().on_nonfinite(NonFiniteAction::skip)};
   for (const std::string& name : builtin_optimizer_names()) {
     for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
       INFO(name << " with " << dtype_name(dtype) << " states");
-      std::vector<std::vector<std::vector<float>>> params(2);
-      std::vector<std::vector<uint32_t>> norms(2), segment_norms(2);
-      int run = 0;
-      for (NonFiniteAction action : {NonFiniteAction::warn, NonFiniteAction::skip}) {
+      std::vector<std::vector<std::vector<float>>> params(monitors.size());
+      std::vector<std::vector<uint32_t>> norms(monitors.size()), segment_norms(monitors.size());
+      for (size_t run = 0; run < monitors.size(); ++run) {
         // Several chunks with ragged tails, a tiny tensor, fp16 blocks that do not divide the chunks.
         NamedParameters parameters = random_parameters({{333, 61}, {7}, {40003}}, 21);
-        auto optimizer = make_optimizer(
-            name, parameters, OptimizerOptions(1e-3).state_dtype(dtype).monitor(MonitorOptions().on_nonfinite(action)));
+        OptimizerOptions options = OptimizerOptions(1e-3).state_dtype(dtype).monitor(monitors[run]);
+        if (run == 2) options.max_grad_norm(1e30);  // clipping on, never acting: the two-pass step
+        auto optimizer = make_optimizer(name, parameters, options);
         for (int step = 0; step < 4; ++step) {
           write_grads(parameters, make_grads(parameters, step, 9, GradPattern::mixed));
           norms[run].push_back(bits(optimizer->step().grad_norm));
@@ -152,14 +158,58 @@ TEST_CASE("monitor: the single-pass CPU step of warn mode gives the two-pass ste
             segment_norms[run].push_back(bits(static_cast<float>(norm)));
         }
         for (const auto& entry : parameters) params[run].push_back(entry.second.to_vector<float>());
-        ++run;
       }
-      REQUIRE(norms[0] == norms[1]);
+      for (size_t run = 1; run < monitors.size(); ++run) {
+        INFO("run " << run << " against the single-pass run");
+        REQUIRE(norms[run] == norms[0]);
+        REQUIRE(segment_norms[run] == segment_norms[0]);
+        for (size_t t = 0; t < params[0].size(); ++t) {
+          INFO("tensor " << t);
+          REQUIRE(std::memcmp(params[run][t].data(), params[0][t].data(), params[0][t].size() * sizeof(float)) == 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("monitor: a check-first step skips on a non-finite gradient and reports the two-pass step's norms",
+          "[optim]") {
+  // skip without clipping checks the gradients first, reading each chunk's quarters side by side; one
+  // non-finite value anywhere in the last tensor (each quarter, the tail past them) makes it skip the step
+  // with nothing changed, and report the same norms and tensor as the two-pass step (clipping on).
+  for (const int64_t position : {int64_t{0}, int64_t{1250}, int64_t{2501}, int64_t{3751}, int64_t{5002}}) {
+    for (const float bad : {NAN, INFINITY, -INFINITY}) {
+      INFO("value " << bad << " at " << position);
+      std::vector<std::vector<uint32_t>> segment_norms(2);
+      for (int run = 0; run < 2; ++run) {
+        NamedParameters parameters = random_parameters({{300, 100}, {5003}}, 23);
+        OptimizerOptions options = OptimizerOptions(1e-3).monitor(MonitorOptions().on_nonfinite(NonFiniteAction::skip));
+        if (run == 1) options.max_grad_norm(1e30);
+        auto optimizer = make_optimizer("adam", parameters, options);
+        write_grads(parameters, make_grads(parameters, 0, 3, GradPattern::normal));
+        optimizer->step();
+        const std::vector<float> before = parameters[1].second.to_vector<float>();
+        auto grads = make_grads(parameters, 1, 3, GradPattern::normal);
+        grads[1][static_cast<size_t>(position)] = bad;
+        write_grads(parameters, grads);
+        LogCapture capture;
+        const StepState& state = optimizer->step();
+        INFO("run " << run);
+        REQUIRE(state.step == 1);  // skipped: the applied-step count stays
+        REQUIRE(std::memcmp(parameters[1].second.to_vector<float>().data(), before.data(), before.size() * 4) == 0);
+        REQUIRE((state.monitor_flags & kNonFiniteGrad) != 0);
+        REQUIRE(state.first_nonfinite_segment == 1);
+        REQUIRE(!std::isfinite(state.grad_norm));
+        REQUIRE(capture.text().find("non-finite (inf/NaN) gradient in tensor 'layer1.bias': step skipped") !=
+                std::string::npos);
+        for (double norm : optimizer->segment_grad_norms()) {
+          float value = static_cast<float>(norm);
+          uint32_t b;
+          std::memcpy(&b, &value, sizeof(b));
+          segment_norms[static_cast<size_t>(run)].push_back(b);
+        }
+      }
       REQUIRE(segment_norms[0] == segment_norms[1]);
-      for (size_t t = 0; t < params[0].size(); ++t) {
-        INFO("tensor " << t);
-        REQUIRE(std::memcmp(params[0][t].data(), params[1][t].data(), params[0][t].size() * sizeof(float)) == 0);
-      }
     }
   }
 }

@@ -238,9 +238,13 @@ class Optimizer {
   // Sets segment_sum_squares_ from the per-chunk sums (summed here unless chunk_sums_ready: a single-pass
   // update wrote them) and the sparse segments'; returns the index of the first non-finite one or -1.
   int32_t gradient_pass(float inverse_scale, bool chunk_sums_ready);
-  // The host step sums the gradients inside the update pass (see the definition for when).
+  // The host step sums the gradients inside the update pass (see the definitions for when): with nothing
+  // read first (single pass), or after a pass that only checks them for inf/NaN (check first).
   bool single_pass_host_step() const;
-  int32_t first_nonfinite_param_segment() const;
+  bool check_first_host_step() const;
+  // The segment of the first chunk whose check in chunk_param_check_ is not 0 (NaN: a non-finite value),
+  // or -1.
+  int32_t first_flagged_segment() const;
   SparseSegment sparse_segment(size_t index) const;
   // The scalars of an applied step as the CPU update pass and the sparse updater see them.
   void step_scalars(const StepState& state, double lr, AdamScalars& adam, SgdScalars& sgd) const;

@@ -53,6 +53,8 @@ struct ArenaView {
 struct FusedStepKernels {
   // chunk_sums[c] = sum of g^2 over chunk c (double accumulation); inf/NaN when the chunk holds inf/NaN.
   void (*grad_sum_of_squares)(const ArenaView& arena, double* chunk_sums) = nullptr;
+  // chunk_checks[c] = 0 when every gradient of chunk c is finite, NaN otherwise (sum of g * 0).
+  void (*grad_finite_check)(const ArenaView& arena, float* chunk_checks) = nullptr;
   // Adam/AdamW: states[0] exp_avg, states[1] exp_avg_sq, states[2] max_exp_avg_sq (amsgrad).
   void (*adam_update)(const ArenaView& arena, const AdamScalars& base, const SegmentStepScalars* segments,
                       float grad_multiplier, float* chunk_param_check, double* chunk_grad_sums) = nullptr;

@@ -255,6 +255,30 @@ void grad_sum_of_squares(const ArenaView& arena, double* chunk_sums) {
   });
 }
 
+// chunk_checks[c] = the sum of g * 0 over chunk c: 0 while every gradient is finite, NaN from the first that
+// is not: the check-first step's first pass, one instruction per vector. The chunk's quarters are read side by
+// side: a core reading one stream keeps the hardware prefetcher on one page at a time and reads at a
+// fraction of the rate several streams get (1.2-1.3x faster with four on the development machine's Xeon).
+void grad_finite_check(const ArenaView& arena, float* chunk_checks) {
+  for_each_chunk(arena, [&](int64_t c, const ArenaChunk& chunk) {
+    const float* __restrict grads = arena.grads + chunk.begin;
+    const int64_t count = chunk.end - chunk.begin, quarter = count / 4;
+    const float* __restrict second = grads + quarter;
+    const float* __restrict third = grads + 2 * quarter;
+    const float* __restrict fourth = grads + 3 * quarter;
+    float check0 = 0.0f, check1 = 0.0f, check2 = 0.0f, check3 = 0.0f;
+#pragma omp simd reduction(+ : check0, check1, check2, check3)
+    for (int64_t i = 0; i < quarter; ++i) {
+      check0 = add_check(check0, grads[i]);
+      check1 = add_check(check1, second[i]);
+      check2 = add_check(check2, third[i]);
+      check3 = add_check(check3, fourth[i]);
+    }
+    for (int64_t i = 4 * quarter; i < count; ++i) check0 = add_check(check0, grads[i]);
+    chunk_checks[c] = (check0 + check1) + (check2 + check3);
+  });
+}
+
 // ---- Adam / AdamW ----
 // Compile-time forms of adam_element: Decoupled (AdamW), Amsgrad, EpsScaled (eps_relative != 0) for the
 // whole step, Decayed (weight decay != 0) per chunk, as the tensor's group says. The rule skips what a form
@@ -581,8 +605,8 @@ void elementwise_update(const ArenaView& arena, UpdateRule rule, const AdamScala
 }  // namespace
 
 const FusedStepKernels& fused_step_kernels() {
-  static const FusedStepKernels kernels{grad_sum_of_squares, adam_update, sgd_update,
-                                        lamb_phase1,         lamb_phase2, elementwise_update};
+  static const FusedStepKernels kernels{grad_sum_of_squares, grad_finite_check, adam_update,       sgd_update,
+                                        lamb_phase1,         lamb_phase2,       elementwise_update};
   return kernels;
 }
 
