@@ -171,9 +171,10 @@ OPSNN_ALWAYS_INLINE inline void add_squares(const float* __restrict grads, int64
 }
 
 // check + p * 0: stays 0 while every p is finite, NaN from the first that is not. One fused instruction where
-// the variant has FMA (same result: the product is 0 or NaN either way).
+// the variant has FMA (same result: the product is 0 or NaN either way); not with clang, whose vectorizer
+// (14) takes an fmaf reduction in an `omp simd` loop for no reduction and leaves the loop scalar.
 OPSNN_ALWAYS_INLINE inline float add_check(float check, float p) {
-#if defined(__FMA__)
+#if defined(__FMA__) && !defined(__clang__)
   return fmaf(p, 0.0f, check);
 #else
   return check + p * 0.0f;
