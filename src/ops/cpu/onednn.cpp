@@ -41,11 +41,6 @@ Policy read_policy() {
   throw ConfigError(detail::concat("OPSNN_CPU_ENGINE=", text, ": expected eigen, onednn or auto"));
 }
 
-// Right padding that gives exactly the output size (oneDNN wants both sides).
-int64_t right_padding(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t pad) {
-  return (out - 1) * stride + kernel - in - pad;
-}
-
 std::mutex& choices_mutex() {
   static std::mutex mutex;
   return mutex;
@@ -117,6 +112,11 @@ namespace {
 
 using dnnl::memory;
 using Tag = memory::format_tag;
+
+// Right padding that gives exactly the output size (oneDNN wants both sides).
+int64_t right_padding(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t pad) {
+  return (out - 1) * stride + kernel - in - pad;
+}
 
 dnnl::engine& engine() {
   static dnnl::engine cpu(dnnl::engine::kind::cpu, 0);
