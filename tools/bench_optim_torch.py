@@ -164,6 +164,16 @@ CPU_VARIANTS = [
 SINGLE_PASS = {"adamw": "adamw 1p", "adam": "adam 1p", "sgd momentum": "sgd mom 1p"}
 
 
+def cpu_params(shapes, generator):
+    """CPU parameters of these shapes in [-1, 1) with gradients in [-1e-2, 1e-2) (never all zero)."""
+    params = []
+    for shape in shapes:
+        p = torch.nn.Parameter(torch.empty(shape).uniform_(-1, 1, generator=generator))
+        p.grad = torch.empty_like(p).uniform_(-1e-2, 1e-2, generator=generator)
+        params.append(p)
+    return params
+
+
 def measure_cpu(label, shapes, warmup, repeats):
     n = sum(torch.Size(s).numel() for s in shapes)
     a = torch.empty(n).uniform_(-1, 1)
@@ -173,11 +183,7 @@ def measure_cpu(label, shapes, warmup, repeats):
     rows = [{"problem": label, "variant": "copy", "ms": copy, "gbps": 8.0 * n / (copy * 1e-3) / 1e9}]
     generator = torch.Generator().manual_seed(1)
     for name, bytes_per_parameter, make in CPU_VARIANTS:
-        params = []
-        for shape in shapes:
-            p = torch.nn.Parameter(torch.empty(shape).uniform_(-1, 1, generator=generator))
-            p.grad = torch.empty_like(p).uniform_(-1e-2, 1e-2, generator=generator)
-            params.append(p)
+        params = cpu_params(shapes, generator)
         try:
             optimizer = make(params)
             ms = cpu_median_ms(optimizer.step, warmup, repeats)
@@ -342,11 +348,7 @@ def main_cpu_paired(args, label):
     print(f"{'params':<10} {'opsnn':<14} {'opsnn ms':>9} {'PyTorch ms':>11} {'ratio':>7} {'wins':>7} {'GB/s':>7} "
           f"{'% stream':>8}  needs")
     for name, bytes_per_parameter, make in CPU_VARIANTS:
-        params = []
-        for shape in shapes:
-            p = torch.nn.Parameter(torch.empty(shape).uniform_(-1, 1, generator=generator))
-            p.grad = torch.empty_like(p).uniform_(-1e-2, 1e-2, generator=generator)
-            params.append(p)
+        params = cpu_params(shapes, generator)
         optimizer = make(params)
         # opsnn's default step (monitor.on_nonfinite = skip: a gradient pass first, 4 more bytes) and its
         # single-pass step (warn: applies non-finite updates as PyTorch does, and still reports them).
