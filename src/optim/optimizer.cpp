@@ -584,20 +584,17 @@ const StepState& Optimizer::step() {
     advance_applied_step(state, betas.first, betas.second, lr);
   };
 
-  // The update pass summing the squares, the gradient statistics from its sums, then the rest of the step.
-  auto update_summing = [&] {
-    auto [lr, adam, sgd] = update(1.0f, chunk_sums_.data());
-    const bool skip = check_gradients(gradient_pass(1.0f, true));
-    OPSNN_CHECK(!skip, "a step that sums the gradients in its update pass cannot be skipped");
-    finish_applied(lr, adam, sgd);
-  };
   bool all_finite = false;
   if (check_first_host_step()) {
     fused_step_kernels(arena_->device()).grad_finite_check(arena_->view(), chunk_param_check_.data());
     all_finite = first_flagged_segment() < 0;
   }
   if (single_pass_host_step() || all_finite) {
-    update_summing();
+    // The update pass sums the squares; the gradient statistics come from its sums.
+    auto [lr, adam, sgd] = update(1.0f, chunk_sums_.data());
+    const bool skip = check_gradients(gradient_pass(1.0f, true));
+    OPSNN_CHECK(!skip, "a step that sums the gradients in its update pass cannot be skipped");
+    finish_applied(lr, adam, sgd);
   } else {  // two passes: clipping or loss scaling needs the norm first, or a gradient is not finite
     float inverse_scale = scaler_.inverse_scale(state);
     if (check_gradients(gradient_pass(inverse_scale, false))) {
