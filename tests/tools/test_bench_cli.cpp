@@ -132,6 +132,11 @@ TEST_CASE("opsnn-bench optim --serve answers each request with one line, an unkn
                       "--serve: the label 'adam' names more than one variant");
   require_usage_error({"optim", "--sizes", "1e3,1e4", "--states", "f32", "--serve"},
                       "--serve takes one problem in --sizes, got 2");
+  // The driver times the served steps: the program's own timing options are refused, not ignored.
+  require_usage_error({"optim", "--sizes", "1e3", "--states", "f32", "--repeats", "3", "--serve"},
+                      "--serve times nothing itself: --repeats does not apply");
+  require_usage_error({"optim", "--sizes", "1e3", "--states", "f32", "--serve", "--json", "x.json"},
+                      "--serve times nothing itself: --json does not apply");
 }
 
 TEST_CASE("opsnn-bench: GPU benchmarks without a GPU fail cleanly", "[cli][bench]") {

@@ -409,6 +409,10 @@ int run(const std::vector<std::string>& args) {
   variants = chosen_variants(std::move(variants), args);
   if (std::find(args.begin(), args.end(), "--serve") != args.end()) {
     OPSNN_CHECK_AS(ConfigError, problems.size() == 1, "--serve takes one problem in --sizes, got ", problems.size());
+    // The driver times each served step itself: options about this program's own timing would be ignored.
+    for (const char* timing : {"--repeats", "--json"})
+      OPSNN_CHECK_AS(ConfigError, option(args, timing, "").empty(), "--serve times nothing itself: ", timing,
+                     " does not apply (the driver times each step)");
     return serve(problems[0], variants);
   }
   // The unfused chain is Adam's: measured only when the f32 Adam row it is compared with runs.
