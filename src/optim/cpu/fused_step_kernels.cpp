@@ -121,49 +121,59 @@ OPSNN_ALWAYS_INLINE inline void for_each_lane(int64_t count, Element&& element) 
   for (int64_t l = 0; i + l < count; ++l) element(i + l, l);
 }
 
-// Adds g^2 of grads[0, count) into the kGradSumLanes lanes, lane l taking elements l, l + kGradSumLanes, ...
-// The square of a float is exact in double, so g * g + sum and fma(g, g, sum) are the same bits: the AVX
-// variants fuse them (one instruction per 8 or 4 lanes: in a step bound by memory the instruction count
-// still matters, since it limits how far ahead of its loads a core runs), the portable one cannot.
-// Written with vector types: left to itself the compiler kept the 32 accumulators on the stack.
-OPSNN_ALWAYS_INLINE inline void add_squares(const float* __restrict grads, int64_t count, double* lanes) {
-  int64_t i = 0;
+// One vector of double lanes per variant, for add_squares: load/store lanes, and fold in the squares of
+// kWidth floats. The square of a float is exact in double, so g * g + sum and fma(g, g, sum) are the same
+// bits: the AVX variants fuse them (one instruction per vector: in a step bound by memory the instruction
+// count still matters, since it limits how far ahead of its loads a core runs), the portable one cannot.
 #if defined(__AVX512F__)
-  static_assert(kGradSumLanes == 32, "four 8-double accumulators");
-  __m512d sums[4];
-  for (int k = 0; k < 4; ++k) sums[k] = _mm512_loadu_pd(lanes + 8 * k);
-  for (; i + kGradSumLanes <= count; i += kGradSumLanes)
-    for (int k = 0; k < 4; ++k) {
-      const __m512d g = _mm512_cvtps_pd(_mm256_loadu_ps(grads + i + 8 * k));
-      sums[k] = _mm512_fmadd_pd(g, g, sums[k]);
-    }
-  for (int k = 0; k < 4; ++k) _mm512_storeu_pd(lanes + 8 * k, sums[k]);
-#elif defined(__AVX2__) && defined(__FMA__)
-  static_assert(kGradSumLanes == 32, "eight 4-double accumulators");
-  __m256d sums[8];
-  for (int k = 0; k < 8; ++k) sums[k] = _mm256_loadu_pd(lanes + 4 * k);
-  for (; i + kGradSumLanes <= count; i += kGradSumLanes)
-    for (int k = 0; k < 8; ++k) {
-      const __m256d g = _mm256_cvtps_pd(_mm_loadu_ps(grads + i + 4 * k));
-      sums[k] = _mm256_fmadd_pd(g, g, sums[k]);
-    }
-  for (int k = 0; k < 8; ++k) _mm256_storeu_pd(lanes + 4 * k, sums[k]);
-#else
-  using Doubles = double __attribute__((vector_size(8 * sizeof(double))));
-  using Floats = float __attribute__((vector_size(8 * sizeof(float))));
-  constexpr int kVectors = kGradSumLanes / 8;
-  Doubles sums[kVectors];
-  std::memcpy(sums, lanes, sizeof sums);
-  for (; i + kGradSumLanes <= count; i += kGradSumLanes) {
-    for (int k = 0; k < kVectors; ++k) {
-      Floats values;
-      std::memcpy(&values, grads + i + 8 * k, sizeof values);
-      const Doubles g = __builtin_convertvector(values, Doubles);
-      sums[k] += g * g;
-    }
+struct SquareLanes {
+  using Vector = __m512d;
+  static constexpr int kWidth = 8;
+  static void load(Vector& v, const double* lanes) { v = _mm512_loadu_pd(lanes); }
+  static void store(double* lanes, const Vector& v) { _mm512_storeu_pd(lanes, v); }
+  static void add_squares(Vector& sums, const float* grads) {
+    const Vector g = _mm512_cvtps_pd(_mm256_loadu_ps(grads));
+    sums = _mm512_fmadd_pd(g, g, sums);
   }
-  std::memcpy(lanes, sums, sizeof sums);
+};
+#elif defined(__AVX2__) && defined(__FMA__)
+struct SquareLanes {
+  using Vector = __m256d;
+  static constexpr int kWidth = 4;
+  static void load(Vector& v, const double* lanes) { v = _mm256_loadu_pd(lanes); }
+  static void store(double* lanes, const Vector& v) { _mm256_storeu_pd(lanes, v); }
+  static void add_squares(Vector& sums, const float* grads) {
+    const Vector g = _mm256_cvtps_pd(_mm_loadu_ps(grads));
+    sums = _mm256_fmadd_pd(g, g, sums);
+  }
+};
+#else
+struct SquareLanes {
+  using Vector = double __attribute__((vector_size(8 * sizeof(double))));
+  using Floats = float __attribute__((vector_size(8 * sizeof(float))));
+  static constexpr int kWidth = 8;
+  static void load(Vector& v, const double* lanes) { std::memcpy(&v, lanes, sizeof v); }
+  static void store(double* lanes, const Vector& v) { std::memcpy(lanes, &v, sizeof v); }
+  static void add_squares(Vector& sums, const float* grads) {
+    Floats values;
+    std::memcpy(&values, grads, sizeof values);
+    const Vector g = __builtin_convertvector(values, Vector);
+    sums += g * g;
+  }
+};
 #endif
+
+// Adds g^2 of grads[0, count) into the kGradSumLanes lanes, lane l taking elements l, l + kGradSumLanes, ...
+// The lanes are held in SquareLanes vectors: left to itself the compiler kept the 32 accumulators on the stack.
+OPSNN_ALWAYS_INLINE inline void add_squares(const float* __restrict grads, int64_t count, double* lanes) {
+  constexpr int kVectors = kGradSumLanes / SquareLanes::kWidth;
+  static_assert(kVectors * SquareLanes::kWidth == kGradSumLanes);
+  SquareLanes::Vector sums[kVectors];
+  for (int k = 0; k < kVectors; ++k) SquareLanes::load(sums[k], lanes + SquareLanes::kWidth * k);
+  int64_t i = 0;
+  for (; i + kGradSumLanes <= count; i += kGradSumLanes)
+    for (int k = 0; k < kVectors; ++k) SquareLanes::add_squares(sums[k], grads + i + SquareLanes::kWidth * k);
+  for (int k = 0; k < kVectors; ++k) SquareLanes::store(lanes + SquareLanes::kWidth * k, sums[k]);
   for (int64_t l = 0; i + l < count; ++l) {
     const double g = grads[i + l];
     lanes[l] += g * g;
@@ -228,7 +238,8 @@ void with_flags(Body&& body, bool flag, Flags... flags) {
     with_flags<Fixed..., false>(body, flags...);
 }
 
-// The update loop of a span: check += update(i) * 0 over [0, count), update(i) returning the new parameter.
+// The update loop of a span: check = add_check(check, update(i)) over [0, count), update(i) returning the new
+// parameter, so check stays 0 while every new parameter is finite.
 // In a summing pass the gradients' squares are summed into grad_lanes as grad_sum_of_squares sums them (the
 // same lanes, the same bits) in the same pass over memory: the single-pass step. Each block of gradients is
 // summed right after its update, from L1; one loop doing both vectorises worse (not at all for bf16 states).
