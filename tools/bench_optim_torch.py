@@ -15,6 +15,10 @@ by starting this script under taskset. --rounds N alternates the two sides N tim
 median over the rounds (a shared machine's bandwidth drifts more than the gap being measured):
 
     taskset -c 0,1 python3 tools/bench_optim_torch.py --device cpu --threads 2 --sizes 1e8 --rounds 3 --opsnn build/opsnn-bench
+
+--paired N instead alternates single steps N times (`opsnn-bench optim --serve`) and reports the median per-pair
+ratio; it also times PyTorch's step guarded by GradScaler (its way of skipping a non-finite step) beside opsnn's
+default `skip` step.
 """
 import argparse
 import json
@@ -320,25 +324,27 @@ def main_cpu_paired(args, label):
         fn()
         return (time.perf_counter() - start) * 1e3
 
-    def paired(torch_step, requests):
+    def paired(torch_steps, requests):
+        """torch_steps: {name: step}; requests: opsnn's. Returns {side: [ms per pair]}."""
         for request in requests:
             opsnn.ask(request)  # builds it
         for _ in range(2):  # warm-up
-            torch_step()
+            for step in torch_steps.values():
+                step()
             for request in requests:
                 opsnn.ask(request)
-        times = {"torch": [], **{r: [] for r in requests}}
+        sides = [*torch_steps, *requests]
+        times = {side: [] for side in sides}
         for k in range(args.paired):
-            order = ["torch", *requests] if k % 2 == 0 else [*requests, "torch"]
-            for side in order:
-                times[side].append(timed(torch_step) if side == "torch" else float(opsnn.ask(side)))
+            for side in sides if k % 2 == 0 else reversed(sides):
+                times[side].append(timed(torch_steps[side]) if side in torch_steps else float(opsnn.ask(side)))
         return times
 
     print(f"PyTorch {torch.__version__} and opsnn on the CPU, {args.threads} threads, cores "
           f"{sorted(os.sched_getaffinity(0))}, {args.paired} alternating pairs of steps (after 2 warm-up pairs); "
           "ratio = median over the pairs of PyTorch ms / opsnn ms")
     rows = []
-    copy = paired(lambda: b.copy_(a), ["stream copy"])
+    copy = paired({"torch": lambda: b.copy_(a)}, ["stream copy"])
     del a, b
     stream_gbps = 8.0 * n / (statistics.median(copy["stream copy"]) * 1e-3) / 1e9
     print(f"{label:<10} {'copy_ / stream copy':<22} PyTorch {statistics.median(copy['torch']):8.2f} ms, "
@@ -347,14 +353,25 @@ def main_cpu_paired(args, label):
     all_met = True
     print(f"{'params':<10} {'opsnn':<14} {'opsnn ms':>9} {'PyTorch ms':>11} {'ratio':>7} {'wins':>7} {'GB/s':>7} "
           f"{'% stream':>8}  needs")
+    guarded_rows = []
     for name, bytes_per_parameter, make in CPU_VARIANTS:
         params = cpu_params(shapes, generator)
         optimizer = make(params)
+        # PyTorch's way to skip a step with a non-finite gradient: GradScaler (scale 1, never grown) checks
+        # the gradients in its unscale_ pass and hands the fused step found_inf.
+        scaler = torch.amp.GradScaler("cpu", init_scale=1.0, growth_interval=2**30)
+        scaler.scale(torch.ones(()))  # sets up its scale
+
+        def guarded_step(optimizer=optimizer, scaler=scaler):
+            scaler.unscale_(optimizer)
+            scaler.step(optimizer)
+            scaler.update()
+
         # opsnn's default step (monitor.on_nonfinite = skip: a gradient pass first, 4 more bytes) and its
         # single-pass step (warn: applies non-finite updates as PyTorch does, and still reports them).
         requests = {name: 4, SINGLE_PASS[name]: 0}
-        times = paired(optimizer.step, list(requests))
-        del optimizer, params
+        times = paired({"torch": optimizer.step, "torch guarded": guarded_step}, list(requests))
+        del optimizer, params, guarded_step
         opsnn.ask("drop")
         theirs = statistics.median(times["torch"])
         for request, extra_bytes in requests.items():
@@ -371,7 +388,17 @@ def main_cpu_paired(args, label):
             wins = sum(r > 1.0 for r in ratios)
             print(f"{label:<10} {request:<14} {mine:9.2f} {theirs:11.2f} {ratio:6.3f}x {wins:3d}/{len(ratios):<3d} "
                   f"{gbps:7.1f} {100 * gbps / stream_gbps:7.0f}%  ratio >= {needed:.2f}: {'met' if met else 'NOT met'}")
-        rows.append({"variant": name, "torch_ms": times["torch"], **{r: times[r] for r in requests}})
+        ratios = [t / o for t, o in zip(times["torch guarded"], times[name])]
+        guarded_rows.append((name, statistics.median(times[name]), statistics.median(times["torch guarded"]),
+                             statistics.median(ratios), sum(r > 1.0 for r in ratios), len(ratios)))
+        rows.append({"variant": name, "torch_ms": times["torch"], "torch_guarded_ms": times["torch guarded"],
+                     **{r: times[r] for r in requests}})
+    # Like for like: both sides skip a step whose gradients are not all finite (informative, no bar).
+    print("skipping non-finite steps on both sides: opsnn's default step beside PyTorch's fused step guarded by "
+          "GradScaler (unscale_ + step + update, scale 1)")
+    print(f"{'params':<10} {'opsnn':<14} {'opsnn ms':>9} {'PyTorch ms':>11} {'ratio':>7} {'wins':>7}")
+    for name, mine, theirs, ratio, wins, count in guarded_rows:
+        print(f"{label:<10} {name:<14} {mine:9.2f} {theirs:11.2f} {ratio:6.3f}x {wins:3d}/{count:<3d}")
     opsnn.close()
     if args.json:
         with open(args.json, "w") as f:
