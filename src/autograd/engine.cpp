@@ -39,6 +39,25 @@ void accumulate_into_leaf(TensorImpl& leaf, const Tensor& gradient) {
   }
 }
 
+// The gradients node may sum into in place (Node::backward_into), taken out of pending: for each input i
+// the node accepts one for, whose producer already has a pending gradient that nothing else holds, and
+// that no other input of the node shares (both slots would add into one tensor). Empty when none.
+std::vector<Tensor> accumulator_offers(const Node& node, std::unordered_map<Node*, Tensor>& pending) {
+  std::vector<Tensor> offers;
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    Node* next = node.inputs[i].function.get();
+    if (!next || !node.accepts_accumulator(i)) continue;
+    bool shared = false;
+    for (size_t j = 0; j < node.inputs.size(); ++j) shared |= j != i && node.inputs[j].function.get() == next;
+    auto it = pending.find(next);
+    if (shared || it == pending.end() || !it->second.defined() || !exclusively_owned(it->second)) continue;
+    offers.resize(node.inputs.size());
+    offers[i] = std::move(it->second);
+    it->second = Tensor();
+  }
+  return offers;
+}
+
 }  // namespace
 
 bool grad_mode_enabled() { return grad_enabled; }
@@ -116,8 +135,22 @@ void run_backward(const Tensor& root, const Tensor& seed) {
                 "): its saved tensors were freed by the first backward; run the forward pass again");
     Tensor grad_output = std::move(pending[node.get()]);
     pending.erase(node.get());
-    std::vector<Tensor> grad_inputs =
-        grad_output.defined() ? node->backward(grad_output) : std::vector<Tensor>(node->inputs.size());
+    std::vector<Tensor> grad_inputs;
+    std::vector<bool> accumulated(node->inputs.size(), false);
+    if (!grad_output.defined()) {
+      grad_inputs.resize(node->inputs.size());
+    } else if (std::vector<Tensor> offers = accumulator_offers(*node, pending); offers.empty()) {
+      grad_inputs = node->backward(grad_output);
+    } else {
+      grad_inputs = node->backward_into(grad_output, offers);
+      // Each offer goes back to pending, summed into in place when the node returned it.
+      for (size_t i = 0; i < offers.size(); ++i) {
+        if (!offers[i].defined()) continue;
+        accumulated[i] = i < grad_inputs.size() && grad_inputs[i].impl_ptr() == offers[i].impl_ptr();
+        if (accumulated[i]) grad_inputs[i] = Tensor();
+        pending[node->inputs[i].function.get()] = std::move(offers[i]);
+      }
+    }
     OPSNN_CHECK(grad_inputs.size() == node->inputs.size(), node->name(), " backward returned ", grad_inputs.size(),
                 " gradients for ", node->inputs.size(), " inputs");
     for (size_t i = 0; i < node->inputs.size(); ++i) {
@@ -125,7 +158,7 @@ void run_backward(const Tensor& root, const Tensor& seed) {
       const Tensor& gradient = grad_inputs[i];
       if (edge.function) {
         Node* next = edge.function.get();
-        if (gradient.defined()) {
+        if (gradient.defined() && !accumulated[i]) {
           auto it = pending.find(next);
           if (it == pending.end() || !it->second.defined()) {
             pending[next] = gradient;

@@ -1,7 +1,8 @@
 // Tests of src/autograd/engine.cpp: topological order, gradient accumulation (a tensor used twice,
 // two backward calls, in place into arena views, into a first gradient only when nothing else holds
-// it), NoGradGuard, and the errors for misuse. The first cases use tiny test-local nodes so the engine
-// is checked on its own; the last ones use ops.h.
+// it, a node adding its gradient into the engine's in place when offered), NoGradGuard, and the errors
+// for misuse. The first cases use tiny test-local nodes so the engine is checked on its own; the last
+// ones use ops.h.
 #include <memory>
 #include <vector>
 
@@ -68,12 +69,46 @@ struct KeepNode final : Node {
   std::vector<Tensor> backward(const Tensor&) override { return {kept}; }
 };
 
+// c = a * b for a constant b, whose backward accepts the engine's offer of a gradient to add a's into
+// (Node::backward_into): it records whether one was offered, and takes it unless told to decline.
+struct AccumulatingMulNode final : Node {
+  Tensor saved_b;
+  bool take = true;
+  bool offered = false;
+  std::string name() const override { return "AccumulatingMulNode"; }
+  bool accepts_accumulator(size_t input) const override { return input == 0; }
+  std::vector<Tensor> backward(const Tensor& grad_output) override { return backward_into(grad_output, {}); }
+  std::vector<Tensor> backward_into(const Tensor& grad_output, const std::vector<Tensor>& accumulators) override {
+    offered = !accumulators.empty() && accumulators[0].defined();
+    std::vector<Tensor> grads(inputs.size());  // a gradient for input 0 only
+    grads[0] = times(grad_output, saved_b);
+    if (offered && take) {
+      Tensor into = accumulators[0];
+      into.copy_(plus(into, grads[0]));
+      grads[0] = into;
+    }
+    return grads;
+  }
+};
+
 Tensor mul(const Tensor& a, const Tensor& b, int* calls = nullptr) {
   auto node = std::make_shared<MulNode>();
   node->saved_a = a.detach();
   node->saved_b = b.detach();
   node->backward_calls = calls;
   return autograd::record(times(a, b), node, {a, b});
+}
+
+// a * b through an AccumulatingMulNode (b a constant); the node is reachable as result.grad_fn().
+Tensor accumulating_mul(const Tensor& a, const Tensor& b, bool take = true) {
+  auto node = std::make_shared<AccumulatingMulNode>();
+  node->saved_b = b.detach();
+  node->take = take;
+  return autograd::record(times(a, b), node, {a});
+}
+
+const AccumulatingMulNode& accumulating(const Tensor& result) {
+  return static_cast<const AccumulatingMulNode&>(*result.grad_fn());
 }
 
 Tensor add(const Tensor& a, const Tensor& b) {
@@ -266,6 +301,51 @@ TEST_CASE("a leaf's first gradient is its own buffer: kept, shared and seed grad
   root.backward(root_seed);
   CHECK(root.grad().to_vector<float>() == std::vector<float>{6, 8});
   CHECK(root_seed.to_vector<float>() == std::vector<float>{3, 4});
+}
+
+TEST_CASE("a node may add its gradient into the one the engine holds for its input, in place", "[autograd]") {
+  const Tensor twos = Tensor::from_vector<float>({2, 2, 2}, {3}), threes = Tensor::from_vector<float>({3, 3, 3}, {3});
+  // h feeds a MulNode (times 2) and an AccumulatingMulNode (times 3). The engine runs the second input of
+  // an add first, so with add(via_accumulating, via_mul) the MulNode's fresh gradient is pending when the
+  // accumulating node runs: it is offered, and taken or declined; the other order offers nothing.
+  for (bool mul_first : {true, false}) {
+    for (bool take : {true, false}) {
+      INFO((mul_first ? "plain node first" : "accumulating node first") << (take ? ", takes" : ", declines"));
+      Tensor w = leaf({1, 2, 3});
+      Tensor h = mul(w, Tensor::from_vector<float>({1, 1, 1}, {3}));
+      Tensor via_mul = mul(h, twos);
+      Tensor via_accumulating = accumulating_mul(h, threes, take);
+      Tensor total = mul_first ? add(via_accumulating, via_mul) : add(via_mul, via_accumulating);
+      total.backward(Tensor::from_vector<float>({1, 10, 100}, {3}));
+      CHECK(accumulating(via_accumulating).offered == mul_first);
+      CHECK(w.grad().to_vector<float>() == std::vector<float>{5, 50, 500});
+    }
+  }
+
+  // A pending gradient something else holds (a buffer a node keeps) is never offered, nor written.
+  {
+    Tensor w = leaf({1, 2, 3});
+    Tensor h = mul(w, Tensor::from_vector<float>({1, 1, 1}, {3}));
+    Tensor via_keep = keep(h, Tensor::from_vector<float>({10, 20, 30}, {3}));
+    Tensor via_accumulating = accumulating_mul(h, threes);
+    add(via_accumulating, via_keep).backward(Tensor::ones({3}));
+    CHECK_FALSE(accumulating(via_accumulating).offered);
+    CHECK(kept_by(via_keep).to_vector<float>() == std::vector<float>{10, 20, 30});
+    CHECK(w.grad().to_vector<float>() == std::vector<float>{13, 23, 33});
+  }
+
+  // Nor one for a producer that another input of the same node also has (both slots would add into it).
+  {
+    Tensor w = leaf({1, 2, 3});
+    Tensor h = mul(w, Tensor::from_vector<float>({1, 1, 1}, {3}));
+    auto node = std::make_shared<AccumulatingMulNode>();
+    node->saved_b = twos;
+    Tensor both = autograd::record(times(h, twos), node, {h, h});
+    Tensor via_mul = mul(h, twos);
+    add(both, via_mul).backward(Tensor::ones({3}));
+    CHECK_FALSE(node->offered);
+    CHECK(w.grad().to_vector<float>() == std::vector<float>{4, 4, 4});
+  }
 }
 
 // ---- the same behaviour through the real differentiable ops ----

@@ -27,6 +27,20 @@ class Node {
   // grad_output has the output's shape; returns one gradient per input edge, each with that input's
   // shape (or undefined when the input needs none).
   virtual std::vector<Tensor> backward(const Tensor& grad_output) = 0;
+  // In-place accumulation. When the engine already holds a gradient for input i from another consumer of
+  // that input (held by nothing else, contiguous), and accepts_accumulator(i) is true, it calls
+  // backward_into with that tensor as accumulators[i] (other slots undefined). The node may add its
+  // gradient for input i into it in place and return that very tensor in slot i, saving a temporary and
+  // the engine's add pass (a ResNet block's input gradient: the branch's added to the shortcut's); or it
+  // may return a fresh gradient as backward does, which the engine then adds as usual.
+  virtual bool accepts_accumulator(size_t input) const {
+    (void)input;
+    return false;
+  }
+  virtual std::vector<Tensor> backward_into(const Tensor& grad_output, const std::vector<Tensor>& accumulators) {
+    (void)accumulators;
+    return backward(grad_output);
+  }
   // Frees saved tensors after a backward pass; a second backward through the node is then an error.
   virtual void release() {}
 
