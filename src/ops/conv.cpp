@@ -68,13 +68,26 @@ class Conv2dBackward final : public autograd::Node {
 
   std::string name() const override { return "Conv2dBackward"; }
 
-  std::vector<Tensor> backward(const Tensor& grad_output) override {
+  std::vector<Tensor> backward(const Tensor& grad_output) override { return backward_into(grad_output, {}); }
+
+  // The input gradient may be added into another consumer's gradient of the input in place (a ResNet
+  // block's input feeds its first convolution and its shortcut).
+  bool accepts_accumulator(size_t input) const override { return input == 0; }
+
+  std::vector<Tensor> backward_into(const Tensor& grad_output, const std::vector<Tensor>& accumulators) override {
     const Tensor grad_out = internal::contiguous_grad(grad_output, input_.dtype());
     Backend& backend = backend_for(grad_out.device());
     std::vector<Tensor> grads(3);
     if (needs_grad(0)) {
-      grads[0] = Tensor::empty(input_.shape(), input_.dtype(), input_.device());
-      backend.conv2d_backward_input(grad_out, weight_, grads[0], geometry_);
+      const Tensor* into = accumulators.empty() ? nullptr : &accumulators[0];
+      if (into && into->defined() && into->dtype() == input_.dtype() && into->shape() == input_.shape() &&
+          into->device() == input_.device() && into->is_contiguous()) {
+        grads[0] = *into;
+        backend.conv2d_backward_input(grad_out, weight_, grads[0], geometry_, true);
+      } else {
+        grads[0] = Tensor::empty(input_.shape(), input_.dtype(), input_.device());
+        backend.conv2d_backward_input(grad_out, weight_, grads[0], geometry_, false);
+      }
     }
     if (needs_grad(1)) {
       grads[1] = Tensor::empty(weight_.shape(), weight_.dtype(), weight_.device());

@@ -94,7 +94,7 @@ TEST_CASE("oneDNN fp32 convolutions match the double-precision Eigen reference i
         Tensor y = Tensor::empty(channels_last ? Shape{out_shape[0], out_h, out_w, c.out_channels} : out_shape, dtype);
         Tensor dx = Tensor::empty(xd.shape(), dtype), dw = Tensor::empty(wd.shape(), dtype);
         cpu.conv2d_forward(xd, wd, bd, y, geometry);
-        cpu.conv2d_backward_input(dyd, wd, dx, geometry);
+        cpu.conv2d_backward_input(dyd, wd, dx, geometry, false);
         cpu.conv2d_backward_weight(dyd, xd, dw, geometry);
         return std::vector<Tensor>{back(y), back(dx), dw};
       };

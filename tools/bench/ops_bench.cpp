@@ -90,7 +90,7 @@ std::pair<double, double> bench_layer(const ConvLayer& layer, ops::Backend& back
   const double flops = 2.0 * static_cast<double>(layer.batch * layer.out_channels * out_size * out_size *
                                                  layer.in_channels * layer.kernel * layer.kernel);
   auto forward = [&] { backend.conv2d_forward(input, weight, bias, out, geometry); };
-  auto backward_input = [&] { backend.conv2d_backward_input(grad_out, weight, grad_input, geometry); };
+  auto backward_input = [&] { backend.conv2d_backward_input(grad_out, weight, grad_input, geometry, false); };
   auto backward_weight = [&] { backend.conv2d_backward_weight(grad_out, input, grad_weight, geometry); };
   const double forward_s = median_seconds(forward, 1, repeats);
   const double input_s = median_seconds(backward_input, 1, repeats);

@@ -57,8 +57,10 @@ class Backend {
   // ---- convolution (NCHW input, or NHWC with geometry.channels_last; OIHW weight always) ----
   virtual void conv2d_forward(const Tensor& input, const Tensor& weight, const Tensor& bias, Tensor& out,
                               const Conv2dGeometry& geometry) = 0;  // bias may be undefined
+  // grad_input = the input gradient, or with accumulate grad_input += it (the gradient another consumer
+  // of the input gave, summed in place where the kernels can: autograd's Node::backward_into).
   virtual void conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, Tensor& grad_input,
-                                     const Conv2dGeometry& geometry) = 0;
+                                     const Conv2dGeometry& geometry, bool accumulate) = 0;
   virtual void conv2d_backward_weight(const Tensor& grad_out, const Tensor& input, Tensor& grad_weight,
                                       const Conv2dGeometry& geometry) = 0;
 

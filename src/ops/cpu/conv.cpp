@@ -347,10 +347,16 @@ void CpuBackend::conv2d_forward(const Tensor& input, const Tensor& weight, const
 }
 
 void CpuBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, Tensor& grad_input,
-                                       const Conv2dGeometry& geometry) {
+                                       const Conv2dGeometry& geometry, bool accumulate) {
+  if (accumulate) {  // a fresh gradient, then added: the bits of the engine's own sum
+    Tensor fresh = Tensor::empty(grad_input.shape(), grad_input.dtype(), grad_input.device());
+    conv2d_backward_input(grad_out, weight, fresh, geometry, false);
+    grad_input.add_(fresh);
+    return;
+  }
   if (geometry.channels_last) {
     Tensor nchw_grad_input = empty_nchw_like(grad_input);
-    conv2d_backward_input(as_nchw(grad_out), weight, nchw_grad_input, nchw_geometry(geometry));
+    conv2d_backward_input(as_nchw(grad_out), weight, nchw_grad_input, nchw_geometry(geometry), false);
     copy_to_nhwc(nchw_grad_input, grad_input);
     return;
   }

@@ -116,7 +116,7 @@ void CudaBackend::conv2d_forward(const Tensor& input, const Tensor& weight, cons
 }
 
 void CudaBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, Tensor& grad_input,
-                                        const Conv2dGeometry& geometry) {
+                                        const Conv2dGeometry& geometry, bool accumulate) {
   check_conv_operands(grad_out, weight, grad_input, "conv2d_backward_input");
   const Device device = grad_input.device();
   const DType dtype = grad_input.dtype();
@@ -128,12 +128,14 @@ void CudaBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& we
       geometry.channels_last ? krsc_copy(weight) : weight;  // what cuDNN's filter descriptor describes
   const ConvAlgorithmChoice chosen = cached_algorithm(
       make_key(ConvDirection::backward_input, device.index, grad_input.shape(), weight.shape(), geometry, dtype), [&] {
+        // The search writes its trials somewhere: not into a gradient it must add to.
+        Tensor target = accumulate ? Tensor::empty(grad_input.shape(), dtype, device) : grad_input;
         return search(
             lowering,
             [&] {
               return find_backward_input(
-                  handles.cudnn, ConvDescriptors(grad_input.shape(), weight.shape(), grad_out.shape(), geometry, dtype),
-                  filter.data_ptr(), grad_out.data_ptr(), grad_input.data_ptr(), device);
+                  handles.cudnn, ConvDescriptors(target.shape(), weight.shape(), grad_out.shape(), geometry, dtype),
+                  filter.data_ptr(), grad_out.data_ptr(), target.data_ptr(), device);
             },
             [&] {
               ConvAlgorithmChoice lowered;
@@ -142,21 +144,30 @@ void CudaBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& we
                 lowered = find_backward_input(
                     handles.cudnn, ConvDescriptors(sampled_shape, weight.shape(), grad_out.shape(), kUnitStride, dtype),
                     weight.data_ptr(), grad_out.data_ptr(), sampled.data_ptr(), device);
-                lowered.lowered_ms =
-                    lowered.cudnn_ms + measured_ms([&] { unsubsample(sampled, grad_input, geometry); });
+                lowered.lowered_ms = lowered.cudnn_ms + measured_ms([&] { unsubsample(sampled, target, geometry); });
               } else {
-                const GemmPlan plan = gemm_plan(grad_input.shape(), weight.shape(), grad_out.shape(), geometry);
+                const GemmPlan plan = gemm_plan(target.shape(), weight.shape(), grad_out.shape(), geometry);
                 lowered.lowered_ms =
-                    measured_ms([&] { gemm_backward_input(handles.cublas, grad_out, weight, grad_input, plan); });
+                    measured_ms([&] { gemm_backward_input(handles.cublas, grad_out, weight, target, plan); });
               }
               return lowered;
             });
       });
   const CudnnRun run{handles.cudnn, chosen, device};
+  const GemmPlan plan = chosen.lowering == ConvLowering::gemm
+                            ? gemm_plan(grad_input.shape(), weight.shape(), grad_out.shape(), geometry)
+                            : GemmPlan{};
+  // cuDNN (beta 1) and the one-GEMM plans add in place; the others write a fresh gradient that is then added.
+  if (accumulate && (chosen.lowering == ConvLowering::subsampled ||
+                     (chosen.lowering == ConvLowering::gemm && !gemm_backward_input_accumulates(plan)))) {
+    Tensor fresh = Tensor::empty(grad_input.shape(), dtype, device);
+    conv2d_backward_input(grad_out, weight, fresh, geometry, false);
+    grad_input.add_(fresh);
+    return;
+  }
   switch (chosen.lowering) {
     case ConvLowering::gemm:
-      gemm_backward_input(handles.cublas, grad_out, weight, grad_input,
-                          gemm_plan(grad_input.shape(), weight.shape(), grad_out.shape(), geometry));
+      gemm_backward_input(handles.cublas, grad_out, weight, grad_input, plan, accumulate);
       break;
     case ConvLowering::subsampled: {
       Tensor sampled = Tensor::empty(sampled_shape, dtype, device);
@@ -167,7 +178,7 @@ void CudaBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& we
     }
     case ConvLowering::cudnn:
       cudnn_backward_input(run, ConvDescriptors(grad_input.shape(), weight.shape(), grad_out.shape(), geometry, dtype),
-                           filter.data_ptr(), grad_out.data_ptr(), grad_input.data_ptr());
+                           filter.data_ptr(), grad_out.data_ptr(), grad_input.data_ptr(), accumulate);
       break;
   }
 }

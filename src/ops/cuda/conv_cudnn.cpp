@@ -54,14 +54,15 @@ void cudnn_forward(const CudnnRun& run, const ConvDescriptors& d, const void* x,
                                             pointer(space), run.choice.workspace_bytes, &zero, d.output.get(), y));
 }
 
-void cudnn_backward_input(const CudnnRun& run, const ConvDescriptors& d, const void* w, const void* dy, void* dx) {
+void cudnn_backward_input(const CudnnRun& run, const ConvDescriptors& d, const void* w, const void* dy, void* dx,
+                          bool accumulate) {
   d.convolution.set_math(static_cast<cudnnMathType_t>(run.choice.math));
   auto space = workspace(run.choice.workspace_bytes, run.device);
-  const float one = 1.0f, zero = 0.0f;
+  const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   OPSNN_CUDNN_CHECK(cudnnConvolutionBackwardData(run.handle, &one, d.filter.get(), w, d.output.get(), dy,
                                                  d.convolution.get(),
                                                  static_cast<cudnnConvolutionBwdDataAlgo_t>(run.choice.algorithm),
-                                                 pointer(space), run.choice.workspace_bytes, &zero, d.input.get(), dx));
+                                                 pointer(space), run.choice.workspace_bytes, &beta, d.input.get(), dx));
 }
 
 void cudnn_backward_weight(const CudnnRun& run, const ConvDescriptors& d, const void* x, const void* dy, void* dw) {

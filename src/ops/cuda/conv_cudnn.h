@@ -129,10 +129,11 @@ struct CudnnRun {
   Device device;
 };
 
-// y = conv(x, w), dx = its input gradient from w and dy, dw = its weight gradient from x and dy, each with
-// run.choice's algorithm, math type and workspace.
+// y = conv(x, w), dx = its input gradient from w and dy (added to dx's values with accumulate: cuDNN's
+// beta 1), dw = its weight gradient from x and dy, each with run.choice's algorithm, math type and workspace.
 void cudnn_forward(const CudnnRun& run, const ConvDescriptors& d, const void* x, const void* w, void* y);
-void cudnn_backward_input(const CudnnRun& run, const ConvDescriptors& d, const void* w, const void* dy, void* dx);
+void cudnn_backward_input(const CudnnRun& run, const ConvDescriptors& d, const void* w, const void* dy, void* dx,
+                          bool accumulate = false);
 void cudnn_backward_weight(const CudnnRun& run, const ConvDescriptors& d, const void* x, const void* dy, void* dw);
 
 }  // namespace opsnn::ops::detail

@@ -106,18 +106,18 @@ struct GemmOperand {
   int64_t ld, stride;
 };
 
-// C[i] = op_a(A[i]) * op_b(B[i]) for i < count (column-major, m x n, inner k), C f32 or the data type,
-// with the compute type the data type and f32 math setting allow.
+// C[i] = op_a(A[i]) * op_b(B[i]) + beta * C[i] for i < count (column-major, m x n, inner k), C f32 or the
+// data type, with the compute type the data type and f32 math setting allow.
 void batched_gemm(cublasHandle_t handle, DType dtype, cublasOperation_t op_a, cublasOperation_t op_b, int64_t m,
                   int64_t n, int64_t k, const GemmOperand& a, const GemmOperand& b, void* c, cudaDataType_t c_type,
-                  int64_t ldc, int64_t c_stride, int64_t count) {
+                  int64_t ldc, int64_t c_stride, int64_t count, float beta = 0.0f) {
   const cublasComputeType_t compute =
       dtype == DType::f32 && fp32_math() == Fp32Math::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  const float one = 1.0f, zero = 0.0f;
+  const float one = 1.0f;
   OPSNN_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
       handle, op_a, op_b, cuda::checked_int(m, "conv2d"), cuda::checked_int(n, "conv2d"),
       cuda::checked_int(k, "conv2d"), &one, a.data, a.type, cuda::checked_int(a.ld, "conv2d"), a.stride, b.data, b.type,
-      cuda::checked_int(b.ld, "conv2d"), b.stride, &zero, c, c_type, cuda::checked_int(ldc, "conv2d"), c_stride,
+      cuda::checked_int(b.ld, "conv2d"), b.stride, &beta, c, c_type, cuda::checked_int(ldc, "conv2d"), c_stride,
       cuda::checked_int(count, "conv2d"), compute, CUBLAS_GEMM_DEFAULT));
 }
 
@@ -180,8 +180,13 @@ void gemm_forward(cublasHandle_t handle, const Tensor& input, const Tensor& weig
   }
 }
 
+bool gemm_backward_input_accumulates(const GemmPlan& plan) { return plan.channels_last || plan.direct; }
+
 void gemm_backward_input(cublasHandle_t handle, const Tensor& grad_out, const Tensor& weight, Tensor& grad_input,
-                         const GemmPlan& plan) {
+                         const GemmPlan& plan, bool accumulate) {
+  OPSNN_CHECK(!accumulate || gemm_backward_input_accumulates(plan),
+              "conv2d: this GEMM lowering cannot add the input gradient in place");
+  const float beta = accumulate ? 1.0f : 0.0f;
   const DType dtype = grad_input.dtype();
   const size_t element = dtype_size(dtype);
   const cudaDataType_t type = cuda_data_type(dtype);
@@ -189,7 +194,7 @@ void gemm_backward_input(cublasHandle_t handle, const Tensor& grad_out, const Te
   if (plan.channels_last) {
     batched_gemm(handle, dtype, CUBLAS_OP_N, CUBLAS_OP_N, plan.rows, images * plan.pixels, plan.filters,
                  {weight.data_ptr(), type, plan.rows, 0}, {grad_out.data_ptr(), type, plan.filters, 0},
-                 grad_input.data_ptr(), type, plan.rows, 0, 1);
+                 grad_input.data_ptr(), type, plan.rows, 0, 1, beta);
     return;
   }
   const Tensor w = padded_weight(weight, plan);
@@ -197,7 +202,7 @@ void gemm_backward_input(cublasHandle_t handle, const Tensor& grad_out, const Te
     batched_gemm(handle, dtype, CUBLAS_OP_N, CUBLAS_OP_T, plan.pixels, plan.rows_padded, plan.filters,
                  {grad_out.data_ptr(), type, plan.pixels, plan.filters * plan.pixels},
                  {w.data_ptr(), type, plan.rows_padded, 0}, grad_input.data_ptr(), type, plan.pixels,
-                 plan.rows_padded * plan.pixels, images);
+                 plan.rows_padded * plan.pixels, images, beta);
     return;
   }
   const int64_t chunk = images_per_chunk(images, static_cast<size_t>(plan.rows_padded * plan.pixels) * sizeof(float));

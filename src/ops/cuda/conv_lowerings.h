@@ -51,9 +51,11 @@ void gemm_forward(cublasHandle_t handle, const Tensor& input, const Tensor& weig
 
 // Per image: dcolumns[rows, P] = W^T * dY[K, P] in f32, then col2im into grad_input; a direct plan's
 // GEMM writes grad_input itself.
-// Channels-last: grad_input[N*P, C] = dY[N*P, K] * W[K, C] in one GEMM.
+// Channels-last: grad_input[N*P, C] = dY[N*P, K] * W[K, C] in one GEMM. With accumulate the GEMM adds to
+// grad_input instead (beta 1), for the plans gemm_backward_input_accumulates: direct and channels-last.
 void gemm_backward_input(cublasHandle_t handle, const Tensor& grad_out, const Tensor& weight, Tensor& grad_input,
-                         const GemmPlan& plan);
+                         const GemmPlan& plan, bool accumulate = false);
+bool gemm_backward_input_accumulates(const GemmPlan& plan);
 
 // Per image: partial[K, rows_padded] = dY[K, P] * columns[rows, P]^T in f32 (channels-last: dY[P, K]^T *
 // X[P, C]); the partials summed over the images in order (double) into an f32 [K, rows] result, converted

@@ -32,7 +32,7 @@ class CudaBackend final : public Backend {
   void conv2d_forward(const Tensor& input, const Tensor& weight, const Tensor& bias, Tensor& out,
                       const Conv2dGeometry& geometry) override;
   void conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, Tensor& grad_input,
-                             const Conv2dGeometry& geometry) override;
+                             const Conv2dGeometry& geometry, bool accumulate) override;
   void conv2d_backward_weight(const Tensor& grad_out, const Tensor& input, Tensor& grad_weight,
                               const Conv2dGeometry& geometry) override;
   void batch_norm_forward_train(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,

@@ -127,13 +127,13 @@ int run(const std::vector<std::string>& args) {
       ops::ConvDirection direction;
       std::function<void()> call;
     };
-    const std::vector<Pass> passes = {{"forward", ops::ConvDirection::forward,
-                                       [&] { backend.conv2d_forward(input, weight, Tensor(), out, geometry); }},
-                                      {"grad input", ops::ConvDirection::backward_input,
-                                       [&] { backend.conv2d_backward_input(grad_out, weight, grad_input, geometry); }},
-                                      {"grad weight", ops::ConvDirection::backward_weight, [&] {
-                                         backend.conv2d_backward_weight(grad_out, input, grad_weight, geometry);
-                                       }}};
+    const std::vector<Pass> passes = {
+        {"forward", ops::ConvDirection::forward,
+         [&] { backend.conv2d_forward(input, weight, Tensor(), out, geometry); }},
+        {"grad input", ops::ConvDirection::backward_input,
+         [&] { backend.conv2d_backward_input(grad_out, weight, grad_input, geometry, false); }},
+        {"grad weight", ops::ConvDirection::backward_weight,
+         [&] { backend.conv2d_backward_weight(grad_out, input, grad_weight, geometry); }}};
     for (const Pass& pass : passes) {
       const double ms = mean_ms(pass.call, repeats);
       const auto choice = ops::cached_conv_algorithm(pass.direction, gpu, input_shape, weight_shape, geometry, dtype);
