@@ -22,9 +22,13 @@ std::vector<Command>& commands() {
 
 Registration::Registration(Command command) { commands().push_back(std::move(command)); }
 
+// The value of `--key value` or `--key=value` (check_options accepts both, CLI11 being the judge).
 std::string option(const std::vector<std::string>& args, const std::string& key, const std::string& fallback) {
-  for (size_t i = 0; i + 1 < args.size(); ++i)
-    if (args[i] == key) return args[i + 1];
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == key && i + 1 < args.size()) return args[i + 1];
+    if (args[i].size() > key.size() && args[i].compare(0, key.size(), key) == 0 && args[i][key.size()] == '=')
+      return args[i].substr(key.size() + 1);
+  }
   return fallback;
 }
 

@@ -1,5 +1,6 @@
 // opsnn-bench's command line: bad input is one clear message and a non-zero exit code (2 for usage
 // errors), decided before anything is measured. Runs the built program.
+#include <filesystem>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -30,6 +31,23 @@ void require_usage_error(const std::vector<std::string>& arguments, const std::s
 }
 
 }  // namespace
+
+TEST_CASE("opsnn-bench: --key=value means what --key value does", "[cli][bench]") {
+  // Both spellings pass the option check; the value must then be read, not the default used.
+  require_usage_error({"optim", "--sizes=1e3", "--repeats=0"}, "--repeats must be a positive integer, got '0'");
+  require_usage_error({"optim", "--sizes=nonsense", "--repeats", "1"}, "nonsense");
+  opsnn::testing::TemporaryFolder folder("opsnn-bench-cli-equals");
+  const std::string json = (std::filesystem::path(folder.path) / "optim.json").string();
+  Outcome outcome = opsnn::testing::run_program(
+      OPSNN_BENCH_EXE, {"optim", "--sizes=1e3", "--repeats=1", "--variants=sgd", "--states=f32", "--json=" + json},
+      folder.path);
+  INFO(outcome.output);
+  REQUIRE(outcome.exit_code == 0);
+  CHECK(outcome.output.find("median of 1 runs") != std::string::npos);
+  CHECK(outcome.output.find("1e3") != std::string::npos);
+  CHECK(outcome.output.find("1e6") == std::string::npos);
+  CHECK(std::filesystem::is_regular_file(json));
+}
 
 TEST_CASE("opsnn-bench: usage errors exit 2 with a message naming the option", "[cli][bench]") {
   require_usage_error({}, "usage: opsnn-bench");
