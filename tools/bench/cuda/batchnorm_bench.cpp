@@ -2,9 +2,11 @@
 // shapes (batch 256 by default): milliseconds and effective bandwidth of the training forward (reads x
 // twice, writes once), the backward (reads g and x twice, writes once) and the eval forward (reads
 // once, writes once), next to a device-to-device copy of the same tensor timed in the same run, the
-// bandwidth one streaming pass can reach.
+// bandwidth one streaming pass can reach. --channels-last lays each activation out as the channels-last
+// ResNets hand it to batch norm, [batch * H * W, channels] (norm_rows.cu's kernels).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -39,13 +41,15 @@ DType parse_dtype(const std::string& text) {
 int run(const std::vector<std::string>& args) {
   for (const std::string& arg : args)
     if (arg == "--help" || arg == "-h") {
-      std::printf("usage: opsnn-bench batchnorm [--batch 256] [--repeats 20] [--dtype f32|bf16|f16]\n");
+      std::printf(
+          "usage: opsnn-bench batchnorm [--batch 256] [--repeats 20] [--dtype f32|bf16|f16] [--channels-last]\n");
       return 0;
     }
-  check_options(args, {"--batch", "--repeats", "--dtype"});
+  check_options(args, {"--batch", "--repeats", "--dtype"}, {"--channels-last"});
   const int batch = parse_positive(args, "--batch", 256);
   const int repeats = parse_positive(args, "--repeats", 20);
   const DType dtype = parse_dtype(option(args, "--dtype", "f32"));
+  const bool channels_last = std::find(args.begin(), args.end(), "--channels-last") != args.end();
   int device_count = 0;
   if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
     std::fprintf(stderr, "opsnn-bench batchnorm: no CUDA device\n");
@@ -55,13 +59,15 @@ int run(const std::vector<std::string>& args) {
   ops::Backend& backend = ops::backend_for(gpu);
   cudaDeviceProp properties{};
   BENCH_CUDA_CHECK(cudaGetDeviceProperties(&properties, 0));
-  std::printf("opsnn-bench batchnorm: %s, %s data, batch %d, mean of %d calls (GB/s counts every byte moved)\n",
-              properties.name, std::string(dtype_name(dtype)).c_str(), batch, repeats);
+  std::printf("opsnn-bench batchnorm: %s, %s data, %s, batch %d, mean of %d calls (GB/s counts every byte moved)\n",
+              properties.name, std::string(dtype_name(dtype)).c_str(),
+              channels_last ? "channels-last [N*H*W, C]" : "NCHW", batch, repeats);
   std::printf("  %-11s %-20s %10s %7s %10s %7s %10s %7s %10s\n", "layer", "shape", "train ms", "GB/s", "backward ms",
               "GB/s", "eval ms", "GB/s", "copy GB/s");
   Generator generator(0);
   for (const Layer& layer : kLayers) {
-    const Shape shape{batch, layer.channels, layer.side, layer.side};
+    const Shape shape = channels_last ? Shape{batch * layer.side * layer.side, layer.channels}
+                                      : Shape{batch, layer.channels, layer.side, layer.side};
     const Shape channel_shape{layer.channels};
     const Tensor x = Tensor::uniform(shape, -1.0, 1.0, generator, dtype, gpu);
     Tensor out = Tensor::empty(shape, dtype, gpu), grad_input = Tensor::empty(shape, dtype, gpu);
