@@ -527,6 +527,22 @@ TEST_CASE("CUDA batch norm on channel-innermost rows matches the double referenc
   check_alignments_against_reference(shapes, generator);
 }
 
+TEST_CASE("CUDA batch norm merges hundreds of partials per channel in order", "[cuda][ops][batch_norm]") {
+  if (gpu_missing()) return;
+  Generator generator(52);
+  // Enough values per channel for more partials than a finalize block has threads (about 390 splits of
+  // channel-innermost rows, about 490 of NCHW planes), with a last split shorter than the others.
+  const std::vector<Shape> shapes = {{400003, 16}, {8, 2, 1000003}};
+  for (DType dtype : kDtypes)
+    for (const Shape& shape : shapes)
+      for (bool relu : {false, true}) {
+        const Inputs in = make_inputs(shape, dtype, offset_for(dtype), 1.0, generator);
+        const Run first = run_on_gpu(in, 0, relu);
+        check_against_reference(in, first, case_name(shape, dtype, relu ? " relu" : ""), relu);
+        require_identical_runs(first, run_on_gpu(in, 0, relu), case_name(shape, dtype, relu ? " relu" : ""));
+      }
+}
+
 TEST_CASE("CUDA batch norm on channel-innermost rows is bit-identical run to run", "[cuda][ops][batch_norm]") {
   if (gpu_missing()) return;
   Generator generator(51);

@@ -10,9 +10,10 @@
 //      batch * inner values (rows of `inner`, loaded in the widest vector of up to 16 bytes that divides
 //      inner and suits the pointers' alignment: 4 bf16 values for a 14x14 plane) and writes one partial
 //      result to the workspace;
-//   2. finalize: one warp per channel merges that channel's partials and writes the per-channel
-//      results (statistics and running stats, or grad_gamma and grad_beta) and the coefficients of
-//      the elementwise pass;
+//   2. finalize: one block per channel merges that channel's partials (each thread a strided share, in
+//      order; then the lanes of each warp in a shuffle tree; then the warps in order) and writes the
+//      per-channel results (statistics and running stats, or grad_gamma and grad_beta) and the
+//      coefficients of the elementwise pass;
 //   3. map: a grid-stride elementwise pass over the whole flat tensor in 16-byte vectors whatever inner
 //      (given 16-byte aligned pointers and inner >= the vector width): each thread tracks the channel
 //      and row column of its vector as it strides (no division per element); a vector that crosses a row
@@ -47,7 +48,7 @@ namespace {
 using namespace norm;
 
 constexpr int kReduceThreads = 256;
-constexpr int kFinalizeThreads = 256;  // one warp per channel
+constexpr int kFinalizeThreads = 256;  // one block per channel
 constexpr int kMapThreads = 256;
 // The partials grid aims at this many blocks per SM (several waves, so uneven residency costs little),
 // with at least kMinElementsPerBlock values per block.
@@ -163,6 +164,25 @@ __device__ __forceinline__ double warp_sum(double value) {
   return value;  // complete in lane 0
 }
 
+__device__ __forceinline__ double2 warp_sum(double2 value) {
+  return make_double2(warp_sum(value.x), warp_sum(value.y));
+}
+
+// Merges the values of the block's threads: the lanes of each warp in a shuffle tree, then the warps'
+// results in warp order (a fixed order, so equal inputs give equal bits). warp_merge(value) returns the
+// warp's result in lane 0; merge(a, b) joins two. Every thread calls it; the result is in thread 0.
+template <typename S, typename WarpMerge, typename Merge>
+__device__ S block_merge(S value, WarpMerge warp_merge, Merge merge) {
+  __shared__ S warp_results[kFinalizeThreads / 32];
+  value = warp_merge(value);
+  if ((threadIdx.x & 31) == 0) warp_results[threadIdx.x / 32] = value;
+  __syncthreads();
+  if (threadIdx.x == 0)
+    for (unsigned w = 1; w < blockDim.x / 32; ++w) value = merge(value, warp_results[w]);
+  __syncthreads();  // warp_results is rewritten by the next call
+  return value;
+}
+
 // Geometry of the partials grid: blockIdx.y is the split; split s covers positions
 // [s * chunk_units, (s + 1) * chunk_units) of each channel's batch * row_units units.
 struct SplitGeometry {
@@ -233,19 +253,25 @@ __global__ void __launch_bounds__(kReduceThreads)
 
 // Merges each channel's partial moments; writes the statistics, the running-stat update and the
 // coefficients {center, scale, shift} of out = (x - center) * scale + shift.
-__global__ void finalize_forward_kernel(const Moments* partials, int64_t splits, int64_t channels, const float* gamma,
-                                        const float* beta, float* running_mean, float* running_var, double momentum,
-                                        double eps, float* save_mean, float* save_invstd, float4* coefficients) {
-  const int lane = threadIdx.x & 31;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (kFinalizeThreads / 32);
-  for (int64_t channel = global_thread_index() / 32; channel < channels; channel += warps) {
+__global__ void __launch_bounds__(kFinalizeThreads)
+    finalize_forward_kernel(const Moments* partials, int64_t splits, int64_t channels, const float* gamma,
+                            const float* beta, float* running_mean, float* running_var, double momentum, double eps,
+                            float* save_mean, float* save_invstd, float4* coefficients) {
+  for (int64_t channel = blockIdx.x; channel < channels; channel += gridDim.x) {
     Moments m{0.0, 0.0, 0.0};
-    for (int64_t split = lane; split < splits; split += 32) m = merge(m, partials[split * channels + channel]);
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      const Moments other = shuffle_down(m, offset);
-      if (lane + offset < 32) m = merge(m, other);
-    }
-    if (lane != 0) continue;
+    for (int64_t split = threadIdx.x; split < splits; split += blockDim.x)
+      m = merge(m, partials[split * channels + channel]);
+    m = block_merge(
+        m,
+        [](Moments v) {
+          for (int offset = 16; offset > 0; offset >>= 1) {
+            const Moments other = shuffle_down(v, offset);
+            if ((threadIdx.x & 31) + offset < 32) v = merge(v, other);
+          }
+          return v;
+        },
+        [](const Moments& a, const Moments& b) { return merge(a, b); });
+    if (threadIdx.x != 0) continue;
     const double mean = m.mean, invstd = 1.0 / sqrt(m.m2 / m.count + eps);
     save_mean[channel] = static_cast<float>(mean);
     save_invstd[channel] = static_cast<float>(invstd);
@@ -354,21 +380,22 @@ __global__ void __launch_bounds__(kReduceThreads)
 //   grad_x = gamma * invstd * (g - sum g / M - xhat * sum(g * xhat) / M).
 // Merges each channel's partial sums, writes grad_gamma / grad_beta (either may be null) and the
 // coefficients {k, mean_grad, slope, mean} of grad_x = k * (g - mean_grad) - slope * (x - mean).
-__global__ void finalize_backward_kernel(const double2* partials, int64_t splits, int64_t channels, double count,
-                                         const float* gamma, const float* save_mean, const float* save_invstd,
-                                         float* grad_gamma, float* grad_beta, float4* coefficients) {
-  const int lane = threadIdx.x & 31;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (kFinalizeThreads / 32);
-  for (int64_t channel = global_thread_index() / 32; channel < channels; channel += warps) {
-    double sum_grad = 0.0, sum_grad_centered = 0.0;
-    for (int64_t split = lane; split < splits; split += 32) {
+__global__ void __launch_bounds__(kFinalizeThreads)
+    finalize_backward_kernel(const double2* partials, int64_t splits, int64_t channels, double count,
+                             const float* gamma, const float* save_mean, const float* save_invstd, float* grad_gamma,
+                             float* grad_beta, float4* coefficients) {
+  for (int64_t channel = blockIdx.x; channel < channels; channel += gridDim.x) {
+    double2 sums = make_double2(0.0, 0.0);
+    for (int64_t split = threadIdx.x; split < splits; split += blockDim.x) {
       const double2 partial = partials[split * channels + channel];
-      sum_grad += partial.x;
-      sum_grad_centered += partial.y;
+      sums.x += partial.x;
+      sums.y += partial.y;
     }
-    sum_grad = warp_sum(sum_grad);
-    sum_grad_centered = warp_sum(sum_grad_centered);
-    if (lane != 0) continue;
+    sums = block_merge(
+        sums, [](double2 v) { return warp_sum(v); },
+        [](double2 a, double2 b) { return make_double2(a.x + b.x, a.y + b.y); });
+    if (threadIdx.x != 0) continue;
+    const double sum_grad = sums.x, sum_grad_centered = sums.y;
     const double invstd = static_cast<double>(save_invstd[channel]);
     if (grad_beta != nullptr) grad_beta[channel] = static_cast<float>(sum_grad);
     if (grad_gamma != nullptr) grad_gamma[channel] = static_cast<float>(sum_grad_centered * invstd);
@@ -474,9 +501,7 @@ dim3 split_grid(const ChannelLayout& layout, int64_t splits) {
   return dim3(static_cast<unsigned>(std::min(layout.channels, kMaxGridX)), static_cast<unsigned>(splits));
 }
 
-unsigned finalize_blocks(int64_t channels) {
-  return static_cast<unsigned>(std::min<int64_t>(ceil_div(channels, kFinalizeThreads / 32), 65535LL * 8));
-}
+unsigned finalize_blocks(int64_t channels) { return static_cast<unsigned>(std::min<int64_t>(channels, 1LL << 20)); }
 
 template <int V>
 MapGeometry map_geometry(const ChannelLayout& layout, unsigned& blocks) {

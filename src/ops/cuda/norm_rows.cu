@@ -27,9 +27,14 @@ constexpr int kRowThreads = 256;
 constexpr int64_t kRowBlocksPerSm = 8;
 constexpr int64_t kMinElementsPerBlock = 16384;
 constexpr int64_t kMapBlocksPerSm = 8;
-// Rows each thread loads per loop iteration (loads in flight); at most 8, the float group size.
+// Rows each thread of a map pass loads per loop iteration (loads in flight).
 template <int V>
 constexpr int kRowUnroll = V > 4 ? 4 : 8;
+// Rows each thread of a reduction loads per loop iteration, over its `streams` tensors: about 256 bytes
+// in flight, 128 for 8-value units (16-bit data), whose 16 double sums leave fewer registers (more
+// spills them with two blocks per SM); at most 8, the float group size.
+template <typename T, int V, int streams>
+constexpr int kReduceUnroll = std::clamp((V > 4 ? 128 : 256) / (V * static_cast<int>(sizeof(T)) * streams), 1, 8);
 
 // The blocks' shape for `units` units per row: up to 32 threads across the units, the rest down the rows.
 struct RowBlock {
@@ -84,40 +89,49 @@ __device__ SplitRows split_rows(int64_t rows, int64_t units, int64_t chunk) {
 }
 
 // The reductions' walk: two terms per value, summed per channel of the thread's unit over its rows of
-// the split (begin + threadIdx.y, then every U * blockDim.y rows: U loaded at once, their float terms
-// grouped and added in double), then over the block's rows in sum_down's fixed tree. terms(offset, a, b)
-// loads the unit at element offset `offset` and writes its V values' two terms. totals (x: the a sums,
-// y: the b sums) are valid in row 0's threads. Every thread must call it (it contains __syncthreads).
-template <int V, typename Terms>
-__device__ void sum_split_terms(const SplitRows& s, int64_t units, Terms terms, double2 (&totals)[V]) {
+// the split (begin + threadIdx.y, then every blockDim.y rows), then over the block's rows in sum_down's
+// fixed tree. load(offset) returns the raw bits of the unit (or units: the gradient sums load two or
+// three) at element offset `offset`; terms(raw, a, b) writes its V values' two terms. The walk issues U
+// loads before it turns the first into floats, so U units per thread are in flight while it holds only
+// their bits; it adds each value's terms in float, in row order, over the U rows, then adds those sums
+// of at most 8 terms in double. totals (x: the a sums, y: the b sums) are valid in row 0's threads.
+// Every thread must call it (it contains __syncthreads).
+template <int V, int U, typename Load, typename Terms>
+__device__ void sum_split_terms(const SplitRows& s, int64_t units, Load load, Terms terms, double2 (&totals)[V]) {
+  static_assert(U <= 8, "float groups hold at most 8 terms");
   __shared__ double2 scratch[kRowThreads];
-  constexpr int U = kRowUnroll<V>;
   double first[V], second[V];
 #pragma unroll
   for (int k = 0; k < V; ++k) first[k] = second[k] = 0.0;
   if (s.active) {
+    const int64_t step = static_cast<int64_t>(blockDim.y) * units;  // units between a thread's rows
     for (int64_t row = s.begin + threadIdx.y; row < s.end; row += U * static_cast<int64_t>(blockDim.y)) {
-      float a[U * V], b[U * V];
+      const int64_t at = row * units + s.unit;
+      const int present = static_cast<int>(std::min<int64_t>(U, (s.end - row + blockDim.y - 1) / blockDim.y));
+      decltype(load(at)) raw[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (u < present) raw[u] = load(at + u * step);
+      float group_a[V], group_b[V];
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        const int64_t r = row + u * static_cast<int64_t>(blockDim.y);
-        if (r < s.end) {
-          terms(r * units + s.unit, a + u * V, b + u * V);
+        float a[V], b[V];
+        if (u < present) {
+          terms(raw[u], a, b);
         } else {
 #pragma unroll
-          for (int k = 0; k < V; ++k) a[u * V + k] = b[u * V + k] = 0.0f;
+          for (int k = 0; k < V; ++k) a[k] = b[k] = 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          group_a[k] = u == 0 ? a[k] : group_a[k] + a[k];
+          group_b[k] = u == 0 ? b[k] : group_b[k] + b[k];
         }
       }
 #pragma unroll
       for (int k = 0; k < V; ++k) {
-        float a_terms[U], b_terms[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          a_terms[u] = a[u * V + k];
-          b_terms[u] = b[u * V + k];
-        }
-        first[k] += grouped_sum<U>(a_terms);
-        second[k] += grouped_sum<U>(b_terms);
+        first[k] += static_cast<double>(group_a[k]);
+        second[k] += static_cast<double>(group_b[k]);
       }
     }
   }
@@ -127,7 +141,7 @@ __device__ void sum_split_terms(const SplitRows& s, int64_t units, Terms terms, 
 
 // Moments of each (split, channel) into partials, from the sums of deviations from the split's first row.
 template <typename T, int V>
-__global__ void __launch_bounds__(kRowThreads)
+__global__ void __launch_bounds__(kRowThreads, 2)
     row_moments_kernel(const T* x, int64_t rows, int64_t units, int64_t chunk, Moments* partials) {
   const SplitRows s = split_rows(rows, units, chunk);
   float shift[V];
@@ -135,10 +149,10 @@ __global__ void __launch_bounds__(kRowThreads)
   for (int k = 0; k < V; ++k) shift[k] = 0.0f;
   if (s.active && s.begin < s.end) load_unit<T, V>(x, s.begin * units + s.unit, shift);
   double2 totals[V];
-  sum_split_terms<V>(
-      s, units,
-      [&](int64_t offset, float* deviations, float* squares) {
-        load_unit<T, V>(x, offset, deviations);
+  sum_split_terms<V, kReduceUnroll<T, V, 1>>(
+      s, units, [&](int64_t offset) { return load_raw<T, V>(x, offset); },
+      [&](const RawUnit<T, V>& raw, float* deviations, float* squares) {
+        unpack<T, V>(raw, deviations);
 #pragma unroll
         for (int k = 0; k < V; ++k) {
           deviations[k] -= shift[k];
@@ -163,19 +177,35 @@ __global__ void __launch_bounds__(kRowThreads)
 
 // Sums of g and g * (x - mean) of each (split, channel) into partials (g masked with kMasked).
 template <typename T, int V, bool kMasked>
-__global__ void __launch_bounds__(kRowThreads)
+__global__ void __launch_bounds__(kRowThreads, 2)
     row_gradient_sums_kernel(const T* grad_out, const T* relu_output, const T* x, const float* save_mean, int64_t rows,
                              int64_t units, int64_t chunk, double2* partials) {
   const SplitRows s = split_rows(rows, units, chunk);
   float mean[V];
 #pragma unroll
   for (int k = 0; k < V; ++k) mean[k] = s.active ? save_mean[s.unit * V + k] : 0.0f;
+  struct Raw {
+    RawUnit<T, V> grad, mask, x;
+  };
   double2 totals[V];
-  sum_split_terms<V>(
+  sum_split_terms<V, kReduceUnroll<T, V, kMasked ? 3 : 2>>(
       s, units,
-      [&](int64_t offset, float* grads, float* centered) {
-        load_gradient_unit<T, V, kMasked>(grad_out, relu_output, offset, grads);
-        load_unit<T, V>(x, offset, centered);
+      [&](int64_t offset) {
+        Raw raw;
+        raw.grad = load_raw<T, V>(grad_out, offset);
+        if constexpr (kMasked) raw.mask = load_raw<T, V>(relu_output, offset);
+        raw.x = load_raw<T, V>(x, offset);
+        return raw;
+      },
+      [&](const Raw& raw, float* grads, float* centered) {
+        unpack<T, V>(raw.grad, grads);
+        if constexpr (kMasked) {
+          float mask[V];
+          unpack<T, V>(raw.mask, mask);
+#pragma unroll
+          for (int k = 0; k < V; ++k) grads[k] = mask[k] > 0.0f ? grads[k] : 0.0f;
+        }
+        unpack<T, V>(raw.x, centered);
 #pragma unroll
         for (int k = 0; k < V; ++k) centered[k] = grads[k] * (centered[k] - mean[k]);
       },

@@ -52,24 +52,49 @@ __device__ __forceinline__ void store_words(void* data, int64_t unit, const uint
     static_cast<uint32_t*>(data)[unit] = words[0];
 }
 
+// The bits of one unit as loaded, before they become floats: a load in flight then holds only these
+// registers (a 16-bit unit of 8 values, 4 words; not the 8 floats it becomes).
 template <typename T, int V>
-__device__ __forceinline__ void load_unit(const T* data, int64_t unit, float* values) {
+struct RawUnit {
+  static constexpr int kWords = V == 1 ? 1 : V * static_cast<int>(sizeof(T)) / 4;
+  uint32_t words[kWords];
+};
+
+template <typename T, int V>
+__device__ __forceinline__ RawUnit<T, V> load_raw(const T* data, int64_t unit) {
+  RawUnit<T, V> raw;
+  if constexpr (V > 1)
+    load_words<RawUnit<T, V>::kWords>(data, unit, raw.words);
+  else if constexpr (sizeof(T) == 4)
+    raw.words[0] = __float_as_uint(data[unit]);
+  else
+    raw.words[0] = data[unit].bits;
+  return raw;
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void unpack(const RawUnit<T, V>& raw, float* values) {
   if constexpr (V == 1) {
-    values[0] = static_cast<float>(data[unit]);
+    if constexpr (sizeof(T) == 4)
+      values[0] = __uint_as_float(raw.words[0]);
+    else
+      values[0] = static_cast<float>(T::from_bits(static_cast<uint16_t>(raw.words[0])));
   } else {
-    constexpr int kWords = V * static_cast<int>(sizeof(T)) / 4;
-    uint32_t words[kWords];
-    load_words<kWords>(data, unit, words);
 #pragma unroll
-    for (int w = 0; w < kWords; ++w) {
+    for (int w = 0; w < RawUnit<T, V>::kWords; ++w) {
       if constexpr (sizeof(T) == 4) {
-        values[w] = __uint_as_float(words[w]);
+        values[w] = __uint_as_float(raw.words[w]);
       } else {  // two 16-bit values per word, the lower address in the low half
-        values[2 * w] = static_cast<float>(T::from_bits(static_cast<uint16_t>(words[w] & 0xffffu)));
-        values[2 * w + 1] = static_cast<float>(T::from_bits(static_cast<uint16_t>(words[w] >> 16)));
+        values[2 * w] = static_cast<float>(T::from_bits(static_cast<uint16_t>(raw.words[w] & 0xffffu)));
+        values[2 * w + 1] = static_cast<float>(T::from_bits(static_cast<uint16_t>(raw.words[w] >> 16)));
       }
     }
   }
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void load_unit(const T* data, int64_t unit, float* values) {
+  unpack<T, V>(load_raw<T, V>(data, unit), values);
 }
 
 template <typename T, int V>
