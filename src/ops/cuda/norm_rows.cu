@@ -34,7 +34,8 @@ constexpr int kRowUnroll = V > 4 ? 4 : 8;
 // in flight, 128 for 8-value units (16-bit data), whose 16 double sums leave fewer registers (more
 // spills them with two blocks per SM); at most 8, the float group size.
 template <typename T, int V, int streams>
-constexpr int kReduceUnroll = std::clamp((V > 4 ? 128 : 256) / (V * static_cast<int>(sizeof(T)) * streams), 1, 8);
+constexpr int kReduceUnroll =
+    std::clamp(static_cast<int>(ceil_div(V > 4 ? 128 : 256, V* static_cast<int64_t>(sizeof(T)) * streams)), 1, 8);
 
 // The blocks' shape for `units` units per row: up to 32 threads across the units, the rest down the rows.
 struct RowBlock {
@@ -247,12 +248,13 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 }
 
-// grad_input = k * (g - mean_grad) - slope * (x - mean), the rows walked as in row_normalize_kernel.
+// grad_input = k * (g - mean_grad) - slope * (x - mean), the rows walked as in row_normalize_kernel; U
+// rows' units of g (and the relu output) and x loaded as raw bits before any becomes floats.
 template <typename T, int V, bool kMasked>
-__global__ void __launch_bounds__(kRowThreads)
+__global__ void __launch_bounds__(kRowThreads, 2)
     row_grad_input_kernel(const T* grad_out, const T* relu_output, const T* x, T* grad_input,
                           const float4* coefficients, int64_t rows, int64_t units) {
-  constexpr int U = kRowUnroll<V> / 2;  // two loads per unit
+  constexpr int U = kReduceUnroll < T, V, kMasked ? 3 : 2 > ;
   const int64_t unit = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (unit >= units) return;
   float4 k[V];
@@ -260,22 +262,30 @@ __global__ void __launch_bounds__(kRowThreads)
   for (int c = 0; c < V; ++c) k[c] = coefficients[unit * V + c];
   const int64_t stride = static_cast<int64_t>(gridDim.y) * blockDim.y;
   for (int64_t row = blockIdx.y * static_cast<int64_t>(blockDim.y) + threadIdx.y; row < rows; row += U * stride) {
-    float grads[U * V], values[U * V];
+    RawUnit<T, V> grads[U], masks[U], values[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (row + u * stride >= rows) continue;
       const int64_t at = (row + u * stride) * units + unit;
-      load_gradient_unit<T, V, kMasked>(grad_out, relu_output, at, grads + u * V);
-      load_unit<T, V>(x, at, values + u * V);
+      grads[u] = load_raw<T, V>(grad_out, at);
+      if constexpr (kMasked) masks[u] = load_raw<T, V>(relu_output, at);
+      values[u] = load_raw<T, V>(x, at);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (row + u * stride >= rows) continue;
-      float* gu = grads + u * V;
-      const float* xu = values + u * V;
+      float g[V], xu[V];
+      unpack<T, V>(grads[u], g);
+      unpack<T, V>(values[u], xu);
+      if constexpr (kMasked) {
+        float mask[V];
+        unpack<T, V>(masks[u], mask);
 #pragma unroll
-      for (int c = 0; c < V; ++c) gu[c] = grad_input_value(gu[c], xu[c], k[c]);
-      store_unit<T, V>(grad_input, (row + u * stride) * units + unit, gu);
+        for (int c = 0; c < V; ++c) g[c] = mask[c] > 0.0f ? g[c] : 0.0f;
+      }
+#pragma unroll
+      for (int c = 0; c < V; ++c) g[c] = grad_input_value(g[c], xu[c], k[c]);
+      store_unit<T, V>(grad_input, (row + u * stride) * units + unit, g);
     }
   }
 }

@@ -174,7 +174,7 @@ __device__ __forceinline__ float grad_input_value(float grad, float x, const flo
 
 // ---- host side ----
 
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // SM count of the current device, queried once per device.
 inline int64_t multiprocessor_count() {
