@@ -136,18 +136,17 @@ void run_backward(const Tensor& root, const Tensor& seed) {
     Tensor grad_output = std::move(pending[node.get()]);
     pending.erase(node.get());
     std::vector<Tensor> grad_inputs;
-    std::vector<bool> accumulated(node->inputs.size(), false);
     if (!grad_output.defined()) {
       grad_inputs.resize(node->inputs.size());
     } else if (std::vector<Tensor> offers = accumulator_offers(*node, pending); offers.empty()) {
       grad_inputs = node->backward(grad_output);
     } else {
       grad_inputs = node->backward_into(grad_output, offers);
-      // Each offer goes back to pending, summed into in place when the node returned it.
+      // Each offer goes back to pending, summed into in place when the node returned it (that gradient is
+      // then already delivered: its slot is cleared so the loop below adds nothing more).
       for (size_t i = 0; i < offers.size(); ++i) {
         if (!offers[i].defined()) continue;
-        accumulated[i] = i < grad_inputs.size() && grad_inputs[i].impl_ptr() == offers[i].impl_ptr();
-        if (accumulated[i]) grad_inputs[i] = Tensor();
+        if (i < grad_inputs.size() && grad_inputs[i].impl_ptr() == offers[i].impl_ptr()) grad_inputs[i] = Tensor();
         pending[node->inputs[i].function.get()] = std::move(offers[i]);
       }
     }
@@ -158,7 +157,7 @@ void run_backward(const Tensor& root, const Tensor& seed) {
       const Tensor& gradient = grad_inputs[i];
       if (edge.function) {
         Node* next = edge.function.get();
-        if (gradient.defined() && !accumulated[i]) {
+        if (gradient.defined()) {
           auto it = pending.find(next);
           if (it == pending.end() || !it->second.defined()) {
             pending[next] = gradient;
