@@ -159,6 +159,15 @@ __device__ __forceinline__ Moments shuffle_down(const Moments& m, int offset) {
           __shfl_down_sync(kFullMask, m.m2, offset)};
 }
 
+// Merges the lanes' moments in a shuffle tree; complete in lane 0.
+__device__ __forceinline__ Moments warp_merge(Moments m) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const Moments other = shuffle_down(m, offset);
+    if ((threadIdx.x & 31) + offset < 32) m = merge(m, other);
+  }
+  return m;
+}
+
 __device__ __forceinline__ double warp_sum(double value) {
   for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_down_sync(kFullMask, value, offset);
   return value;  // complete in lane 0
@@ -262,14 +271,7 @@ __global__ void __launch_bounds__(kFinalizeThreads)
     for (int64_t split = threadIdx.x; split < splits; split += blockDim.x)
       m = merge(m, partials[split * channels + channel]);
     m = block_merge(
-        m,
-        [](Moments v) {
-          for (int offset = 16; offset > 0; offset >>= 1) {
-            const Moments other = shuffle_down(v, offset);
-            if ((threadIdx.x & 31) + offset < 32) v = merge(v, other);
-          }
-          return v;
-        },
+        m, [](const Moments& v) { return warp_merge(v); },
         [](const Moments& a, const Moments& b) { return merge(a, b); });
     if (threadIdx.x != 0) continue;
     const double mean = m.mean, invstd = 1.0 / sqrt(m.m2 / m.count + eps);

@@ -27,15 +27,16 @@ constexpr int kRowThreads = 256;
 constexpr int64_t kRowBlocksPerSm = 8;
 constexpr int64_t kMinElementsPerBlock = 16384;
 constexpr int64_t kMapBlocksPerSm = 8;
-// Rows each thread of a map pass loads per loop iteration (loads in flight).
+// Rows each thread of row_normalize_kernel loads per loop iteration (loads in flight, as floats).
 template <int V>
 constexpr int kRowUnroll = V > 4 ? 4 : 8;
-// Rows each thread of a reduction loads per loop iteration, over its `streams` tensors: about 256 bytes
-// in flight, 128 for 8-value units (16-bit data), whose 16 double sums leave fewer registers (more
-// spills them with two blocks per SM); at most 8, the float group size.
+// Rows each thread of a pass that loads raw bits (the reductions, grad_input) loads per loop iteration,
+// over its `streams` input tensors: about 256 bytes in flight, 128 for 8-value units (16-bit data), whose
+// 16 double sums leave fewer registers (more spills them with two blocks per SM); at most 8, the float
+// group size.
 template <typename T, int V, int streams>
-constexpr int kReduceUnroll =
-    std::clamp(static_cast<int>(ceil_div(V > 4 ? 128 : 256, V* static_cast<int64_t>(sizeof(T)) * streams)), 1, 8);
+constexpr int kRawRows =
+    std::clamp(static_cast<int>(ceil_div(V > 4 ? 128 : 256, static_cast<int64_t>(sizeof(T)) * V * streams)), 1, 8);
 
 // The blocks' shape for `units` units per row: up to 32 threads across the units, the rest down the rows.
 struct RowBlock {
@@ -150,7 +151,7 @@ __global__ void __launch_bounds__(kRowThreads, 2)
   for (int k = 0; k < V; ++k) shift[k] = 0.0f;
   if (s.active && s.begin < s.end) load_unit<T, V>(x, s.begin * units + s.unit, shift);
   double2 totals[V];
-  sum_split_terms<V, kReduceUnroll<T, V, 1>>(
+  sum_split_terms<V, kRawRows<T, V, 1>>(
       s, units, [&](int64_t offset) { return load_raw<T, V>(x, offset); },
       [&](const RawUnit<T, V>& raw, float* deviations, float* squares) {
         unpack<T, V>(raw, deviations);
@@ -185,28 +186,12 @@ __global__ void __launch_bounds__(kRowThreads, 2)
   float mean[V];
 #pragma unroll
   for (int k = 0; k < V; ++k) mean[k] = s.active ? save_mean[s.unit * V + k] : 0.0f;
-  struct Raw {
-    RawUnit<T, V> grad, mask, x;
-  };
+  using Raw = RawGradientUnit<T, V, kMasked>;
   double2 totals[V];
-  sum_split_terms<V, kReduceUnroll<T, V, kMasked ? 3 : 2>>(
-      s, units,
-      [&](int64_t offset) {
-        Raw raw;
-        raw.grad = load_raw<T, V>(grad_out, offset);
-        if constexpr (kMasked) raw.mask = load_raw<T, V>(relu_output, offset);
-        raw.x = load_raw<T, V>(x, offset);
-        return raw;
-      },
+  sum_split_terms<V, kRawRows<T, V, Raw::kStreams>>(
+      s, units, [&](int64_t offset) { return load_raw_gradient<T, V, kMasked>(grad_out, relu_output, x, offset); },
       [&](const Raw& raw, float* grads, float* centered) {
-        unpack<T, V>(raw.grad, grads);
-        if constexpr (kMasked) {
-          float mask[V];
-          unpack<T, V>(raw.mask, mask);
-#pragma unroll
-          for (int k = 0; k < V; ++k) grads[k] = mask[k] > 0.0f ? grads[k] : 0.0f;
-        }
-        unpack<T, V>(raw.x, centered);
+        unpack_gradient(raw, grads, centered);
 #pragma unroll
         for (int k = 0; k < V; ++k) centered[k] = grads[k] * (centered[k] - mean[k]);
       },
@@ -254,7 +239,8 @@ template <typename T, int V, bool kMasked>
 __global__ void __launch_bounds__(kRowThreads, 2)
     row_grad_input_kernel(const T* grad_out, const T* relu_output, const T* x, T* grad_input,
                           const float4* coefficients, int64_t rows, int64_t units) {
-  constexpr int U = kReduceUnroll < T, V, kMasked ? 3 : 2 > ;
+  using Raw = RawGradientUnit<T, V, kMasked>;
+  constexpr int U = kRawRows<T, V, Raw::kStreams>;
   const int64_t unit = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (unit >= units) return;
   float4 k[V];
@@ -262,27 +248,16 @@ __global__ void __launch_bounds__(kRowThreads, 2)
   for (int c = 0; c < V; ++c) k[c] = coefficients[unit * V + c];
   const int64_t stride = static_cast<int64_t>(gridDim.y) * blockDim.y;
   for (int64_t row = blockIdx.y * static_cast<int64_t>(blockDim.y) + threadIdx.y; row < rows; row += U * stride) {
-    RawUnit<T, V> grads[U], masks[U], values[U];
+    Raw raw[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (row + u * stride >= rows) continue;
-      const int64_t at = (row + u * stride) * units + unit;
-      grads[u] = load_raw<T, V>(grad_out, at);
-      if constexpr (kMasked) masks[u] = load_raw<T, V>(relu_output, at);
-      values[u] = load_raw<T, V>(x, at);
-    }
+    for (int u = 0; u < U; ++u)
+      if (row + u * stride < rows)
+        raw[u] = load_raw_gradient<T, V, kMasked>(grad_out, relu_output, x, (row + u * stride) * units + unit);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (row + u * stride >= rows) continue;
       float g[V], xu[V];
-      unpack<T, V>(grads[u], g);
-      unpack<T, V>(values[u], xu);
-      if constexpr (kMasked) {
-        float mask[V];
-        unpack<T, V>(masks[u], mask);
-#pragma unroll
-        for (int c = 0; c < V; ++c) g[c] = mask[c] > 0.0f ? g[c] : 0.0f;
-      }
+      unpack_gradient(raw[u], g, xu);
 #pragma unroll
       for (int c = 0; c < V; ++c) g[c] = grad_input_value(g[c], xu[c], k[c]);
       store_unit<T, V>(grad_input, (row + u * stride) * units + unit, g);

@@ -150,8 +150,14 @@ __device__ __forceinline__ Moments merge(const Moments& a, const Moments& b) {
   return {count, a.mean + delta * (b.count / count), a.m2 + b.m2 + delta * delta * (a.count * b.count / count)};
 }
 
-// Loads unit `unit` of the upstream gradient into `grads`; with kMasked, zero where the fused relu's
-// output is not positive (relu's backward, applied as the gradient is read).
+// Zero where the fused relu's output is not positive: relu's backward, applied as the gradient is read.
+template <int V>
+__device__ __forceinline__ void mask_by_relu(float* grads, const float* relu_output) {
+#pragma unroll
+  for (int k = 0; k < V; ++k) grads[k] = relu_output[k] > 0.0f ? grads[k] : 0.0f;
+}
+
+// Loads unit `unit` of the upstream gradient into `grads`, masked by the relu output with kMasked.
 template <typename T, int V, bool kMasked>
 __device__ __forceinline__ void load_gradient_unit(const T* grad_out, const T* relu_output, int64_t unit,
                                                    float* grads) {
@@ -159,9 +165,39 @@ __device__ __forceinline__ void load_gradient_unit(const T* grad_out, const T* r
   if constexpr (kMasked) {
     float mask[V];
     load_unit<T, V>(relu_output, unit, mask);
-#pragma unroll
-    for (int k = 0; k < V; ++k) grads[k] = mask[k] > 0.0f ? grads[k] : 0.0f;
+    mask_by_relu<V>(grads, mask);
   }
+}
+
+// What the backward passes read at one unit, as raw bits: the upstream gradient, the relu output (with
+// kMasked) and x; kStreams tensors.
+template <typename T, int V, bool kMasked>
+struct RawGradientUnit {
+  static constexpr int kStreams = kMasked ? 3 : 2;
+  RawUnit<T, V> grad, mask, x;
+};
+
+template <typename T, int V, bool kMasked>
+__device__ __forceinline__ RawGradientUnit<T, V, kMasked> load_raw_gradient(const T* grad_out, const T* relu_output,
+                                                                            const T* x, int64_t unit) {
+  RawGradientUnit<T, V, kMasked> raw;
+  raw.grad = load_raw<T, V>(grad_out, unit);
+  if constexpr (kMasked) raw.mask = load_raw<T, V>(relu_output, unit);
+  raw.x = load_raw<T, V>(x, unit);
+  return raw;
+}
+
+// The masked gradient into `grads` and x into `values`.
+template <typename T, int V, bool kMasked>
+__device__ __forceinline__ void unpack_gradient(const RawGradientUnit<T, V, kMasked>& raw, float* grads,
+                                                float* values) {
+  unpack<T, V>(raw.grad, grads);
+  if constexpr (kMasked) {
+    float mask[V];
+    unpack<T, V>(raw.mask, mask);
+    mask_by_relu<V>(grads, mask);
+  }
+  unpack<T, V>(raw.x, values);
 }
 
 // out = (x - center) * scale + shift with k = {center, scale, shift, unused}.
