@@ -187,6 +187,8 @@ TEST_CASE("opsnn-bench: the GPU kernel benchmarks check their options before loo
       {{"resnet50", "--precison", "bf16"}, "unknown option '--precison'"},
       {{"resnet50", "--steps", "1e9"}, "--steps must be a positive integer, got '1e9'"},
       {{"batchnorm", "--bogus", "1"}, "unknown option '--bogus'"},
+      {{"batchnorm", "--channels-last", "yes"}, "unexpected argument 'yes'"},
+      {{"batchnorm", "--channels-last", "--channels-last"}, "--channels-last given twice"},
       {{"conv", "--layer"}, "--layer needs a value"},
       {{"memory-bound", "--dtype", "garbage"}, "--dtype: expected f32, bf16 or f16, got 'garbage'"},
       {{"memory-bound", "--size", "56x"}, "--size must be a positive integer, got '56x'"},
