@@ -9,6 +9,10 @@ torch.cuda.max_memory_allocated over the timed steps. With --opsnn PATH it then 
 --compile [MODES] also runs torch.compile of the model in its default mode and in max-autotune-no-cudagraphs
 (or the comma-separated MODES; a fresh model each; compile time, the first step, reported apart, not timed),
 so opsnn is compared with PyTorch's best; cudnn.benchmark is on for every PyTorch run.
+--profile then runs one more step of each PyTorch run under torch.profiler and prints its GPU kernel time by
+category (convolutions and GEMMs, Triton's fused reductions and element-wise kernels, ATen's own kernels),
+with the sum of kernel time beside the step's time: where PyTorch's step spends what opsnn's ncu profile
+(tools/profile_categories.py) shows for opsnn's.
 
     python3 tools/bench_resnet50_torch.py --precision bf16 --compile --opsnn build-gpu/opsnn-bench
 """
@@ -23,8 +27,58 @@ import time
 import torch
 import torchvision
 
+# (category, substrings of a kernel's name), the first match wins; Triton kernels are named by what
+# Inductor fused into them (triton_red_/triton_per_: reductions, triton_poi_: point-wise).
+KERNEL_CATEGORIES = [
+    ("optimizer step", ["fused_sgd", "FusedSgd", "multi_tensor"]),
+    ("convolutions and GEMMs (cuDNN, cuBLAS, CUTLASS)",
+     ["fprop", "dgrad", "wgrad", "conv", "xmma", "cutlass", "gemm", "nvjet", "cudnn", "sm90_", "sm80_"]),
+    ("Triton reductions (batch-norm statistics and backward sums, fused)", ["triton_red", "triton_per"]),
+    ("Triton element-wise (fused)", ["triton_poi"]),
+    ("ATen batch norm", ["batch_norm", "batchnorm", "bn_fw", "bn_bw"]),
+    ("pooling", ["pool"]),
+    ("ATen element-wise, copies, reductions", ["elementwise", "vectorized", "unrolled", "reduce", "copy"]),
+]
 
-def torch_throughput(batch, steps, warmup, precision, image_size, compile_mode=None):
+
+def kernel_category(name):
+    for category, keys in KERNEL_CATEGORIES:
+        if any(key in name for key in keys):
+            return category
+    return "other"
+
+
+def profile_step(step):
+    """GPU kernel milliseconds by category over one step, and the step's own milliseconds."""
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        step()
+        stop.record()
+        stop.synchronize()
+    milliseconds, counts = {}, {}
+    for event in prof.events():
+        if event.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        category = kernel_category(event.name)
+        milliseconds[category] = milliseconds.get(category, 0.0) + event.time_range.elapsed_us() * 1e-3
+        counts[category] = counts.get(category, 0) + 1
+    return milliseconds, counts, start.elapsed_time(stop)
+
+
+def print_profile(label, profiled):
+    milliseconds, counts, step_ms = profiled
+    total = sum(milliseconds.values())
+    print(f"  {label}: kernels {total:.2f} ms of a {step_ms:.2f} ms step (profiled)")
+    print("  | category | kernels | ms | share |\n  |---|---|---|---|")
+    for category in sorted(milliseconds, key=milliseconds.get, reverse=True):
+        print(f"  | {category} | {counts[category]} | {milliseconds[category]:.2f} | "
+              f"{100 * milliseconds[category] / total:.1f}% |")
+
+
+def torch_throughput(batch, steps, warmup, precision, image_size, compile_mode=None, profiled=False):
     torch.manual_seed(0)
     model = torchvision.models.resnet50().cuda().to(memory_format=torch.channels_last)
     forward = torch.compile(model, mode=compile_mode) if compile_mode else model
@@ -56,8 +110,11 @@ def torch_throughput(batch, steps, warmup, precision, image_size, compile_mode=N
     stop.record()
     stop.synchronize()
     ms = start.elapsed_time(stop)
-    return {"images_per_second": batch * steps / (ms * 1e-3), "ms_per_step": ms / steps,
-            "peak_bytes": torch.cuda.max_memory_allocated(), "loss": loss.item(), "first_step_s": first_step_s}
+    result = {"images_per_second": batch * steps / (ms * 1e-3), "ms_per_step": ms / steps,
+              "peak_bytes": torch.cuda.max_memory_allocated(), "loss": loss.item(), "first_step_s": first_step_s}
+    if profiled:
+        result["profile"] = profile_step(step)
+    return result
 
 
 def main(argv):
@@ -74,6 +131,8 @@ def main(argv):
                         metavar="MODES",
                         help="also torch.compile, in each comma-separated mode (default: default and "
                              "max-autotune-no-cudagraphs; max-autotune spends minutes benchmarking kernels)")
+    parser.add_argument("--profile", action="store_true",
+                        help="after timing, one more step of each PyTorch run under torch.profiler: kernel time by category")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_resnet50_torch: no CUDA device", file=sys.stderr)
@@ -96,10 +155,13 @@ def main(argv):
           f"resnet50 batch {args.batch} {args.precision}")
     best = None
     for label, mode in runs:
-        theirs = torch_throughput(args.batch, args.steps, args.warmup, args.precision, args.image_size, mode)
+        theirs = torch_throughput(args.batch, args.steps, args.warmup, args.precision, args.image_size, mode,
+                                  args.profile)
         print(f"  {label:<36} {theirs['images_per_second']:7.0f} images/s, {theirs['ms_per_step']:6.1f} ms/step, "
               f"peak {theirs['peak_bytes'] / 2**30:.2f} GiB, first step (compile/search) {theirs['first_step_s']:.1f} s",
               flush=True)
+        if args.profile:
+            print_profile(label, theirs["profile"])
         if best is None or theirs["images_per_second"] > best[1]["images_per_second"]:
             best = (label, theirs)
     if ours:
