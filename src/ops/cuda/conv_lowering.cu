@@ -1,8 +1,9 @@
 // Kernels of the convolution lowerings in src/ops/cuda/conv_lowerings.cpp: im2col (which, for a 1x1 kernel
 // without padding, is the strided subsampling of the input), its adjoint col2im as a gather (each input
 // value sums the column entries that read it, in a fixed order, so no atomics and bit-identical reruns;
-// a vectorized scatter for the subsampling layout), and the fixed-order sum of per-image weight-gradient
-// partials. The copies are memory-bound: grid-stride loops over 16-byte vectors where the row lengths allow.
+// a vectorized scatter for the subsampling layout), the fixed-order sum of per-image weight-gradient
+// partials, and the batched transpose that gives cuDNN a channels-last convolution's KRSC weight. The copies are
+// memory-bound: grid-stride loops over 16-byte vectors where the row lengths allow.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -118,15 +119,55 @@ __global__ void __launch_bounds__(kColumnThreads)
 }
 
 // out[r][c] (+)= sum over i of partials[i][r][c] for c < cols of rows padded to cols_padded; the terms
-// in i order, in double.
+// in i order, in double. A thread loads kPartialsInFlight terms before it adds any: with few outputs
+// (a 64 x 256 gradient is 16384 threads) one load at a time left the kernel waiting on memory latency.
+constexpr int kPartialsInFlight = 16;
+
 __global__ void sum_partials_kernel(const float* partials, int64_t count, int64_t rows, int64_t cols,
                                     int64_t cols_padded, float* out, bool accumulate) {
   const int64_t matrix = rows * cols_padded;
   for (int64_t e = global_thread_index(); e < rows * cols; e += global_thread_count()) {
     const int64_t r = e / cols, c = e - r * cols;
+    const float* terms = partials + r * cols_padded + c;
     double sum = accumulate ? static_cast<double>(out[e]) : 0.0;
-    for (int64_t i = 0; i < count; ++i) sum += static_cast<double>(partials[i * matrix + r * cols_padded + c]);
+    int64_t i = 0;
+    for (; i + kPartialsInFlight <= count; i += kPartialsInFlight) {
+      float loaded[kPartialsInFlight];
+#pragma unroll
+      for (int j = 0; j < kPartialsInFlight; ++j) loaded[j] = __ldg(terms + (i + j) * matrix);
+#pragma unroll
+      for (int j = 0; j < kPartialsInFlight; ++j) sum += static_cast<double>(loaded[j]);
+    }
+    for (; i < count; ++i) sum += static_cast<double>(__ldg(terms + i * matrix));
     out[e] = static_cast<float>(sum);
+  }
+}
+
+// dst[b] = transpose(src[b]) for `batches` row-major [rows, cols] matrices of U, each small enough for
+// shared memory: a block reads a whole matrix in order (coalesced) and writes its transpose in order. A
+// row of the staged matrix is `stride` elements, chosen so that a warp reading down a column meets no
+// bank twice.
+template <typename U>
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    batched_transpose_kernel(const U* src, U* dst, int64_t batches, FastDivider by_rows, FastDivider by_cols,
+                             int stride) {
+  extern __shared__ __align__(16) unsigned char staged_bytes[];
+  U* staged = reinterpret_cast<U*>(staged_bytes);
+  const int rows = static_cast<int>(by_rows.divisor), cols = static_cast<int>(by_cols.divisor);
+  const int elements = rows * cols;
+  for (int64_t b = blockIdx.x; b < batches; b += gridDim.x) {
+    const U* in = src + b * elements;
+    U* out = dst + b * elements;
+    for (int e = threadIdx.x; e < elements; e += kThreadsPerBlock) {
+      const int r = static_cast<int>(by_cols.divide(static_cast<uint32_t>(e)));
+      staged[r * stride + (e - r * cols)] = in[e];
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < elements; e += kThreadsPerBlock) {  // e = c * rows + r
+      const int c = static_cast<int>(by_rows.divide(static_cast<uint32_t>(e)));
+      out[e] = staged[(e - c * rows) * stride + c];
+    }
+    __syncthreads();
   }
 }
 
@@ -246,6 +287,38 @@ void launch_sum_partials(const float* partials, int64_t count, int64_t rows, int
   if (rows * cols == 0) return;
   sum_partials_kernel<<<blocks_for(rows * cols), kThreadsPerBlock>>>(partials, count, rows, cols, cols_padded, out,
                                                                      accumulate);
+}
+
+bool launch_batched_transpose(const void* src, void* dst, int64_t batches, int64_t rows, int64_t cols,
+                              size_t element_bytes) {
+  if (batches * rows * cols == 0) return true;
+  if (element_bytes != 2 && element_bytes != 4 && element_bytes != 8) return false;
+  // Staged rows padded so consecutive rows start in different banks: an odd number of elements for 4- and
+  // 8-byte ones, twice an odd number for 2-byte ones (an odd number of 4-byte words).
+  int64_t stride = cols;
+  if (element_bytes == 2)
+    while (stride % 4 != 2) ++stride;
+  else if (stride % 2 == 0)
+    ++stride;
+  const size_t shared_bytes = static_cast<size_t>(rows * stride) * element_bytes;
+  if (shared_bytes > 48 * 1024) return false;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(batches, 65535));
+  const FastDivider by_rows(static_cast<uint32_t>(rows)), by_cols(static_cast<uint32_t>(cols));
+  const int st = static_cast<int>(stride);
+  switch (element_bytes) {
+    case 2:
+      batched_transpose_kernel<uint16_t><<<blocks, kThreadsPerBlock, shared_bytes>>>(
+          static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), batches, by_rows, by_cols, st);
+      break;
+    case 4:
+      batched_transpose_kernel<uint32_t><<<blocks, kThreadsPerBlock, shared_bytes>>>(
+          static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst), batches, by_rows, by_cols, st);
+      break;
+    default:
+      batched_transpose_kernel<uint64_t><<<blocks, kThreadsPerBlock, shared_bytes>>>(
+          static_cast<const uint64_t*>(src), static_cast<uint64_t*>(dst), batches, by_rows, by_cols, st);
+  }
+  return true;
 }
 
 #define OPSNN_INSTANTIATE_LOWERING(T)                                           \

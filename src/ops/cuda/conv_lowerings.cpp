@@ -225,6 +225,22 @@ void gemm_backward_input(cublasHandle_t handle, const Tensor& grad_out, const Te
   }
 }
 
+// Images per weight-gradient partial of a channels-last convolution, whose images are consecutive rows of
+// one [N*H*W, C] matrix: a partial may cover several of them (a longer K, fewer partials to write and sum).
+// One image each while the GEMM has few output tiles (the partials are then its parallelism); for large
+// gradients enough images that about two waves of 128x128 tiles remain (a 2048 x 512 gradient of 256
+// images: 5 partials where there were 256, 1 GiB of f32 partials written and read before).
+int64_t images_per_partial(const GemmPlan& plan, int64_t images) {
+  if (!plan.channels_last) return 1;
+  int device = 0, multiprocessors = 0;
+  OPSNN_CUDA_CHECK(cudaGetDevice(&device));
+  OPSNN_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
+  const int64_t tiles = ((plan.rows + 127) / 128) * ((plan.filters + 127) / 128);
+  const int64_t partials =
+      std::clamp<int64_t>((2 * multiprocessors + tiles - 1) / tiles, 1, std::max<int64_t>(images, 1));
+  return (images + partials - 1) / partials;
+}
+
 void gemm_backward_weight(cublasHandle_t handle, const Tensor& grad_out, const Tensor& input, Tensor& grad_weight,
                           const GemmPlan& plan) {
   const DType dtype = grad_weight.dtype();
@@ -248,16 +264,31 @@ void gemm_backward_weight(cublasHandle_t handle, const Tensor& grad_out, const T
     if (!plan.direct) im2col(input, first, count, plan, columns->data());
     const char* dy = static_cast<const char*>(grad_out.data_ptr()) +
                      static_cast<size_t>(first * plan.filters * plan.pixels) * element;
-    if (plan.channels_last)
-      batched_gemm(handle, dtype, CUBLAS_OP_N, CUBLAS_OP_T, plan.rows, plan.filters, plan.pixels,
-                   {a, type, plan.rows, plan.rows * plan.pixels}, {dy, type, plan.filters, plan.filters * plan.pixels},
-                   partials.data(), CUDA_R_32F, plan.rows, plan.filters * plan.rows, count);
-    else
+    int64_t partial_count = count;
+    if (plan.channels_last) {
+      // Groups of `group` images, one partial each (K = group * pixels), and the rest in one more.
+      const int64_t group = images_per_partial(plan, count), whole = count / group, rest = count - whole * group;
+      const int64_t matrix = plan.filters * plan.rows;
+      if (whole > 0)
+        batched_gemm(handle, dtype, CUBLAS_OP_N, CUBLAS_OP_T, plan.rows, plan.filters, group * plan.pixels,
+                     {a, type, plan.rows, group * plan.rows * plan.pixels},
+                     {dy, type, plan.filters, group * plan.filters * plan.pixels}, partials.data(), CUDA_R_32F,
+                     plan.rows, matrix, whole);
+      if (rest > 0) {
+        const size_t skipped = static_cast<size_t>(whole * group * plan.pixels) * element;
+        batched_gemm(handle, dtype, CUBLAS_OP_N, CUBLAS_OP_T, plan.rows, plan.filters, rest * plan.pixels,
+                     {static_cast<const char*>(a) + skipped * static_cast<size_t>(plan.rows), type, plan.rows, 0},
+                     {dy + skipped * static_cast<size_t>(plan.filters), type, plan.filters, 0},
+                     static_cast<float*>(partials.data()) + whole * matrix, CUDA_R_32F, plan.rows, matrix, 1);
+      }
+      partial_count = whole + (rest > 0 ? 1 : 0);
+    } else {
       batched_gemm(handle, dtype, CUBLAS_OP_T, CUBLAS_OP_N, plan.rows_padded, plan.filters, plan.pixels,
                    {a, type, plan.pixels, plan.rows_padded * plan.pixels},
                    {dy, type, plan.pixels, plan.filters * plan.pixels}, partials.data(), CUDA_R_32F, plan.rows_padded,
                    plan.filters * plan.rows_padded, count);
-    cuda::launch_sum_partials(static_cast<const float*>(partials.data()), count, plan.filters, plan.rows,
+    }
+    cuda::launch_sum_partials(static_cast<const float*>(partials.data()), partial_count, plan.filters, plan.rows,
                               plan.rows_padded, sums.data<float>(), first > 0);
     OPSNN_CUDA_CHECK(cudaGetLastError());
   }

@@ -115,6 +115,11 @@ void launch_col2im(const TC* columns, T* x, const Im2colLayout& layout);
 // in i order, in double; all f32.
 void launch_sum_partials(const float* partials, int64_t count, int64_t rows, int64_t cols, int64_t cols_padded,
                          float* out, bool accumulate);
+// dst[b] = the transpose ([cols, rows]) of the row-major [rows, cols] matrix src[b], for b < batches, of
+// 2-, 4- or 8-byte elements. False (nothing launched) when a matrix does not fit a block's shared memory
+// (48 KiB with its padding) or the element size is another: the caller then copies another way.
+bool launch_batched_transpose(const void* src, void* dst, int64_t batches, int64_t rows, int64_t cols,
+                              size_t element_bytes);
 
 // ---- log-softmax and NLL loss over [rows, classes] (loss.cu) ----
 void launch_log_softmax_forward(const float* logits, float* out, int64_t rows, int64_t classes);

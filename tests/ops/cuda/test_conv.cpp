@@ -4,7 +4,8 @@
 //     or 5 channels), in strict f32, f32 with tf32 math, bf16 and f16, also with a column budget so small
 //     that the batch runs image by image (the chunked weight-gradient sum);
 //   - the same lowering of 1x1 stride-1 convolutions (the input used as its own column matrix when C is
-//     a multiple of 8, an im2col copy with padding rows otherwise);
+//     a multiple of 8, an im2col copy with padding rows otherwise), also on 37 images (the per-image
+//     weight-gradient partials summed in groups of 16 and a tail);
 //   - the subsampled lowering of strided 1x1 convolutions (odd sizes, unequal strides);
 //   - shapes no lowering applies to never try one.
 // The cached choice says what ran. Compiled in CUDA builds only (it reads the CUDA backend's algorithm
@@ -177,8 +178,11 @@ TEST_CASE("CUDA 1x1 stride-1 conv2d through the GEMM lowering matches the CPU, f
     Shape input, weight;
   };
   // C = 16: the input is the column matrix; C = 12: padded rows for bf16/f16/strict f32 (and for tf32,
-  // whose granule 4 divides 12, through the 1x1 rule); odd planes (63 and 35 positions).
-  const Pointwise cases[] = {{"1x1 C=16", {3, 16, 9, 7}, {24, 16, 1, 1}}, {"1x1 C=12", {2, 12, 5, 7}, {8, 12, 1, 1}}};
+  // whose granule 4 divides 12, through the 1x1 rule); odd planes (63 and 35 positions). 37 images: the
+  // weight gradient sums 37 per-image partials, two groups of 16 loaded together and 5 one by one.
+  const Pointwise cases[] = {{"1x1 C=16", {3, 16, 9, 7}, {24, 16, 1, 1}},
+                             {"1x1 C=12", {2, 12, 5, 7}, {8, 12, 1, 1}},
+                             {"1x1 C=16 37 images", {37, 16, 3, 2}, {8, 16, 1, 1}}};
   for (const Precision& precision : kPrecisions)
     for (const Pointwise& p : cases) {
       const ConvCase c = conv_case(p.input, p.weight, geometry_of(1, 1, 0), precision.dtype, generator);

@@ -3,7 +3,11 @@
 // (the NCHW kernels on permuted operands), forward, input gradient, weight gradient and bias gradient,
 // in strict f32, bf16 and f16, with the tolerances of the NCHW tests (test_conv.cpp). Shapes: 3x3 pad 1,
 // 3x3 stride 2, 1x1 (also on 13 channels), strided 1x1 (which NCHW lowers by subsampling), input
-// channels no multiple of 8, and a 7x7/2 stem-like one with 3 channels. Only the 1x1 stride-1 shapes
+// channels no multiple of 8, a 7x7/2 stem-like one with 3 channels, and a 3x3 one on 2800 channels, whose
+// [C, R*S] weight matrices are too large for the shared-memory transpose of the KRSC copies (the generic
+// strided copy runs instead; the others take the transpose kernel), and a 1x1 one from 1024 to 1024
+// channels on 13 images, whose weight gradient the GEMM lowering sums from partials of several images each
+// (on an H200: 4 partials of 3 images and one of the last image). Only the 1x1 stride-1 shapes
 // have a lowering (one GEMM per direction on the NHWC data, which policy `always` runs); every other
 // shape stays with cuDNN in every direction, the lowering never tried. Compiled in CUDA builds only;
 // tagged [cuda]: skipped without a GPU.
@@ -106,7 +110,9 @@ TEST_CASE("CUDA channels-last conv2d matches the CPU, forward and all gradients,
                           {"1x1 stride 2 C=16", {2, 9, 11, 16}, {24, 16, 1, 1}, 2, 0},
                           {"3x3 pad 1 C=13", {2, 6, 5, 13}, {8, 13, 3, 3}, 1, 1},
                           {"1x1 stride 2 C=12", {2, 8, 7, 12}, {8, 12, 1, 1}, 2, 0},
-                          {"7x7 stride 2 C=3", {2, 19, 22, 3}, {16, 3, 7, 7}, 2, 3}};
+                          {"7x7 stride 2 C=3", {2, 19, 22, 3}, {16, 3, 7, 7}, 2, 3},
+                          {"3x3 pad 1 C=2800", {1, 3, 4, 2800}, {5, 2800, 3, 3}, 1, 1},
+                          {"1x1 C=1024 13 images", {13, 2, 3, 1024}, {1024, 1024, 1, 1}, 1, 0}};
   for (const Precision& precision : kPrecisions)
     for (const Shapes& s : cases) {
       const Case c = make_case(s.input, s.weight, s.stride, s.pad, precision.dtype, generator);
