@@ -2,8 +2,9 @@
 // as torchvision's (stride on the 3x3 convolution of a bottleneck, "v1.5"; parameter names match, so a
 // checkpoint maps onto torchvision's state dict). Stems: imagenet (7x7/2 conv + 3x3/2 max-pool) or cifar
 // (3x3/1 conv, no pool) for small images. ResNet-50 with the imagenet stem and 1000 classes has exactly
-// 25,557,032 parameters. Every relu is fused into what precedes it: batch norm (BatchNorm2d::forward_relu) or
-// the residual add (ops::add_relu); modules and parameter names are those of the unfused network.
+// 25,557,032 parameters. Every relu is fused into what precedes it: batch norm (BatchNorm2d::forward_relu), or
+// a block's last batch norm and its residual add together (BatchNorm2d::forward_add_relu); modules and parameter
+// names are those of the unfused network.
 // With channels_last the residual stages run on NHWC activations (their convolutions and batch norms
 // channels-last, the weights unchanged): the stem's output is permuted to NHWC before layer1 and layer4's
 // output back to NCHW before the global average pool, so the outputs are those of the NCHW network.
@@ -55,9 +56,8 @@ class BasicBlock : public nn::Module {
   }
   Tensor forward(const Tensor& input) override {
     Tensor out = bn1_->forward_relu(conv1_->forward(input));
-    out = bn2_->forward(conv2_->forward(out));
-    Tensor identity = downsample_ ? downsample_->forward(input) : input;
-    return ops::add_relu(out, identity);
+    const Tensor identity = downsample_ ? downsample_->forward(input) : input;
+    return bn2_->forward_add_relu(conv2_->forward(out), identity);
   }
 
  private:
@@ -86,9 +86,8 @@ class Bottleneck : public nn::Module {
   Tensor forward(const Tensor& input) override {
     Tensor out = bn1_->forward_relu(conv1_->forward(input));
     out = bn2_->forward_relu(conv2_->forward(out));
-    out = bn3_->forward(conv3_->forward(out));
-    Tensor identity = downsample_ ? downsample_->forward(input) : input;
-    return ops::add_relu(out, identity);
+    const Tensor identity = downsample_ ? downsample_->forward(input) : input;
+    return bn3_->forward_add_relu(conv3_->forward(out), identity);
   }
 
  private:

@@ -149,6 +149,14 @@ Tensor BatchNorm2d::forward_relu(const Tensor& input) {
                               options_.eps(), options_.channels_last());
 }
 
+Tensor BatchNorm2d::forward_add_relu(const Tensor& input, const Tensor& residual) {
+  check_input(input);
+  // Synchronised statistics come from sync_batch_norm's composition; the add and relu follow it.
+  if (reducer_ && is_training()) return ops::add_relu(synchronized(input, false), residual);
+  return ops::batch_norm_add_relu(input, residual, weight_, bias_, running_mean_, running_var_, is_training(),
+                                  options_.momentum(), options_.eps(), options_.channels_last());
+}
+
 void BatchNorm2d::set_reducer(std::shared_ptr<BatchStatisticsReducer> reducer, std::string name) {
   reducer_ = std::move(reducer);
   reducer_name_ = std::move(name);

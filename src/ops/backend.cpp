@@ -35,4 +35,13 @@ Backend& backend_for(Device device) {
   return *backend;
 }
 
+void check_batch_norm_residual(const Tensor& input, bool relu, const Tensor& residual, const char* what) {
+  if (!residual.defined()) return;
+  OPSNN_CHECK(relu, what, ": a residual is added only before a relu (relu(batch norm + residual))");
+  check_same_shape(input, residual, what);
+  check_same_dtype(input, residual, what);
+  check_same_device(input, residual, what);
+  OPSNN_CHECK(residual.is_contiguous(), what, ": the residual must be contiguous");
+}
+
 }  // namespace opsnn::ops

@@ -2,6 +2,8 @@
 // update) and eval (running statistics) forward on the device's kernels, and both backwards for autograd.
 // batch_norm_relu is relu(batch_norm) with the relu fused into the kernels: the forward writes only the
 // relu output, which the backward keeps as the relu mask (relu(v) > 0 exactly where v > 0).
+// batch_norm_add_relu is relu(batch_norm + residual) the same way: one pass writes it, and the backward
+// masks the upstream gradient once, into the tensor that is the residual's gradient and batch norm's input.
 // Channels-last inputs [N, ..., C] are batch norm of the [rows, C] matrix they are, which the backends take
 // as an [N, C] input (the CUDA backend runs kernels for channel-innermost data there). batch_norm_invstd,
 // 1 / sqrt(var + eps) on the eval kernel, serves batch norms composed from ops (nn::sync_batch_norm).
@@ -46,27 +48,40 @@ Tensor defined_or(const Tensor& tensor, double fill, const Tensor& input) {
 }
 
 // Training mode: gradients through the batch statistics. relu_output: the output of batch_norm_relu
-// (the kernels mask the upstream gradient with it), undefined for batch_norm.
+// (the kernels mask the upstream gradient with it), undefined for batch_norm. With `residual`
+// (batch_norm_add_relu) the masked gradient is stored once, as the residual's gradient (input 3), and the
+// kernels read it unmasked.
 class BatchNormBackward final : public autograd::Node {
  public:
-  BatchNormBackward(Tensor input, Tensor gamma, Tensor save_mean, Tensor save_invstd, Tensor relu_output)
+  BatchNormBackward(Tensor input, Tensor gamma, Tensor save_mean, Tensor save_invstd, Tensor relu_output, bool residual)
       : input_(std::move(input)),
         gamma_(std::move(gamma)),
         save_mean_(std::move(save_mean)),
         save_invstd_(std::move(save_invstd)),
-        relu_output_(std::move(relu_output)) {}
-  std::string name() const override { return relu_output_.defined() ? "BatchNormReluBackward" : "BatchNormBackward"; }
+        relu_output_(std::move(relu_output)),
+        residual_(residual) {}
+  std::string name() const override {
+    if (residual_) return "BatchNormAddReluBackward";
+    return relu_output_.defined() ? "BatchNormReluBackward" : "BatchNormBackward";
+  }
 
   std::vector<Tensor> backward(const Tensor& grad_output) override {
-    const Tensor grad_out = internal::contiguous_grad(grad_output, input_.dtype());
-    std::vector<Tensor> grads(3);
+    Tensor grad_out = internal::contiguous_grad(grad_output, input_.dtype());
+    Backend& backend = backend_for(grad_out.device());
+    std::vector<Tensor> grads(residual_ ? 4 : 3);
+    Tensor mask = relu_output_;
+    if (residual_) {
+      Tensor masked = Tensor::empty(grad_out.shape(), grad_out.dtype(), grad_out.device());
+      backend.relu_backward(grad_out, relu_output_, masked);
+      grad_out = masked;
+      mask = Tensor();
+      if (needs_grad(3)) grads[3] = masked;
+    }
     // The kernel always writes grad_input; the per-channel sums are cheap next to it.
     grads[0] = Tensor::empty(input_.shape(), input_.dtype(), input_.device());
     if (needs_grad(1)) grads[1] = Tensor::empty(gamma_.shape(), gamma_.dtype(), gamma_.device());
     if (needs_grad(2)) grads[2] = Tensor::empty(gamma_.shape(), gamma_.dtype(), gamma_.device());
-    backend_for(grad_out.device())
-        .batch_norm_backward(grad_out, relu_output_, input_, gamma_, save_mean_, save_invstd_, grads[0], grads[1],
-                             grads[2]);
+    backend.batch_norm_backward(grad_out, mask, input_, gamma_, save_mean_, save_invstd_, grads[0], grads[1], grads[2]);
     if (!needs_grad(0)) grads[0] = Tensor();
     return grads;
   }
@@ -74,6 +89,7 @@ class BatchNormBackward final : public autograd::Node {
 
  private:
   Tensor input_, gamma_, save_mean_, save_invstd_, relu_output_;
+  bool residual_;
 };
 
 // Eval mode: out = (x - running_mean) * invstd * gamma + beta with invstd = 1 / sqrt(running_var + eps)
@@ -81,45 +97,48 @@ class BatchNormBackward final : public autograd::Node {
 // grad_beta = sum g. These reuse the two batch-norm kernels: the eval forward applied to g with zero
 // shift gives grad_x, and the training backward given (running_mean, invstd) as the saved statistics
 // gives exactly grad_gamma and grad_beta. After a fused relu (relu_output defined) g is first masked
-// into a buffer of its own, as relu's backward would: g feeds both kernels, and eval-mode backward is
-// off the training path.
+// into a buffer of its own, as relu's backward would: g feeds both kernels (and with `residual` is the
+// residual's gradient), and eval-mode backward is off the training path.
 class BatchNormEvalBackward final : public autograd::Node {
  public:
   BatchNormEvalBackward(Tensor input, Tensor gamma, Tensor running_mean, Tensor running_var, double eps,
-                        Tensor relu_output)
+                        Tensor relu_output, bool residual)
       : input_(std::move(input)),
         gamma_(std::move(gamma)),
         running_mean_(std::move(running_mean)),
         running_var_(std::move(running_var)),
         relu_output_(std::move(relu_output)),
-        eps_(eps) {}
+        eps_(eps),
+        residual_(residual) {}
   std::string name() const override {
+    if (residual_) return "BatchNormAddReluEvalBackward";
     return relu_output_.defined() ? "BatchNormReluEvalBackward" : "BatchNormEvalBackward";
   }
 
   std::vector<Tensor> backward(const Tensor& grad_output) override {
     Tensor grad_out = internal::contiguous_grad(grad_output, input_.dtype());
     Backend& backend = backend_for(grad_out.device());
+    std::vector<Tensor> grads(residual_ ? 4 : 3);
     if (relu_output_.defined()) {
       Tensor masked = Tensor::empty(grad_out.shape(), grad_out.dtype(), grad_out.device());
       backend.relu_backward(grad_out, relu_output_, masked);
       grad_out = masked;
+      if (residual_ && needs_grad(3)) grads[3] = masked;
     }
     const Tensor zeros = Tensor::zeros(gamma_.shape(), gamma_.dtype(), gamma_.device());
-    std::vector<Tensor> grads(3);
     Tensor grad_input = Tensor::empty(input_.shape(), input_.dtype(), input_.device());
     if (needs_grad(1) || needs_grad(2)) {
       const Tensor ones = Tensor::ones(gamma_.shape(), gamma_.dtype(), gamma_.device());
       Tensor invstd = Tensor::empty({1, gamma_.size(0)}, gamma_.dtype(), gamma_.device());
       backend.batch_norm_forward_eval(ones.view({1, gamma_.size(0)}), ones, zeros, zeros, running_var_, eps_, false,
-                                      invstd);
+                                      Tensor(), invstd);
       if (needs_grad(1)) grads[1] = Tensor::empty(gamma_.shape(), gamma_.dtype(), gamma_.device());
       if (needs_grad(2)) grads[2] = Tensor::empty(gamma_.shape(), gamma_.dtype(), gamma_.device());
       backend.batch_norm_backward(grad_out, Tensor(), input_, gamma_, running_mean_, invstd.view({gamma_.size(0)}),
                                   grad_input, grads[1], grads[2]);
     }
     if (needs_grad(0)) {
-      backend.batch_norm_forward_eval(grad_out, gamma_, zeros, zeros, running_var_, eps_, false, grad_input);
+      backend.batch_norm_forward_eval(grad_out, gamma_, zeros, zeros, running_var_, eps_, false, Tensor(), grad_input);
       grads[0] = grad_input;
     }
     return grads;
@@ -129,6 +148,7 @@ class BatchNormEvalBackward final : public autograd::Node {
  private:
   Tensor input_, gamma_, running_mean_, running_var_, relu_output_;
   double eps_;
+  bool residual_;
 };
 
 // 1 / sqrt(var + eps), per channel: batch norm's eval kernel applied to a row of ones with zero mean,
@@ -139,7 +159,8 @@ Tensor invstd_of(const Tensor& var, double eps) {
   const Tensor zeros = Tensor::zeros({channels}, var.dtype(), var.device());
   Tensor out = Tensor::empty({1, channels}, var.dtype(), var.device());
   backend_for(var.device())
-      .batch_norm_forward_eval(ones.view({1, channels}), ones, zeros, zeros, var.contiguous(), eps, false, out);
+      .batch_norm_forward_eval(ones.view({1, channels}), ones, zeros, zeros, var.contiguous(), eps, false, Tensor(),
+                               out);
   return out.view({channels});
 }
 
@@ -165,11 +186,19 @@ class BatchNormInvstdBackward final : public autograd::Node {
   Tensor invstd_;
 };
 
-// batch_norm, or batch_norm_relu with `relu`.
+// batch_norm, or batch_norm_relu with `relu`, or batch_norm_add_relu with a defined residual (and relu).
 Tensor batch_norm_maybe_relu(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
-                             Tensor& running_var, bool training, double momentum, double eps, bool relu) {
+                             Tensor& running_var, bool training, double momentum, double eps, bool relu,
+                             const Tensor& residual) {
   OPSNN_CHECK_AS(ShapeError, input.dim() >= 2 && input.numel() > 0,
                  "batch_norm: input must be a non-empty [N, C] or [N, C, ...], got ", input.str());
+  if (residual.defined()) {
+    OPSNN_CHECK_AS(ShapeError, residual.shape() == input.shape(), "batch_norm_add_relu: residual ", residual.str(),
+                   " does not match input ", input.str());
+    OPSNN_CHECK_AS(TypeError, residual.dtype() == input.dtype(), "batch_norm_add_relu: residual ", residual.str(),
+                   " must have the input's dtype (", dtype_name(input.dtype()), ")");
+    check_same_device(input, residual, "batch_norm_add_relu input vs residual");
+  }
   check_channel_tensor(input, gamma, "gamma");
   check_channel_tensor(input, beta, "beta");
   check_running_stat(input, running_mean, "running_mean", training);
@@ -178,6 +207,10 @@ Tensor batch_norm_maybe_relu(const Tensor& input, const Tensor& gamma, const Ten
   OPSNN_CHECK_AS(ConfigError, momentum >= 0.0 && momentum <= 1.0, "batch_norm: momentum must lie in [0, 1], got ",
                  momentum);
   const Tensor input_data = input.contiguous().detach();
+  const Tensor residual_data = residual.defined() ? residual.contiguous().detach() : Tensor();
+  const bool add = residual.defined();
+  const std::vector<Tensor> inputs =
+      add ? std::vector<Tensor>{input, gamma, beta, residual} : std::vector<Tensor>{input, gamma, beta};
   // Without affine parameters the kernels see gamma = 1 and beta = 0.
   const Tensor gamma_data = defined_or(gamma, 1.0, input);
   const Tensor beta_data = defined_or(beta, 0.0, input);
@@ -186,12 +219,13 @@ Tensor batch_norm_maybe_relu(const Tensor& input, const Tensor& gamma, const Ten
   const int64_t channels = input.size(1);
 
   if (!training) {
-    backend.batch_norm_forward_eval(input_data, gamma_data, beta_data, running_mean, running_var, eps, relu, out);
-    if (!autograd::any_requires_grad({input, gamma, beta})) return out;
+    backend.batch_norm_forward_eval(input_data, gamma_data, beta_data, running_mean, running_var, eps, relu,
+                                    residual_data, out);
+    if (!autograd::any_requires_grad(inputs)) return out;
     // Snapshots: a later training step updates the running statistics in place.
     auto node = std::make_shared<BatchNormEvalBackward>(input_data, gamma_data, running_mean.clone(),
-                                                        running_var.clone(), eps, relu ? out.detach() : Tensor());
-    return autograd::record(out, std::move(node), {input, gamma, beta});
+                                                        running_var.clone(), eps, relu ? out.detach() : Tensor(), add);
+    return autograd::record(out, std::move(node), inputs);
   }
 
   OPSNN_CHECK_AS(ShapeError, input.numel() / channels > 1,
@@ -202,39 +236,52 @@ Tensor batch_norm_maybe_relu(const Tensor& input, const Tensor& gamma, const Ten
   Tensor var_buffer = running_var.defined() ? running_var : Tensor::ones({channels}, stats_dtype, input.device());
   Tensor save_mean = Tensor::empty({channels}, stats_dtype, input.device());
   Tensor save_invstd = Tensor::empty({channels}, stats_dtype, input.device());
-  backend.batch_norm_forward_train(input_data, gamma_data, beta_data, mean_buffer, var_buffer, momentum, eps, relu, out,
-                                   save_mean, save_invstd);
-  if (!autograd::any_requires_grad({input, gamma, beta})) return out;
+  backend.batch_norm_forward_train(input_data, gamma_data, beta_data, mean_buffer, var_buffer, momentum, eps, relu,
+                                   residual_data, out, save_mean, save_invstd);
+  if (!autograd::any_requires_grad(inputs)) return out;
   auto node = std::make_shared<BatchNormBackward>(input_data, gamma_data, save_mean, save_invstd,
-                                                  relu ? out.detach() : Tensor());
-  return autograd::record(out, std::move(node), {input, gamma, beta});
+                                                  relu ? out.detach() : Tensor(), add);
+  return autograd::record(out, std::move(node), inputs);
 }
 
-// Both layouts of both ops; a channels-last input is viewed as [rows, C] (reshape records the view for
-// autograd).
+// Both layouts of the three ops; a channels-last input (and residual) is viewed as [rows, C] (reshape
+// records the view for autograd).
 Tensor batch_norm_in_layout(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
                             Tensor& running_var, bool training, double momentum, double eps, bool relu,
-                            bool channels_last) {
+                            const Tensor& residual, bool channels_last) {
   if (!channels_last)
-    return batch_norm_maybe_relu(input, gamma, beta, running_mean, running_var, training, momentum, eps, relu);
+    return batch_norm_maybe_relu(input, gamma, beta, running_mean, running_var, training, momentum, eps, relu,
+                                 residual);
   OPSNN_CHECK_AS(ShapeError, input.dim() >= 2 && input.numel() > 0,
                  "batch_norm: a channels_last input must be a non-empty [N, ..., C], got ", input.str());
+  OPSNN_CHECK_AS(ShapeError, !residual.defined() || residual.shape() == input.shape(), "batch_norm_add_relu: residual ",
+                 residual.defined() ? residual.str() : "", " does not match input ", input.str());
   const Tensor rows = reshape(input, {-1, input.size(-1)});
-  return reshape(batch_norm_maybe_relu(rows, gamma, beta, running_mean, running_var, training, momentum, eps, relu),
-                 input.shape());
+  const Tensor residual_rows = residual.defined() ? reshape(residual, {-1, input.size(-1)}) : Tensor();
+  return reshape(
+      batch_norm_maybe_relu(rows, gamma, beta, running_mean, running_var, training, momentum, eps, relu, residual_rows),
+      input.shape());
 }
 
 }  // namespace
 
 Tensor batch_norm(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
                   Tensor& running_var, bool training, double momentum, double eps, bool channels_last) {
-  return batch_norm_in_layout(input, gamma, beta, running_mean, running_var, training, momentum, eps, false,
+  return batch_norm_in_layout(input, gamma, beta, running_mean, running_var, training, momentum, eps, false, Tensor(),
                               channels_last);
 }
 
 Tensor batch_norm_relu(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
                        Tensor& running_var, bool training, double momentum, double eps, bool channels_last) {
-  return batch_norm_in_layout(input, gamma, beta, running_mean, running_var, training, momentum, eps, true,
+  return batch_norm_in_layout(input, gamma, beta, running_mean, running_var, training, momentum, eps, true, Tensor(),
+                              channels_last);
+}
+
+Tensor batch_norm_add_relu(const Tensor& input, const Tensor& residual, const Tensor& gamma, const Tensor& beta,
+                           Tensor& running_mean, Tensor& running_var, bool training, double momentum, double eps,
+                           bool channels_last) {
+  OPSNN_CHECK(residual.defined(), "batch_norm_add_relu: the residual is undefined");
+  return batch_norm_in_layout(input, gamma, beta, running_mean, running_var, training, momentum, eps, true, residual,
                               channels_last);
 }
 

@@ -8,7 +8,8 @@
 // two channels, a tail of single values) at every alignment, plain and fused. Channel-innermost rows
 // ([N * H * W, C]: channels-last activations as ops::batch_norm passes them, norm_rows.cu's kernels) with
 // C = 64, 96, 13, 8, 1000, 3 at every alignment, plain and fused, eval, run-to-run identity; and the
-// channels-last op on [N, H, W, C] GPU tensors against the CPU op, training and eval.
+// channels-last op on [N, H, W, C] GPU tensors against the CPU op, training and eval. The fused residual add
+// (batch_norm_add_relu) bit for bit against batch norm followed by add_relu on the GPU, both layouts.
 // Tagged [cuda]: skipped without a GPU.
 #include <algorithm>
 #include <cmath>
@@ -157,8 +158,8 @@ Run run_on_gpu(const Inputs& in, int64_t shift = 0, bool relu = false) {
           on_gpu(Tensor::zeros(shape, in.x.dtype()), shift),
           Tensor::empty({channels}, DType::f32, kGpu),
           Tensor::empty({channels}, DType::f32, kGpu)};
-  backend.batch_norm_forward_train(x, gamma, beta, run.running_mean, run.running_var, kMomentum, kEps, relu, run.out,
-                                   run.save_mean, run.save_invstd);
+  backend.batch_norm_forward_train(x, gamma, beta, run.running_mean, run.running_var, kMomentum, kEps, relu, Tensor(),
+                                   run.out, run.save_mean, run.save_invstd);
   backend.batch_norm_backward(g, relu ? run.out : Tensor(), x, gamma, run.save_mean, run.save_invstd, run.grad_input,
                               run.grad_gamma, run.grad_beta);
   return run;
@@ -380,7 +381,7 @@ TEST_CASE("CUDA batch norm eval normalizes with the running statistics", "[cuda]
       Tensor out = Tensor::zeros(shape, dtype, kGpu);
       ops::backend_for(kGpu).batch_norm_forward_eval(in.x.to(kGpu), in.gamma.to(kGpu), in.beta.to(kGpu),
                                                      in.running_mean.to(kGpu), in.running_var.to(kGpu), kEps, false,
-                                                     out);
+                                                     Tensor(), out);
       const std::vector<double> x = in.x.to_vector<double>(), gamma = in.gamma.to_vector<double>(),
                                 beta = in.beta.to_vector<double>(), mean = in.running_mean.to_vector<double>(),
                                 var = in.running_var.to_vector<double>();
@@ -450,8 +451,8 @@ TEST_CASE("CUDA batch_norm_relu equals batch norm followed by relu on the GPU, f
         Tensor eval_fused = Tensor::zeros(shape, dtype, kGpu), eval_plain = Tensor::zeros(shape, dtype, kGpu);
         const Tensor x = on_gpu(in.x, shift), gamma = in.gamma.to(kGpu), beta = in.beta.to(kGpu),
                      running_mean = in.running_mean.to(kGpu), running_var = in.running_var.to(kGpu);
-        backend.batch_norm_forward_eval(x, gamma, beta, running_mean, running_var, kEps, true, eval_fused);
-        backend.batch_norm_forward_eval(x, gamma, beta, running_mean, running_var, kEps, false, eval_plain);
+        backend.batch_norm_forward_eval(x, gamma, beta, running_mean, running_var, kEps, true, Tensor(), eval_fused);
+        backend.batch_norm_forward_eval(x, gamma, beta, running_mean, running_var, kEps, false, Tensor(), eval_plain);
         const std::vector<double> eval_fused_values = eval_fused.to_vector<double>(),
                                   eval_plain_values = eval_plain.to_vector<double>();
         for (size_t i = 0; i < eval_plain_values.size(); ++i) {
@@ -488,8 +489,8 @@ TEST_CASE("CUDA batch_norm_relu matches its CPU twin", "[cuda][ops][batch_norm]"
         Tensor out = Tensor::empty(shape), save_mean = Tensor::empty({channels}),
                save_invstd = Tensor::empty({channels});
         Tensor running_mean = in.running_mean.clone(), running_var = in.running_var.clone();
-        cpu.batch_norm_forward_train(x, in.gamma, in.beta, running_mean, running_var, kMomentum, kEps, true, out,
-                                     save_mean, save_invstd);
+        cpu.batch_norm_forward_train(x, in.gamma, in.beta, running_mean, running_var, kMomentum, kEps, true, Tensor(),
+                                     out, save_mean, save_invstd);
         const double tolerance = dtype == DType::f32 ? 1e-5 : output_tolerance(dtype);
         require_scaled(gpu.out, out.to_vector<double>(), tolerance, name + " out");
         require_scaled(gpu.save_mean, save_mean.to_vector<double>(), kStatisticTolerance, name + " save_mean");
@@ -507,8 +508,9 @@ TEST_CASE("CUDA batch_norm_relu matches its CPU twin", "[cuda][ops][batch_norm]"
         Tensor eval_gpu = Tensor::zeros(shape, dtype, kGpu), eval_cpu = Tensor::empty(shape);
         ops::backend_for(kGpu).batch_norm_forward_eval(on_gpu(in.x, shift), in.gamma.to(kGpu), in.beta.to(kGpu),
                                                        in.running_mean.to(kGpu), in.running_var.to(kGpu), kEps, true,
-                                                       eval_gpu);
-        cpu.batch_norm_forward_eval(x, in.gamma, in.beta, in.running_mean, in.running_var, kEps, true, eval_cpu);
+                                                       Tensor(), eval_gpu);
+        cpu.batch_norm_forward_eval(x, in.gamma, in.beta, in.running_mean, in.running_var, kEps, true, Tensor(),
+                                    eval_cpu);
         require_scaled(eval_gpu, eval_cpu.to_vector<double>(), tolerance, name + " eval out");
       }
 }
@@ -595,6 +597,68 @@ TEST_CASE("CUDA channels-last batch_norm and batch_norm_relu match the CPU ops, 
             const Tensor actual = gpu[i].to(kCPU).to(DType::f32);
             REQUIRE(actual.shape() == cpu[i].shape());
             require_scaled(actual, cpu[i].to_vector<double>(), tolerance, name + " " + what[i]);
+          }
+        }
+}
+
+TEST_CASE("CUDA batch_norm_add_relu equals batch norm followed by add_relu bit for bit, both layouts",
+          "[cuda][ops][batch_norm]") {
+  if (gpu_missing()) return;
+  Generator generator(53);
+  // NCHW planes that fill vectors, odd ones (vectors straddling channels, a tail of single values) and
+  // inner 1; NHWC rows of 64 and of 13 channels. The residual also one element off alignment (its loads then
+  // set the vector width). Every 5th residual value cancels the input, which in eval (running statistics 0
+  // and 1, eps 0, gamma 1, beta 0: the identity) puts sums of exactly 0 on the relu's kink.
+  const std::vector<std::pair<Shape, bool>> cases = {{{4, 8, 14, 14}, false},
+                                                     {{3, 5, 7, 9}, false},
+                                                     {{6, 16, 1, 1}, false},
+                                                     {{4, 7, 7, 64}, true},
+                                                     {{3, 5, 6, 13}, true}};
+  for (DType dtype : kDtypes)
+    for (const auto& [shape, channels_last] : cases)
+      for (int64_t shift : {0, 1})
+        for (bool training : {true, false}) {
+          const std::string name =
+              case_name(shape, dtype,
+                        std::string(training ? " train" : " eval") + (channels_last ? " NHWC" : "") +
+                            " residual shift " + std::to_string(shift));
+          const int64_t channels = channels_last ? shape[3] : shape[1];
+          const Tensor x = Tensor::normal(shape, 0.3, 1.0, generator, DType::f32).to(dtype);
+          std::vector<double> added = Tensor::uniform(shape, -1.0, 1.0, generator, DType::f64).to_vector<double>();
+          const std::vector<double> x_values = x.to_vector<double>();
+          for (size_t i = 0; i < added.size(); i += 5) added[i] = -x_values[i];
+          const Tensor residual = Tensor::from_vector<double>(added, shape).to(dtype);
+          const Tensor g = Tensor::uniform(shape, -1.0, 1.0, generator, DType::f32).to(dtype).to(kGpu);
+          const Tensor gamma = training ? Tensor::uniform({channels}, 0.5, 1.5, generator) : Tensor::ones({channels});
+          const Tensor beta = training ? Tensor::uniform({channels}, -0.5, 0.5, generator) : Tensor::zeros({channels});
+          const Tensor running_mean = Tensor::zeros({channels});
+          const Tensor running_var = Tensor::ones({channels});  // with eps 0, eval is the identity
+          auto run = [&](bool fused) {
+            Tensor input = x.to(kGpu).detach(), shortcut = on_gpu(residual, shift).detach();
+            Tensor weight = gamma.to(kGpu).detach(), bias = beta.to(kGpu).detach();
+            for (Tensor* t : {&input, &shortcut, &weight, &bias}) t->set_requires_grad(true);
+            Tensor mean = running_mean.to(kGpu), var = running_var.to(kGpu);
+            const Tensor out = fused ? ops::batch_norm_add_relu(input, shortcut, weight, bias, mean, var, training,
+                                                                kMomentum, 0.0, channels_last)
+                                     : ops::add_relu(ops::batch_norm(input, weight, bias, mean, var, training,
+                                                                     kMomentum, 0.0, channels_last),
+                                                     shortcut);
+            out.backward(g);
+            return std::vector<Tensor>{out, input.grad(), weight.grad(), bias.grad(), shortcut.grad(), mean, var};
+          };
+          const std::vector<Tensor> fused = run(true), unfused = run(false);
+          const char* what[] = {"out",           "grad_input",   "grad_gamma", "grad_beta",
+                                "grad_residual", "running_mean", "running_var"};
+          for (size_t i = 0; i < fused.size(); ++i) {
+            const Tensor a = fused[i].to(kCPU), b = unfused[i].to(kCPU);
+            INFO(name << " " << what[i]);
+            REQUIRE(a.shape() == b.shape());
+            REQUIRE(std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0);
+          }
+          if (!training) {  // the kink was reached
+            int64_t zeros = 0;
+            for (double v : fused[0].to(kCPU).to_vector<double>()) zeros += v == 0.0;
+            CHECK(zeros > 0);
           }
         }
 }

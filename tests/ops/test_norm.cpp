@@ -1,7 +1,8 @@
-// Tests of ops::batch_norm and ops::batch_norm_relu (src/ops/norm.cpp, src/ops/cpu/norm.cpp): training and
-// eval values, running-statistic updates, finite-difference gradients, f32 precision, argument errors, and
-// the fused relu equal bit for bit to batch_norm followed by relu; batch_norm_invstd's values, gradient and
-// errors.
+// Tests of ops::batch_norm, ops::batch_norm_relu and ops::batch_norm_add_relu (src/ops/norm.cpp,
+// src/ops/cpu/norm.cpp): training and eval values, running-statistic updates, finite-difference gradients,
+// f32 precision, argument errors, the fused relu equal bit for bit to batch_norm followed by relu, and the
+// fused residual add + relu equal bit for bit to batch_norm followed by add_relu (both layouts);
+// batch_norm_invstd's values, gradient and errors.
 #include <cmath>
 #include <vector>
 
@@ -78,6 +79,39 @@ BatchNormReluRun run_batch_norm_relu(bool fused, bool training, const Tensor& in
   if (weight.defined()) run.grad_gamma = weight.grad();
   run.grad_beta = bias.grad();
   return run;
+}
+
+// Everything one relu(batch norm + residual) forward and backward produces, from copies of the given
+// tensors: fused (batch_norm_add_relu) or batch_norm followed by add_relu.
+struct BatchNormAddReluRun {
+  BatchNormReluRun run;
+  Tensor grad_residual;
+};
+
+BatchNormAddReluRun run_batch_norm_add_relu(bool fused, bool training, bool channels_last, const Tensor& input,
+                                            const Tensor& residual, const Tensor& gamma, const Tensor& beta,
+                                            const Tensor& running_mean, const Tensor& running_var,
+                                            const Tensor& upstream) {
+  BatchNormAddReluRun result;
+  BatchNormReluRun& run = result.run;
+  Tensor x = input.clone().set_requires_grad(true);
+  Tensor shortcut = residual.clone().set_requires_grad(true);
+  Tensor weight = gamma.clone().set_requires_grad(true);
+  Tensor bias = beta.clone().set_requires_grad(true);
+  run.running_mean = running_mean.clone();
+  run.running_var = running_var.clone();
+  // eps 0: with running statistics 0 and 1 eval's normalization is then exactly the identity.
+  run.out = fused ? ops::batch_norm_add_relu(x, shortcut, weight, bias, run.running_mean, run.running_var, training,
+                                             0.1, 0.0, channels_last)
+                  : ops::add_relu(ops::batch_norm(x, weight, bias, run.running_mean, run.running_var, training, 0.1,
+                                                  0.0, channels_last),
+                                  shortcut);
+  run.out.backward(upstream);
+  run.grad_input = x.grad();
+  run.grad_gamma = weight.grad();
+  run.grad_beta = bias.grad();
+  result.grad_residual = shortcut.grad();
+  return result;
 }
 
 }  // namespace
@@ -286,6 +320,102 @@ TEST_CASE("batch_norm_relu equals batch_norm followed by relu bit for bit, forwa
       }
     }
   }
+}
+
+TEST_CASE("batch_norm_add_relu gradients match finite differences, the residual's included", "[ops]") {
+  for (const Shape& shape : {Shape{3, 2, 3, 4}, Shape{5, 3}, Shape{2, 3, 5}}) {
+    for (bool training : {true, false}) {
+      INFO("input " << shape_str(shape) << (training ? " training" : " eval"));
+      Generator generator(17);
+      const int64_t C = shape[1];
+      Tensor input = random_leaf(shape, generator, -2, 2);
+      Tensor residual = random_leaf(shape, generator, -1, 1);
+      Tensor gamma = random_leaf({C}, generator, 0.5, 1.5);
+      Tensor beta = random_leaf({C}, generator, -0.5, 0.5);
+      Tensor running_mean = Tensor::uniform({C}, -0.5, 0.5, generator, DType::f64);
+      Tensor running_var = Tensor::uniform({C}, 0.5, 1.5, generator, DType::f64);
+      require_gradcheck(
+          [&](const std::vector<Tensor>& in) {
+            return ops::batch_norm_add_relu(in[0], in[3], in[1], in[2], running_mean, running_var, training, 0.1, 1e-5);
+          },
+          {input, gamma, beta, residual});
+    }
+  }
+}
+
+TEST_CASE("batch_norm_add_relu equals batch_norm followed by add_relu bit for bit, forward and all gradients",
+          "[ops]") {
+  // Shapes past the OpenMP threshold, 2-D and odd; f32 and f64; training and eval; NCHW and channels-last
+  // (the same shapes read as [N, ..., C]). Every 5th residual is minus the input there, and eval normalizes
+  // by the identity (running mean 0, var 1, eps 0, gamma 1, beta 0), so sums of exactly 0 hit the kink.
+  for (DType dtype : {DType::f32, DType::f64}) {
+    for (const Shape& shape : {Shape{8, 16, 17, 17}, Shape{6, 4}, Shape{4, 3, 5, 2}}) {
+      for (bool channels_last : {false, true}) {
+        for (bool training : {true, false}) {
+          const std::string what = shape_str(shape) + " " + std::string(dtype_name(dtype)) +
+                                   (training ? " training" : " eval") + (channels_last ? " channels_last" : "");
+          Generator generator(29);
+          const int64_t C = channels_last ? shape.back() : shape[1];
+          const Tensor input = Tensor::normal(shape, 0.3, 1.0, generator, DType::f64).to(dtype);
+          std::vector<double> added = Tensor::uniform(shape, -1.0, 1.0, generator, DType::f64).to_vector<double>();
+          const std::vector<double> x = input.to_vector<double>();
+          for (size_t i = 0; i < added.size(); i += 5) added[i] = -x[i];
+          const Tensor residual = Tensor::from_vector<double>(added, shape).to(dtype);
+          const Tensor gamma = Tensor::ones({C}, dtype), beta = Tensor::zeros({C}, dtype);
+          const Tensor running_mean = Tensor::zeros({C}, dtype);
+          const Tensor running_var = Tensor::ones({C}, dtype);
+          const Tensor upstream = Tensor::uniform(shape, -1.0, 1.0, generator, dtype);
+          const BatchNormAddReluRun unfused = run_batch_norm_add_relu(false, training, channels_last, input, residual,
+                                                                      gamma, beta, running_mean, running_var, upstream);
+          const BatchNormAddReluRun fused = run_batch_norm_add_relu(true, training, channels_last, input, residual,
+                                                                    gamma, beta, running_mean, running_var, upstream);
+          if (!training) {  // the kink was reached
+            int64_t zeros = 0;
+            for (double v : fused.run.out.to_vector<double>()) zeros += v == 0.0;
+            CHECK(zeros > 0);
+          }
+          require_same_bits(fused.run.out, unfused.run.out, what + " out");
+          require_same_bits(fused.run.running_mean, unfused.run.running_mean, what + " running_mean");
+          require_same_bits(fused.run.running_var, unfused.run.running_var, what + " running_var");
+          require_same_bits(fused.run.grad_input, unfused.run.grad_input, what + " grad_input");
+          require_same_bits(fused.run.grad_gamma, unfused.run.grad_gamma, what + " grad_gamma");
+          require_same_bits(fused.run.grad_beta, unfused.run.grad_beta, what + " grad_beta");
+          require_same_bits(fused.grad_residual, unfused.grad_residual, what + " grad_residual");
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("batch_norm_add_relu rejects a residual of another shape, dtype or an undefined one", "[ops]") {
+  Tensor input = Tensor::zeros({4, 3, 2, 2});
+  Tensor mean = Tensor::zeros({3}), var = Tensor::ones({3});
+  CHECK_THAT(require_throws<ShapeError>([&] {
+               ops::batch_norm_add_relu(input, Tensor::zeros({4, 3, 2, 1}), Tensor(), Tensor(), mean, var, true);
+             }),
+             Catch::Contains("residual f32[4, 3, 2, 1]") && Catch::Contains("[4, 3, 2, 2]"));
+  CHECK_THAT(
+      require_throws<TypeError>([&] {
+        ops::batch_norm_add_relu(input, Tensor::zeros({4, 3, 2, 2}, DType::f64), Tensor(), Tensor(), mean, var, true);
+      }),
+      Catch::Contains("residual") && Catch::Contains("f32"));
+  CHECK_THAT(require_throws<ShapeError>([&] {
+               ops::batch_norm_add_relu(Tensor::zeros({4, 2, 2, 3}), Tensor::zeros({4, 2, 3, 2}), Tensor(), Tensor(),
+                                        mean, var, true, 0.1, 1e-5, true);
+             }),
+             Catch::Contains("residual f32[4, 2, 3, 2]") && Catch::Contains("input f32[4, 2, 2, 3]"));
+  CHECK_THAT(
+      require_throws<Error>([&] { ops::batch_norm_add_relu(input, Tensor(), Tensor(), Tensor(), mean, var, true); }),
+      Catch::Contains("residual is undefined"));
+  // The backend refuses a residual without the relu it is added before.
+  Tensor out = Tensor::empty(input.shape()), save_mean = Tensor::empty({3}), save_invstd = Tensor::empty({3});
+  Tensor ones = Tensor::ones({3}), zeros = Tensor::zeros({3});
+  CHECK_THAT(require_throws<Error>([&] {
+               ops::backend_for(kCPU).batch_norm_forward_train(input, ones, zeros, mean, var, 0.1, 1e-5, false,
+                                                               Tensor::zeros(input.shape()), out, save_mean,
+                                                               save_invstd);
+             }),
+             Catch::Contains("only before a relu"));
 }
 
 TEST_CASE("batch_norm_relu keeps its output as the mask and releases it after the backward", "[ops]") {

@@ -92,6 +92,8 @@ class BatchNorm2d : public Module {
   Tensor forward(const Tensor& input) override;  // [N, C, H, W] (or [N, C]; [N, H, W, C] channels_last) -> same shape
   // relu(forward(input)) with the relu fused into the normalization (ops::batch_norm_relu).
   Tensor forward_relu(const Tensor& input);
+  // relu(forward(input) + residual) in one pass (ops::batch_norm_add_relu): a ResNet block's end.
+  Tensor forward_add_relu(const Tensor& input, const Tensor& residual);
   void reset_parameters();
   std::string extra_repr() const override;
   const BatchNorm2dOptions& options() const { return options_; }

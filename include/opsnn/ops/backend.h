@@ -68,13 +68,17 @@ class Backend {
   // [N, H, W, C] input as [N * H * W, C]) ----
   // Training: normalizes with batch statistics, saves mean and 1/sqrt(var + eps), and updates running
   // stats: running = (1 - momentum) * running + momentum * batch (unbiased variance), as PyTorch.
-  // With `relu` both forwards write relu(batch norm) instead, fused into the normalizing pass.
+  // With `relu` both forwards write relu(batch norm) instead, fused into the normalizing pass. residual:
+  // undefined, or (with relu only) a contiguous tensor of the input's shape and dtype added before the relu,
+  // relu(batch norm + residual), the normalized value rounded to the dtype first: what batch norm followed
+  // by add_relu stores (a ResNet block's last batch norm, its shortcut and the relu in one pass).
   virtual void batch_norm_forward_train(const Tensor& input, const Tensor& gamma, const Tensor& beta,
                                         Tensor& running_mean, Tensor& running_var, double momentum, double eps,
-                                        bool relu, Tensor& out, Tensor& save_mean, Tensor& save_invstd) = 0;
+                                        bool relu, const Tensor& residual, Tensor& out, Tensor& save_mean,
+                                        Tensor& save_invstd) = 0;
   virtual void batch_norm_forward_eval(const Tensor& input, const Tensor& gamma, const Tensor& beta,
                                        const Tensor& running_mean, const Tensor& running_var, double eps, bool relu,
-                                       Tensor& out) = 0;
+                                       const Tensor& residual, Tensor& out) = 0;
   // Backward of the training forward; grad_gamma / grad_beta may be undefined when not needed.
   // relu_output: undefined for a plain batch norm; for the fused relu(batch norm) its output, and
   // grad_out then counts only where relu_output > 0 (masked as it is read, never materialised).
@@ -150,5 +154,9 @@ ConvAlgorithmLoad load_conv_algorithms(std::string_view json, const std::string&
 void register_backend(DeviceType type, std::unique_ptr<Backend> backend);
 // The backend for the tensor's device; throws DeviceError listing what is compiled in.
 Backend& backend_for(Device device);
+
+// What the batch-norm forwards require of a defined residual (`what` names the caller): relu set, and the
+// input's shape, dtype and device, contiguous.
+void check_batch_norm_residual(const Tensor& input, bool relu, const Tensor& residual, const char* what);
 
 }  // namespace opsnn::ops

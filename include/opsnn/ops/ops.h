@@ -72,6 +72,13 @@ Tensor batch_norm(const Tensor& input, const Tensor& gamma, const Tensor& beta, 
 Tensor batch_norm_relu(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
                        Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5,
                        bool channels_last = false);
+// relu(batch_norm(input, ...) + residual), the residual of the input's shape, dtype and device: a ResNet
+// block's last batch norm, shortcut add and relu in one pass over the data, equal bit for bit to batch_norm
+// followed by add_relu. The backward masks the upstream gradient once; that tensor is the residual's
+// gradient and what batch norm's backward reads.
+Tensor batch_norm_add_relu(const Tensor& input, const Tensor& residual, const Tensor& gamma, const Tensor& beta,
+                           Tensor& running_mean, Tensor& running_var, bool training, double momentum = 0.1,
+                           double eps = 1e-5, bool channels_last = false);
 // 1 / sqrt(var + eps) element by element for a 1-d tensor of per-channel variances (>= 0), on batch norm's
 // own kernels; the gradient is -0.5 * invstd^3. What a batch norm composed from ops (nn::sync_batch_norm)
 // normalises with.

@@ -21,14 +21,21 @@ struct ChannelLayout {
 
 // out = (x - center) * scale + shift over channel `channel`; centering first keeps precision when the
 // mean is large next to the spread. With `relu`, relu of that, `v < 0 ? 0 : v` on the rounded value as
-// CpuBackend::relu computes it, so the fused op equals batch norm followed by relu bit for bit.
+// CpuBackend::relu computes it, so the fused op equals batch norm followed by relu bit for bit; with a
+// residual too, relu(value + residual) as CpuBackend::add_relu computes it.
 template <typename T>
-void normalize_channel(const T* x, T* out, const ChannelLayout& layout, int64_t channel, double center, double scale,
-                       double shift, bool relu) {
+void normalize_channel(const T* x, const T* residual, T* out, const ChannelLayout& layout, int64_t channel,
+                       double center, double scale, double shift, bool relu) {
   const T center_t = static_cast<T>(center), scale_t = static_cast<T>(scale), shift_t = static_cast<T>(shift);
   for (int64_t n = 0; n < layout.batch; ++n) {
     const int64_t start = layout.start(n, channel);
-    if (relu) {
+    if (residual != nullptr) {
+      for (int64_t i = start; i < start + layout.inner; ++i) {
+        const T value = (x[i] - center_t) * scale_t + shift_t;
+        const T sum = value + residual[i];
+        out[i] = sum < T(0) ? T(0) : sum;
+      }
+    } else if (relu) {
       for (int64_t i = start; i < start + layout.inner; ++i) {
         const T value = (x[i] - center_t) * scale_t + shift_t;
         out[i] = value < T(0) ? T(0) : value;
@@ -41,10 +48,11 @@ void normalize_channel(const T* x, T* out, const ChannelLayout& layout, int64_t 
 
 template <typename T>
 void forward_train_typed(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
-                         Tensor& running_var, double momentum, double eps, bool relu, Tensor& out, Tensor& save_mean,
-                         Tensor& save_invstd) {
+                         Tensor& running_var, double momentum, double eps, bool relu, const Tensor& residual,
+                         Tensor& out, Tensor& save_mean, Tensor& save_invstd) {
   const ChannelLayout layout(input);
   const T* x = input.data<T>();
+  const T* shortcut = residual.defined() ? residual.data<T>() : nullptr;
   const T* weight = gamma.data<T>();
   const T* bias = beta.data<T>();
   T* y = out.data<T>();
@@ -72,8 +80,8 @@ void forward_train_typed(const Tensor& input, const Tensor& gamma, const Tensor&
     }
     const double variance = squared / count;
     const double invstd = 1.0 / std::sqrt(variance + eps);
-    normalize_channel(x, y, layout, c, mean, static_cast<double>(weight[c]) * invstd, static_cast<double>(bias[c]),
-                      relu);
+    normalize_channel(x, shortcut, y, layout, c, mean, static_cast<double>(weight[c]) * invstd,
+                      static_cast<double>(bias[c]), relu);
     mean_out[c] = static_cast<T>(mean);
     invstd_out[c] = static_cast<T>(invstd);
     // Running variance takes the unbiased estimate, as PyTorch does.
@@ -85,9 +93,10 @@ void forward_train_typed(const Tensor& input, const Tensor& gamma, const Tensor&
 
 template <typename T>
 void forward_eval_typed(const Tensor& input, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
-                        const Tensor& running_var, double eps, bool relu, Tensor& out) {
+                        const Tensor& running_var, double eps, bool relu, const Tensor& residual, Tensor& out) {
   const ChannelLayout layout(input);
   const T* x = input.data<T>();
+  const T* shortcut = residual.defined() ? residual.data<T>() : nullptr;
   const T* weight = gamma.data<T>();
   const T* bias = beta.data<T>();
   const T* run_mean = running_mean.data<T>();
@@ -96,7 +105,8 @@ void forward_eval_typed(const Tensor& input, const Tensor& gamma, const Tensor& 
 #pragma omp parallel for schedule(static) if (layout.parallel())
   for (int64_t c = 0; c < layout.channels; ++c) {
     const double scale = static_cast<double>(weight[c]) / std::sqrt(static_cast<double>(run_var[c]) + eps);
-    normalize_channel(x, y, layout, c, static_cast<double>(run_mean[c]), scale, static_cast<double>(bias[c]), relu);
+    normalize_channel(x, shortcut, y, layout, c, static_cast<double>(run_mean[c]), scale, static_cast<double>(bias[c]),
+                      relu);
   }
 }
 
@@ -150,18 +160,21 @@ void backward_typed(const Tensor& grad_out, const Tensor& relu_output, const Ten
 
 void CpuBackend::batch_norm_forward_train(const Tensor& input, const Tensor& gamma, const Tensor& beta,
                                           Tensor& running_mean, Tensor& running_var, double momentum, double eps,
-                                          bool relu, Tensor& out, Tensor& save_mean, Tensor& save_invstd) {
+                                          bool relu, const Tensor& residual, Tensor& out, Tensor& save_mean,
+                                          Tensor& save_invstd) {
+  check_batch_norm_residual(input, relu, residual, "CPU batch_norm_forward_train");
   cpu::visit_floating(input.dtype(), "batch_norm_forward_train", [&](auto tag) {
-    forward_train_typed<decltype(tag)>(input, gamma, beta, running_mean, running_var, momentum, eps, relu, out,
-                                       save_mean, save_invstd);
+    forward_train_typed<decltype(tag)>(input, gamma, beta, running_mean, running_var, momentum, eps, relu, residual,
+                                       out, save_mean, save_invstd);
   });
 }
 
 void CpuBackend::batch_norm_forward_eval(const Tensor& input, const Tensor& gamma, const Tensor& beta,
                                          const Tensor& running_mean, const Tensor& running_var, double eps, bool relu,
-                                         Tensor& out) {
+                                         const Tensor& residual, Tensor& out) {
+  check_batch_norm_residual(input, relu, residual, "CPU batch_norm_forward_eval");
   cpu::visit_floating(input.dtype(), "batch_norm_forward_eval", [&](auto tag) {
-    forward_eval_typed<decltype(tag)>(input, gamma, beta, running_mean, running_var, eps, relu, out);
+    forward_eval_typed<decltype(tag)>(input, gamma, beta, running_mean, running_var, eps, relu, residual, out);
   });
 }
 

@@ -36,10 +36,11 @@ class CudaBackend final : public Backend {
   void conv2d_backward_weight(const Tensor& grad_out, const Tensor& input, Tensor& grad_weight,
                               const Conv2dGeometry& geometry) override;
   void batch_norm_forward_train(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
-                                Tensor& running_var, double momentum, double eps, bool relu, Tensor& out,
-                                Tensor& save_mean, Tensor& save_invstd) override;
+                                Tensor& running_var, double momentum, double eps, bool relu, const Tensor& residual,
+                                Tensor& out, Tensor& save_mean, Tensor& save_invstd) override;
   void batch_norm_forward_eval(const Tensor& input, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
-                               const Tensor& running_var, double eps, bool relu, Tensor& out) override;
+                               const Tensor& running_var, double eps, bool relu, const Tensor& residual,
+                               Tensor& out) override;
   void batch_norm_backward(const Tensor& grad_out, const Tensor& relu_output, const Tensor& input, const Tensor& gamma,
                            const Tensor& save_mean, const Tensor& save_invstd, Tensor& grad_input, Tensor& grad_gamma,
                            Tensor& grad_beta) override;

@@ -57,20 +57,21 @@ void launch_sum(const T* x, T* out, const ReduceLayout& layout, int64_t out_coun
 // statistics, their gradients) are always f32, and statistics accumulate in double. Each launcher
 // takes device scratch of batch_norm_workspace_bytes(layout) bytes (16-byte aligned), computed on the
 // device that runs the launch; it may be freed, stream-ordered, right after the launch. An empty input
-// (batch * inner == 0) launches nothing. With `relu` the forwards write relu(batch norm); a non-null
-// relu_output (that fused output) makes the backward use grad_out only where relu_output > 0.
+// (batch * inner == 0) launches nothing. With `relu` the forwards write relu(batch norm), and with a
+// non-null residual too relu(T(batch norm) + residual); a non-null relu_output (that fused output) makes
+// the backward use grad_out only where relu_output > 0.
 struct ChannelLayout {
   int64_t batch, channels, inner;
 };
 size_t batch_norm_workspace_bytes(const ChannelLayout& layout);
 template <typename T>
 void launch_batch_norm_forward_train(const T* x, const float* gamma, const float* beta, float* running_mean,
-                                     float* running_var, double momentum, double eps, bool relu, T* out,
-                                     float* save_mean, float* save_invstd, const ChannelLayout& layout,
+                                     float* running_var, double momentum, double eps, bool relu, const T* residual,
+                                     T* out, float* save_mean, float* save_invstd, const ChannelLayout& layout,
                                      void* workspace);
 template <typename T>
 void launch_batch_norm_forward_eval(const T* x, const float* gamma, const float* beta, const float* running_mean,
-                                    const float* running_var, double eps, bool relu, T* out,
+                                    const float* running_var, double eps, bool relu, const T* residual, T* out,
                                     const ChannelLayout& layout, void* workspace);
 // grad_gamma / grad_beta and relu_output may be null.
 template <typename T>

@@ -297,21 +297,22 @@ __global__ void eval_coefficients_kernel(const float* gamma, const float* beta, 
   }
 }
 
-// out = (x - center) * scale + shift with each value's channel's coefficients; with kRelu, relu of that
-// (in f32, before the rounding to T: the same value as relu of the rounded result, up to the sign of a
-// zero). NaN propagates through the relu, as relu's does.
-template <typename T, int V, bool kRelu>
+// out = (x - center) * scale + shift with each value's channel's coefficients, finished by
+// finish_normalized (relu with kRelu; relu of that plus the residual with kResidual).
+template <typename T, int V, bool kRelu, bool kResidual>
 __global__ void __launch_bounds__(kMapThreads)
-    normalize_kernel(const T* x, T* out, const float4* coefficients, MapGeometry g) {
+    normalize_kernel(const T* x, const T* residual, T* out, const float4* coefficients, MapGeometry g) {
   const int64_t start = global_thread_index();
   TensorWalk walk = start_tensor_walk(start * V, g);
   for (int64_t vector = start; vector < g.vectors; vector += kUnroll<V> * g.stride) {
     float values[kUnroll<V> * V];
+    float added[kResidual ? kUnroll<V> * V : 1];
     VectorCoefficients k[kUnroll<V>];
 #pragma unroll
     for (int u = 0; u < kUnroll<V>; ++u) {
       if (vector + u * g.stride < g.vectors) {
         load_unit<T, V>(x, vector + u * g.stride, values + u * V);
+        if constexpr (kResidual) load_unit<T, V>(residual, vector + u * g.stride, added + u * V);
         k[u] = coefficients_at<V>(coefficients, walk, g);
       }
       advance(walk, g);
@@ -321,18 +322,16 @@ __global__ void __launch_bounds__(kMapThreads)
       if (vector + u * g.stride >= g.vectors) continue;
       float* v = values + u * V;
 #pragma unroll
-      for (int e = 0; e < V; ++e) {
-        v[e] = normalize_value(v[e], pick(k[u], e));
-        if constexpr (kRelu) v[e] = v[e] < 0.0f ? 0.0f : v[e];
-      }
+      for (int e = 0; e < V; ++e)
+        v[e] = finish_normalized<T, kRelu, kResidual>(normalize_value(v[e], pick(k[u], e)),
+                                                      kResidual ? added[kResidual ? u * V + e : 0] : 0.0f);
       store_unit<T, V>(out, vector + u * g.stride, v);
     }
   }
   if (start != 0) return;
   for (int64_t i = g.vectors * V; i < g.values; ++i) {
-    float v = normalize_value(static_cast<float>(x[i]), coefficients[channel_of(i, g)]);
-    if constexpr (kRelu) v = v < 0.0f ? 0.0f : v;
-    out[i] = T(v);
+    const float v = normalize_value(static_cast<float>(x[i]), coefficients[channel_of(i, g)]);
+    out[i] = T(finish_normalized<T, kRelu, kResidual>(v, kResidual ? static_cast<float>(residual[i]) : 0.0f));
   }
 }
 
@@ -515,20 +514,25 @@ MapGeometry map_geometry(const ChannelLayout& layout, unsigned& blocks) {
           values,       stride,          {step % layout.inner, (step / layout.inner) % layout.channels}};
 }
 
+// residual: null, or (with relu) added before it.
 template <typename T>
-void launch_normalize(const T* x, T* out, const float4* coefficients, const ChannelLayout& layout, bool relu) {
+void launch_normalize(const T* x, const T* residual, T* out, const float4* coefficients, const ChannelLayout& layout,
+                      bool relu) {
   if (layout.inner == 1) {
-    launch_row_normalize(x, out, coefficients, layout.batch, layout.channels, relu);
+    launch_row_normalize(x, residual, out, coefficients, layout.batch, layout.channels, relu);
     return;
   }
-  with_width<kVectorWidth<T>>(map_width<T>(layout, {x, out}), [&](auto width) {
+  // A null residual passes the alignment tests.
+  with_width<kVectorWidth<T>>(map_width<T>(layout, {x, residual, out}), [&](auto width) {
     constexpr int V = decltype(width)::value;
     unsigned blocks = 0;
     const MapGeometry geometry = map_geometry<V>(layout, blocks);
-    if (relu)
-      normalize_kernel<T, V, true><<<blocks, kMapThreads>>>(x, out, coefficients, geometry);
+    if (residual != nullptr)
+      normalize_kernel<T, V, true, true><<<blocks, kMapThreads>>>(x, residual, out, coefficients, geometry);
+    else if (relu)
+      normalize_kernel<T, V, true, false><<<blocks, kMapThreads>>>(x, residual, out, coefficients, geometry);
     else
-      normalize_kernel<T, V, false><<<blocks, kMapThreads>>>(x, out, coefficients, geometry);
+      normalize_kernel<T, V, false, false><<<blocks, kMapThreads>>>(x, residual, out, coefficients, geometry);
   });
 }
 
@@ -575,8 +579,8 @@ size_t batch_norm_workspace_bytes(const ChannelLayout& layout) {
 
 template <typename T>
 void launch_batch_norm_forward_train(const T* x, const float* gamma, const float* beta, float* running_mean,
-                                     float* running_var, double momentum, double eps, bool relu, T* out,
-                                     float* save_mean, float* save_invstd, const ChannelLayout& layout,
+                                     float* running_var, double momentum, double eps, bool relu, const T* residual,
+                                     T* out, float* save_mean, float* save_invstd, const ChannelLayout& layout,
                                      void* workspace) {
   if (layout.channels == 0 || layout.batch * layout.inner == 0) return;
   const int64_t splits = split_count(layout);
@@ -594,18 +598,18 @@ void launch_batch_norm_forward_train(const T* x, const float* gamma, const float
   finalize_forward_kernel<<<finalize_blocks(layout.channels), kFinalizeThreads>>>(
       partials, splits, layout.channels, gamma, beta, running_mean, running_var, momentum, eps, save_mean, save_invstd,
       space.coefficients);
-  launch_normalize(x, out, space.coefficients, layout, relu);
+  launch_normalize(x, residual, out, space.coefficients, layout, relu);
 }
 
 template <typename T>
 void launch_batch_norm_forward_eval(const T* x, const float* gamma, const float* beta, const float* running_mean,
-                                    const float* running_var, double eps, bool relu, T* out,
+                                    const float* running_var, double eps, bool relu, const T* residual, T* out,
                                     const ChannelLayout& layout, void* workspace) {
   if (layout.channels == 0 || layout.batch * layout.inner == 0) return;
   const Workspace space = carve(workspace, layout);
   eval_coefficients_kernel<<<blocks_for(layout.channels), kThreadsPerBlock>>>(gamma, beta, running_mean, running_var,
                                                                               eps, layout.channels, space.coefficients);
-  launch_normalize(x, out, space.coefficients, layout, relu);
+  launch_normalize(x, residual, out, space.coefficients, layout, relu);
 }
 
 template <typename T>
@@ -625,9 +629,10 @@ void launch_batch_norm_backward(const T* grad_out, const T* relu_output, const T
 
 #define OPSNN_INSTANTIATE_BATCH_NORM(T)                                                                               \
   template void launch_batch_norm_forward_train<T>(const T*, const float*, const float*, float*, float*, double,      \
-                                                   double, bool, T*, float*, float*, const ChannelLayout&, void*);    \
+                                                   double, bool, const T*, T*, float*, float*, const ChannelLayout&,  \
+                                                   void*);                                                            \
   template void launch_batch_norm_forward_eval<T>(const T*, const float*, const float*, const float*, const float*,   \
-                                                  double, bool, T*, const ChannelLayout&, void*);                     \
+                                                  double, bool, const T*, T*, const ChannelLayout&, void*);           \
   template void launch_batch_norm_backward<T>(const T*, const T*, const T*, const float*, const float*, const float*, \
                                               T*, float*, float*, const ChannelLayout&, void*);
 OPSNN_FOR_EACH_FLOATING_TYPE(OPSNN_INSTANTIATE_BATCH_NORM)

@@ -202,11 +202,15 @@ __global__ void __launch_bounds__(kRowThreads, 2)
   for (int k = 0; k < V; ++k) partials[blockIdx.y * channels + s.unit * V + k] = totals[k];
 }
 
-// out = (x - center) * scale + shift (relu'd with kRelu) with each value's channel's coefficients, which
-// a thread loads once: its rows are blockIdx.y * blockDim.y + threadIdx.y and every grid's worth of rows on.
-template <typename T, int V, bool kRelu>
+// out = (x - center) * scale + shift with each value's channel's coefficients, which a thread loads once,
+// finished by finish_normalized (relu with kRelu; relu of that plus the residual with kResidual): its rows
+// are blockIdx.y * blockDim.y + threadIdx.y and every grid's worth of rows on. U rows of x (and of the
+// residual) are loaded as raw bits before any becomes floats: with the residual's loads too, floats
+// would take the registers that keep those loads in flight.
+template <typename T, int V, bool kRelu, bool kResidual>
 __global__ void __launch_bounds__(kRowThreads)
-    row_normalize_kernel(const T* x, T* out, const float4* coefficients, int64_t rows, int64_t units) {
+    row_normalize_kernel(const T* x, const T* residual, T* out, const float4* coefficients, int64_t rows,
+                         int64_t units) {
   constexpr int U = kRowUnroll<V>;
   const int64_t unit = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (unit >= units) return;
@@ -215,19 +219,22 @@ __global__ void __launch_bounds__(kRowThreads)
   for (int c = 0; c < V; ++c) k[c] = coefficients[unit * V + c];
   const int64_t stride = static_cast<int64_t>(gridDim.y) * blockDim.y;
   for (int64_t row = blockIdx.y * static_cast<int64_t>(blockDim.y) + threadIdx.y; row < rows; row += U * stride) {
-    float values[U * V];
+    RawUnit<T, V> raw[U], raw_added[kResidual ? U : 1];
 #pragma unroll
     for (int u = 0; u < U; ++u)
-      if (row + u * stride < rows) load_unit<T, V>(x, (row + u * stride) * units + unit, values + u * V);
+      if (row + u * stride < rows) {
+        raw[u] = load_raw<T, V>(x, (row + u * stride) * units + unit);
+        if constexpr (kResidual) raw_added[u] = load_raw<T, V>(residual, (row + u * stride) * units + unit);
+      }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (row + u * stride >= rows) continue;
-      float* v = values + u * V;
+      float v[V], added[V];
+      unpack<T, V>(raw[u], v);
+      if constexpr (kResidual) unpack<T, V>(raw_added[u], added);
 #pragma unroll
-      for (int c = 0; c < V; ++c) {
-        v[c] = normalize_value(v[c], k[c]);
-        if constexpr (kRelu) v[c] = v[c] < 0.0f ? 0.0f : v[c];
-      }
+      for (int c = 0; c < V; ++c)
+        v[c] = finish_normalized<T, kRelu, kResidual>(normalize_value(v[c], k[c]), kResidual ? added[c] : 0.0f);
       store_unit<T, V>(out, (row + u * stride) * units + unit, v);
     }
   }
@@ -324,15 +331,18 @@ void launch_row_gradient_sums(const T* grad_out, const T* relu_output, const T* 
 }
 
 template <typename T>
-void launch_row_normalize(const T* x, T* out, const float4* coefficients, int64_t rows, int64_t channels, bool relu) {
-  with_width<kVectorWidth<T>>(row_width<T>(channels, {x, out}), [&](auto width) {
+void launch_row_normalize(const T* x, const T* residual, T* out, const float4* coefficients, int64_t rows,
+                          int64_t channels, bool relu) {
+  with_width<kVectorWidth<T>>(row_width<T>(channels, {x, residual, out}), [&](auto width) {
     constexpr int V = decltype(width)::value;
     const RowBlock block = row_block(channels, V);
     const dim3 grid = map_grid(block, rows), threads(block.across, block.down);
-    if (relu)
-      row_normalize_kernel<T, V, true><<<grid, threads>>>(x, out, coefficients, rows, block.units);
+    if (residual != nullptr)
+      row_normalize_kernel<T, V, true, true><<<grid, threads>>>(x, residual, out, coefficients, rows, block.units);
+    else if (relu)
+      row_normalize_kernel<T, V, true, false><<<grid, threads>>>(x, residual, out, coefficients, rows, block.units);
     else
-      row_normalize_kernel<T, V, false><<<grid, threads>>>(x, out, coefficients, rows, block.units);
+      row_normalize_kernel<T, V, false, false><<<grid, threads>>>(x, residual, out, coefficients, rows, block.units);
   });
 }
 
@@ -356,7 +366,7 @@ void launch_row_grad_input(const T* grad_out, const T* relu_output, const T* x, 
   template void launch_row_moments<T>(const T*, int64_t, int64_t, int64_t, Moments*);                              \
   template void launch_row_gradient_sums<T>(const T*, const T*, const T*, const float*, int64_t, int64_t, int64_t, \
                                             double2*);                                                             \
-  template void launch_row_normalize<T>(const T*, T*, const float4*, int64_t, int64_t, bool);                      \
+  template void launch_row_normalize<T>(const T*, const T*, T*, const float4*, int64_t, int64_t, bool);            \
   template void launch_row_grad_input<T>(const T*, const T*, const T*, T*, const float4*, int64_t, int64_t);
 OPSNN_FOR_EACH_FLOATING_TYPE(OPSNN_INSTANTIATE_ROW_BATCH_NORM)
 

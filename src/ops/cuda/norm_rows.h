@@ -23,9 +23,11 @@ void launch_row_moments(const T* x, int64_t rows, int64_t channels, int64_t spli
 template <typename T>
 void launch_row_gradient_sums(const T* grad_out, const T* relu_output, const T* x, const float* save_mean, int64_t rows,
                               int64_t channels, int64_t splits, double2* partials);
-// out = normalize_value(x, coefficients[channel]), relu'd with `relu`.
+// out = finish_normalized(normalize_value(x, coefficients[channel]), residual): relu'd with `relu`, the
+// residual (null, or with relu) added before the relu.
 template <typename T>
-void launch_row_normalize(const T* x, T* out, const float4* coefficients, int64_t rows, int64_t channels, bool relu);
+void launch_row_normalize(const T* x, const T* residual, T* out, const float4* coefficients, int64_t rows,
+                          int64_t channels, bool relu);
 // grad_input = grad_input_value(g, x, coefficients[channel]) (g masked by relu_output where not null).
 template <typename T>
 void launch_row_grad_input(const T* grad_out, const T* relu_output, const T* x, T* grad_input,

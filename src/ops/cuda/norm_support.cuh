@@ -203,6 +203,17 @@ __device__ __forceinline__ void unpack_gradient(const RawGradientUnit<T, V, kMas
 // out = (x - center) * scale + shift with k = {center, scale, shift, unused}.
 __device__ __forceinline__ float normalize_value(float x, const float4& k) { return (x - k.x) * k.y + k.z; }
 
+// The normalizing pass's last step on a normalized value v: with kResidual, relu(T(v) + residual), the
+// value rounded to T first as batch norm followed by add_relu stores it; else with kRelu, relu(v) in f32
+// (before the rounding to T: the same value as relu of the rounded result, up to the sign of a zero).
+// NaN propagates through the relu, as relu's does.
+template <typename T, bool kRelu, bool kResidual>
+__device__ __forceinline__ float finish_normalized(float v, float residual) {
+  if constexpr (kResidual) v = static_cast<float>(T(v)) + residual;
+  if constexpr (kRelu || kResidual) v = v < 0.0f ? 0.0f : v;
+  return v;
+}
+
 // grad_input = k * (g - mean_grad) - slope * (x - mean) with k = {k, mean_grad, slope, mean}.
 __device__ __forceinline__ float grad_input_value(float grad, float x, const float4& k) {
   return k.x * (grad - k.y) - k.z * (x - k.w);

@@ -292,12 +292,14 @@ void CudaBackend::sum(const Tensor& x, const std::vector<int64_t>& reduce_dims, 
 
 void CudaBackend::batch_norm_forward_train(const Tensor& input, const Tensor& gamma, const Tensor& beta,
                                            Tensor& running_mean, Tensor& running_var, double momentum, double eps,
-                                           bool relu, Tensor& out, Tensor& save_mean, Tensor& save_invstd) {
+                                           bool relu, const Tensor& residual, Tensor& out, Tensor& save_mean,
+                                           Tensor& save_invstd) {
   const char* kernel = "batch_norm_forward_train";
   OPSNN_CHECK_AS(ShapeError, input.dim() >= 2, "CUDA ", kernel, ": input must be [N, C, ...], got ", input.str());
   require_dense_as(input, input, input.device(), kernel);
   require_dense_as(out, input, input.device(), kernel);
   check_same_shape(input, out, "CUDA batch_norm_forward_train");
+  check_batch_norm_residual(input, relu, residual, "CUDA batch_norm_forward_train");
   for (const Tensor* t :
        std::initializer_list<const Tensor*>{&gamma, &beta, &running_mean, &running_var, &save_mean, &save_invstd})
     check_channel_vector(*t, input, kernel);
@@ -308,20 +310,21 @@ void CudaBackend::batch_norm_forward_train(const Tensor& input, const Tensor& ga
     using T = decltype(tag);
     cuda::launch_batch_norm_forward_train(input.data<T>(), gamma.data<float>(), beta.data<float>(),
                                           running_mean.data<float>(), running_var.data<float>(), momentum, eps, relu,
-                                          out.data<T>(), save_mean.data<float>(), save_invstd.data<float>(), layout,
-                                          workspace.data());
+                                          residual.defined() ? residual.data<T>() : nullptr, out.data<T>(),
+                                          save_mean.data<float>(), save_invstd.data<float>(), layout, workspace.data());
   });
   check_launch();
 }
 
 void CudaBackend::batch_norm_forward_eval(const Tensor& input, const Tensor& gamma, const Tensor& beta,
                                           const Tensor& running_mean, const Tensor& running_var, double eps, bool relu,
-                                          Tensor& out) {
+                                          const Tensor& residual, Tensor& out) {
   const char* kernel = "batch_norm_forward_eval";
   OPSNN_CHECK_AS(ShapeError, input.dim() >= 2, "CUDA ", kernel, ": input must be [N, C, ...], got ", input.str());
   require_dense_as(input, input, input.device(), kernel);
   require_dense_as(out, input, input.device(), kernel);
   check_same_shape(input, out, "CUDA batch_norm_forward_eval");
+  check_batch_norm_residual(input, relu, residual, "CUDA batch_norm_forward_eval");
   for (const Tensor* t : std::initializer_list<const Tensor*>{&gamma, &beta, &running_mean, &running_var})
     check_channel_vector(*t, input, kernel);
   cuda::DeviceGuard guard(input.device().index);
@@ -329,9 +332,9 @@ void CudaBackend::batch_norm_forward_eval(const Tensor& input, const Tensor& gam
   const Storage workspace(cuda::batch_norm_workspace_bytes(layout), input.device());
   dispatch_floating(input.dtype(), kernel, [&](auto tag) {
     using T = decltype(tag);
-    cuda::launch_batch_norm_forward_eval(input.data<T>(), gamma.data<float>(), beta.data<float>(),
-                                         running_mean.data<float>(), running_var.data<float>(), eps, relu,
-                                         out.data<T>(), layout, workspace.data());
+    cuda::launch_batch_norm_forward_eval(
+        input.data<T>(), gamma.data<float>(), beta.data<float>(), running_mean.data<float>(), running_var.data<float>(),
+        eps, relu, residual.defined() ? residual.data<T>() : nullptr, out.data<T>(), layout, workspace.data());
   });
   check_launch();
 }
