@@ -27,6 +27,9 @@ import time
 import torch
 import torchvision
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from profile_categories import first_category  # noqa: E402  (tools/, beside this script)
+
 # (category, substrings of a kernel's name), the first match wins; Triton kernels are named by what
 # Inductor fused into them (triton_red_/triton_per_: reductions, triton_poi_: point-wise).
 KERNEL_CATEGORIES = [
@@ -39,13 +42,6 @@ KERNEL_CATEGORIES = [
     ("pooling", ["pool"]),
     ("ATen element-wise, copies, reductions", ["elementwise", "vectorized", "unrolled", "reduce", "copy"]),
 ]
-
-
-def kernel_category(name):
-    for category, keys in KERNEL_CATEGORIES:
-        if any(key in name for key in keys):
-            return category
-    return "other"
 
 
 def profile_step(step):
@@ -62,7 +58,7 @@ def profile_step(step):
     for event in prof.events():
         if event.device_type != torch.autograd.DeviceType.CUDA:
             continue
-        category = kernel_category(event.name)
+        category = first_category(event.name, KERNEL_CATEGORIES, "other")
         milliseconds[category] = milliseconds.get(category, 0.0) + event.time_range.elapsed_us() * 1e-3
         counts[category] = counts.get(category, 0) + 1
     return milliseconds, counts, start.elapsed_time(stop)

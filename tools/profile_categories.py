@@ -35,11 +35,16 @@ CATEGORIES = [
 ]
 
 
-def category(kernel):
-    for name, keys in CATEGORIES:
+def first_category(kernel, categories, default):
+    """The first of `categories` ((name, substrings) pairs) with a substring in `kernel`, else `default`."""
+    for name, keys in categories:
         if any(key in kernel for key in keys):
             return name
-    return "other (loss, workspace set-up, small reductions)"
+    return default
+
+
+def category(kernel):
+    return first_category(kernel, CATEGORIES, "other (loss, workspace set-up, small reductions)")
 
 
 def main(argv):

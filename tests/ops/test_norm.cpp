@@ -263,22 +263,31 @@ TEST_CASE("batch_norm rejects bad arguments with messages naming both sides", "[
   REQUIRE(ops::batch_norm(input, Tensor(), Tensor(), none_mean, none_var, true).shape() == input.shape());
 }
 
-TEST_CASE("batch_norm_relu gradients match finite differences", "[ops]") {
-  for (const Shape& shape : {Shape{3, 2, 3, 4}, Shape{5, 3}, Shape{2, 3, 5}}) {
-    for (bool training : {true, false}) {
-      INFO("input " << shape_str(shape) << (training ? " training" : " eval"));
-      Generator generator(13);
-      const int64_t C = shape[1];
-      Tensor input = random_leaf(shape, generator, -2, 2);
-      Tensor gamma = random_leaf({C}, generator, 0.5, 1.5);
-      Tensor beta = random_leaf({C}, generator, -0.5, 0.5);
-      Tensor running_mean = Tensor::uniform({C}, -0.5, 0.5, generator, DType::f64);
-      Tensor running_var = Tensor::uniform({C}, 0.5, 1.5, generator, DType::f64);
-      require_gradcheck(
-          [&](const std::vector<Tensor>& in) {
-            return ops::batch_norm_relu(in[0], in[1], in[2], running_mean, running_var, training, 0.1, 1e-5);
-          },
-          {input, gamma, beta});
+TEST_CASE("batch_norm_relu and batch_norm_add_relu gradients match finite differences, the residual's included",
+          "[ops]") {
+  for (bool add : {false, true}) {
+    for (const Shape& shape : {Shape{3, 2, 3, 4}, Shape{5, 3}, Shape{2, 3, 5}}) {
+      for (bool training : {true, false}) {
+        INFO((add ? "batch_norm_add_relu" : "batch_norm_relu")
+             << ", input " << shape_str(shape) << (training ? " training" : " eval"));
+        Generator generator(13);
+        const int64_t C = shape[1];
+        Tensor input = random_leaf(shape, generator, -2, 2);
+        Tensor gamma = random_leaf({C}, generator, 0.5, 1.5);
+        Tensor beta = random_leaf({C}, generator, -0.5, 0.5);
+        Tensor running_mean = Tensor::uniform({C}, -0.5, 0.5, generator, DType::f64);
+        Tensor running_var = Tensor::uniform({C}, 0.5, 1.5, generator, DType::f64);
+        std::vector<Tensor> inputs = {input, gamma, beta};
+        if (add) inputs.push_back(random_leaf(shape, generator, -1, 1));
+        require_gradcheck(
+            [&](const std::vector<Tensor>& in) {
+              if (add)
+                return ops::batch_norm_add_relu(in[0], in[3], in[1], in[2], running_mean, running_var, training, 0.1,
+                                                1e-5);
+              return ops::batch_norm_relu(in[0], in[1], in[2], running_mean, running_var, training, 0.1, 1e-5);
+            },
+            inputs);
+      }
     }
   }
 }
@@ -318,27 +327,6 @@ TEST_CASE("batch_norm_relu equals batch_norm followed by relu bit for bit, forwa
           require_same_bits(fused.grad_beta, unfused.grad_beta, what + " grad_beta");
         }
       }
-    }
-  }
-}
-
-TEST_CASE("batch_norm_add_relu gradients match finite differences, the residual's included", "[ops]") {
-  for (const Shape& shape : {Shape{3, 2, 3, 4}, Shape{5, 3}, Shape{2, 3, 5}}) {
-    for (bool training : {true, false}) {
-      INFO("input " << shape_str(shape) << (training ? " training" : " eval"));
-      Generator generator(17);
-      const int64_t C = shape[1];
-      Tensor input = random_leaf(shape, generator, -2, 2);
-      Tensor residual = random_leaf(shape, generator, -1, 1);
-      Tensor gamma = random_leaf({C}, generator, 0.5, 1.5);
-      Tensor beta = random_leaf({C}, generator, -0.5, 0.5);
-      Tensor running_mean = Tensor::uniform({C}, -0.5, 0.5, generator, DType::f64);
-      Tensor running_var = Tensor::uniform({C}, 0.5, 1.5, generator, DType::f64);
-      require_gradcheck(
-          [&](const std::vector<Tensor>& in) {
-            return ops::batch_norm_add_relu(in[0], in[3], in[1], in[2], running_mean, running_var, training, 0.1, 1e-5);
-          },
-          {input, gamma, beta, residual});
     }
   }
 }
