@@ -225,19 +225,26 @@ void gemm_backward_input(cublasHandle_t handle, const Tensor& grad_out, const Te
   }
 }
 
-// Images per weight-gradient partial of a channels-last convolution, whose images are consecutive rows of
-// one [N*H*W, C] matrix: a partial may cover several of them (a longer K, fewer partials to write and sum).
-// One image each while the GEMM has few output tiles (the partials are then its parallelism); for large
-// gradients enough images that about two waves of 128x128 tiles remain (a 2048 x 512 gradient of 256
-// images: 5 partials where there were 256, 1 GiB of f32 partials written and read before).
-int64_t images_per_partial(const GemmPlan& plan, int64_t images) {
-  if (!plan.channels_last) return 1;
+// Weight-gradient partials for `images` images: one per image, except for channels-last convolutions,
+// whose images are consecutive rows of one [N*H*W, C] matrix, so a partial may cover several of them (one
+// longer K; fewer partials to write, sum and hold). One image each while the GEMM has few output tiles
+// (the partials are then its parallelism); for large gradients enough partials for about two waves of
+// 128x128 tiles (a 2048 x 512 gradient of 256 images: 5 partials where there were 256, 1 GiB of f32
+// partials written and read before).
+int64_t partials_for(const GemmPlan& plan, int64_t images) {
+  if (!plan.channels_last) return images;
   int device = 0, multiprocessors = 0;
   OPSNN_CUDA_CHECK(cudaGetDevice(&device));
   OPSNN_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
   const int64_t tiles = ((plan.rows + 127) / 128) * ((plan.filters + 127) / 128);
-  const int64_t partials =
-      std::clamp<int64_t>((2 * multiprocessors + tiles - 1) / tiles, 1, std::max<int64_t>(images, 1));
+  return std::clamp<int64_t>((2 * multiprocessors + tiles - 1) / tiles, 1, std::max<int64_t>(images, 1));
+}
+
+// Images per partial: ceil(images / partials_for(images)), so the groups of that many images and the one
+// group of the rest number at most partials_for(images), and at most partials_for(chunk) for a chunk's
+// worth or fewer (what the partials buffer holds).
+int64_t images_per_partial(const GemmPlan& plan, int64_t images) {
+  const int64_t partials = partials_for(plan, images);
   return (images + partials - 1) / partials;
 }
 
@@ -252,7 +259,8 @@ void gemm_backward_weight(cublasHandle_t handle, const Tensor& grad_out, const T
   std::optional<Storage> columns;
   if (!plan.direct)
     columns.emplace(static_cast<size_t>(chunk * plan.rows_padded * plan.pixels) * element, grad_weight.device());
-  Storage partials(static_cast<size_t>(chunk * plan.filters * plan.rows_padded) * sizeof(float), grad_weight.device());
+  Storage partials(static_cast<size_t>(partials_for(plan, chunk) * plan.filters * plan.rows_padded) * sizeof(float),
+                   grad_weight.device());
   Tensor sums =
       dtype == DType::f32 ? grad_weight : Tensor::empty(grad_weight.shape(), DType::f32, grad_weight.device());
   const cudaDataType_t type = cuda_data_type(dtype);
