@@ -615,9 +615,13 @@ TEST_CASE("CUDA batch_norm_add_relu equals batch norm followed by add_relu bit f
                                                      {{4, 7, 7, 64}, true},
                                                      {{3, 5, 6, 13}, true}};
   for (DType dtype : kDtypes)
-    for (const auto& [shape, channels_last] : cases)
+    for (const auto& entry : cases)
       for (int64_t shift : {0, 1})
         for (bool training : {true, false}) {
+          // Named copies, not structured bindings: the lambda below captures channels_last (clang 14 cannot
+          // capture a binding).
+          const Shape& shape = entry.first;
+          const bool channels_last = entry.second;
           const std::string name =
               case_name(shape, dtype,
                         std::string(training ? " train" : " eval") + (channels_last ? " NHWC" : "") +
