@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/multiprocessors.h"
 #include "ops/cuda/conv_algorithms.h"
 #include "ops/cuda/device_context.h"
 #include "ops/cuda/kernels.h"
@@ -233,11 +234,8 @@ void gemm_backward_input(cublasHandle_t handle, const Tensor& grad_out, const Te
 // partials written and read before).
 int64_t partials_for(const GemmPlan& plan, int64_t images) {
   if (!plan.channels_last) return images;
-  int device = 0, multiprocessors = 0;
-  OPSNN_CUDA_CHECK(cudaGetDevice(&device));
-  OPSNN_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
   const int64_t tiles = ((plan.rows + 127) / 128) * ((plan.filters + 127) / 128);
-  return std::clamp<int64_t>((2 * multiprocessors + tiles - 1) / tiles, 1, std::max<int64_t>(images, 1));
+  return std::clamp<int64_t>((2 * cuda::multiprocessor_count() + tiles - 1) / tiles, 1, std::max<int64_t>(images, 1));
 }
 
 // Images per partial: ceil(images / partials_for(images)), so the groups of that many images and the one

@@ -7,12 +7,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <initializer_list>
 #include <type_traits>
 
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/multiprocessors.h"
 #include "opsnn/core/half.h"
 
 namespace opsnn::cuda::norm {
@@ -222,22 +222,6 @@ __device__ __forceinline__ float grad_input_value(float grad, float x, const flo
 // ---- host side ----
 
 constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// SM count of the current device, queried once per device.
-inline int64_t multiprocessor_count() {
-  constexpr int kCachedDevices = 64;
-  static std::atomic<int> cached[kCachedDevices];
-  int device = 0;
-  OPSNN_CUDA_CHECK(cudaGetDevice(&device));
-  if (device < kCachedDevices) {
-    const int known = cached[device].load(std::memory_order_relaxed);
-    if (known > 0) return known;
-  }
-  int count = 0;
-  OPSNN_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-  if (device < kCachedDevices) cached[device].store(count, std::memory_order_relaxed);
-  return count;
-}
 
 // True when every pointer is a multiple of `bytes` (a null one is).
 inline bool aligned(std::initializer_list<const void*> pointers, int64_t bytes) {

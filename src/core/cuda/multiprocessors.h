@@ -1,0 +1,29 @@
+// The SM count of the current CUDA device, queried once per device: what launch heuristics (grid sizes,
+// how many partial results a reduction leaves) scale with. Host code; .cu and .cpp files both use it.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "core/cuda/cuda_check.h"
+
+namespace opsnn::cuda {
+
+inline int64_t multiprocessor_count() {
+  constexpr int kCachedDevices = 64;
+  static std::atomic<int> cached[kCachedDevices];
+  int device = 0;
+  OPSNN_CUDA_CHECK(cudaGetDevice(&device));
+  if (device < kCachedDevices) {
+    const int known = cached[device].load(std::memory_order_relaxed);
+    if (known > 0) return known;
+  }
+  int count = 0;
+  OPSNN_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  if (device < kCachedDevices) cached[device].store(count, std::memory_order_relaxed);
+  return count;
+}
+
+}  // namespace opsnn::cuda
