@@ -192,13 +192,6 @@ Tensor batch_norm_maybe_relu(const Tensor& input, const Tensor& gamma, const Ten
                              const Tensor& residual) {
   OPSNN_CHECK_AS(ShapeError, input.dim() >= 2 && input.numel() > 0,
                  "batch_norm: input must be a non-empty [N, C] or [N, C, ...], got ", input.str());
-  if (residual.defined()) {
-    OPSNN_CHECK_AS(ShapeError, residual.shape() == input.shape(), "batch_norm_add_relu: residual ", residual.str(),
-                   " does not match input ", input.str());
-    OPSNN_CHECK_AS(TypeError, residual.dtype() == input.dtype(), "batch_norm_add_relu: residual ", residual.str(),
-                   " must have the input's dtype (", dtype_name(input.dtype()), ")");
-    check_same_device(input, residual, "batch_norm_add_relu input vs residual");
-  }
   check_channel_tensor(input, gamma, "gamma");
   check_channel_tensor(input, beta, "beta");
   check_running_stat(input, running_mean, "running_mean", training);
@@ -249,13 +242,20 @@ Tensor batch_norm_maybe_relu(const Tensor& input, const Tensor& gamma, const Ten
 Tensor batch_norm_in_layout(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
                             Tensor& running_var, bool training, double momentum, double eps, bool relu,
                             const Tensor& residual, bool channels_last) {
+  // Checked in the caller's layout: a channels-last residual of another shape may still view as the input's
+  // rows.
+  if (residual.defined()) {
+    OPSNN_CHECK_AS(ShapeError, residual.shape() == input.shape(), "batch_norm_add_relu: residual ", residual.str(),
+                   " does not match input ", input.str());
+    OPSNN_CHECK_AS(TypeError, residual.dtype() == input.dtype(), "batch_norm_add_relu: residual ", residual.str(),
+                   " must have the input's dtype (", dtype_name(input.dtype()), ")");
+    check_same_device(input, residual, "batch_norm_add_relu input vs residual");
+  }
   if (!channels_last)
     return batch_norm_maybe_relu(input, gamma, beta, running_mean, running_var, training, momentum, eps, relu,
                                  residual);
   OPSNN_CHECK_AS(ShapeError, input.dim() >= 2 && input.numel() > 0,
                  "batch_norm: a channels_last input must be a non-empty [N, ..., C], got ", input.str());
-  OPSNN_CHECK_AS(ShapeError, !residual.defined() || residual.shape() == input.shape(), "batch_norm_add_relu: residual ",
-                 residual.defined() ? residual.str() : "", " does not match input ", input.str());
   const Tensor rows = reshape(input, {-1, input.size(-1)});
   const Tensor residual_rows = residual.defined() ? reshape(residual, {-1, input.size(-1)}) : Tensor();
   return reshape(
