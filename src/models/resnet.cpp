@@ -6,8 +6,9 @@
 // a block's last batch norm and its residual add together (BatchNorm2d::forward_add_relu); modules and parameter
 // names are those of the unfused network.
 // With channels_last the residual stages run on NHWC activations (their convolutions and batch norms
-// channels-last, the weights unchanged): the stem's output is permuted to NHWC before layer1 and layer4's
-// output back to NCHW before the global average pool, so the outputs are those of the NCHW network.
+// channels-last, the weights unchanged): the stem's output is permuted to NHWC before layer1, and the global
+// average pool reads layer4's NHWC output where it lies (the same sums as over NCHW planes), so the outputs
+// are those of the NCHW network.
 #include "opsnn/core/error.h"
 #include "opsnn/models/models.h"
 #include "opsnn/nn/init.h"
@@ -136,8 +137,7 @@ class ResNet : public nn::Module {
     if (pool_) x = pool_->forward(x);
     if (channels_last_) x = ops::permute(x, {0, 2, 3, 1});
     for (const auto& stage : stages_) x = stage->forward(x);
-    if (channels_last_) x = ops::permute(x, {0, 3, 1, 2});
-    return fc_->forward(ops::global_avg_pool2d(x));
+    return fc_->forward(channels_last_ ? ops::global_avg_pool2d_nhwc(x) : ops::global_avg_pool2d(x));
   }
 
  private:

@@ -1,5 +1,6 @@
-// Pooling of the functional API (max, average, global average over NCHW): geometry validation,
+// Pooling of the functional API (max, average, global average over NCHW or NHWC): geometry validation,
 // dispatch to the device's kernels, and the backward recorded for autograd.
+#include <limits>
 #include <memory>
 
 #include "ops/op_support.h"
@@ -31,13 +32,13 @@ Shape checked_pool_shape(const char* op, const Tensor& input, const Pool2dGeomet
 
 class MaxPool2dBackward final : public autograd::Node {
  public:
-  MaxPool2dBackward(Shape input_shape, Tensor indices)
-      : input_shape_(std::move(input_shape)), indices_(std::move(indices)) {}
+  MaxPool2dBackward(Shape input_shape, Tensor indices, const Pool2dGeometry& geometry)
+      : input_shape_(std::move(input_shape)), indices_(std::move(indices)), geometry_(geometry) {}
   std::string name() const override { return "MaxPool2dBackward"; }
   std::vector<Tensor> backward(const Tensor& grad_output) override {
     const Tensor grad_out = internal::contiguous_grad(grad_output, output_dtype);
     Tensor grad_input = Tensor::empty(input_shape_, grad_out.dtype(), grad_out.device());
-    backend_for(grad_out.device()).max_pool2d_backward(grad_out, indices_, grad_input);
+    backend_for(grad_out.device()).max_pool2d_backward(grad_out, indices_, grad_input, geometry_);
     return {grad_input};
   }
   void release() override { indices_ = Tensor(); }
@@ -45,6 +46,7 @@ class MaxPool2dBackward final : public autograd::Node {
  private:
   Shape input_shape_;
   Tensor indices_;
+  Pool2dGeometry geometry_;
 };
 
 class AvgPool2dBackward final : public autograd::Node {
@@ -71,12 +73,16 @@ class AvgPool2dBackward final : public autograd::Node {
 
 Tensor max_pool2d(const Tensor& input, const Pool2dGeometry& geometry) {
   const Shape out_shape = checked_pool_shape("max_pool2d", input, geometry);
+  // The argmax indices are i32 flat positions within a plane (half of PyTorch's i64 memory).
+  constexpr int64_t kMaxPlane = std::numeric_limits<int32_t>::max();
+  OPSNN_CHECK_AS(ShapeError, input.size(2) * input.size(3) <= kMaxPlane, "max_pool2d: a plane of ", input.size(2),
+                 "x", input.size(3), " has more than 2^31 - 1 cells");
   const Tensor input_data = input.contiguous();
   Tensor out = Tensor::empty(out_shape, input.dtype(), input.device());
-  Tensor indices = Tensor::empty(out_shape, DType::i64, input.device());
+  Tensor indices = Tensor::empty(out_shape, DType::i32, input.device());
   backend_for(input.device()).max_pool2d_forward(input_data, out, indices, geometry);
   if (!autograd::any_requires_grad({input})) return out;
-  return autograd::record(out, std::make_shared<MaxPool2dBackward>(input.shape(), indices), {input});
+  return autograd::record(out, std::make_shared<MaxPool2dBackward>(input.shape(), indices, geometry), {input});
 }
 
 Tensor avg_pool2d(const Tensor& input, const Pool2dGeometry& geometry) {
@@ -103,6 +109,23 @@ Tensor global_avg_pool2d(const Tensor& input) {
   Tensor out = pooled.view({input.size(0), input.size(1)});
   if (!autograd::any_requires_grad({input})) return out;
   return autograd::record(out, std::make_shared<AvgPool2dBackward>(input.shape(), geometry), {input});
+}
+
+Tensor global_avg_pool2d_nhwc(const Tensor& input) {
+  OPSNN_CHECK_AS(ShapeError, input.dim() == 4, "global_avg_pool2d_nhwc: input must be 4-D [N, H, W, C], got ",
+                 input.str());
+  OPSNN_CHECK_AS(ShapeError, input.size(1) >= 1 && input.size(2) >= 1,
+                 "global_avg_pool2d_nhwc: input has an empty spatial extent, ", shape_str(input.shape()));
+  // [N, H, W, C] is [N, 1, H*W, C] in memory: a window of H*W rows by one column per channel, so the
+  // data is read where it lies (no NCHW copy either way) and each channel's cells are summed in the
+  // order global_avg_pool2d sums the NCHW plane.
+  const int64_t n = input.size(0), cells = input.size(1) * input.size(2), channels = input.size(3);
+  Pool2dGeometry geometry;
+  geometry.kernel_h = geometry.stride_h = cells;
+  geometry.kernel_w = geometry.stride_w = 1;
+  geometry.pad_h = geometry.pad_w = 0;
+  const Tensor pooled = avg_pool2d(reshape(input, {n, 1, cells, channels}), geometry);
+  return reshape(pooled, {n, channels});
 }
 
 }  // namespace opsnn::ops

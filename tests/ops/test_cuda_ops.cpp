@@ -286,6 +286,10 @@ TEST_CASE("CUDA pooling matches the CPU, including ties and padding", "[cuda][op
         "global_avg_pool2d " + shape_name(shape),
         [](const std::vector<Tensor>& in) { return ops::global_avg_pool2d(in[0]); }, {random_twin(shape, generator)},
         kReductionTolerance, generator);
+    check_twins(
+        "global_avg_pool2d_nhwc " + shape_name(shape),
+        [](const std::vector<Tensor>& in) { return ops::global_avg_pool2d_nhwc(in[0]); },
+        {random_twin(shape, generator)}, kReductionTolerance, generator);
   }
   // Ties everywhere (values from {0, 1}): the gradient must go to the first maximum, as on the CPU.
   std::vector<float> ties(2 * 3 * 10 * 10);
@@ -312,14 +316,17 @@ TEST_CASE("CUDA max pool matches its CPU twin's outputs, indices and gradients e
     g.pad_h = pad_h, g.pad_w = pad_w;
     return g;
   };
-  // ResNet's 3x3/2 pad 1 on odd and even planes (112x112 needs an opted-in 50 KB gather tile, 130x130 two
-  // tiles); 2x2/2; 3x3/1 (a cell is the argmax of up to nine windows); a non-square window (the runtime
-  // loop); a window wider than the stride with no padding.
+  // ResNet's 3x3/2 pad 1 on odd and even planes (112x112 is the stem's); 2x2/2; 3x3/1 (a cell is the
+  // argmax of up to nine windows, all of which the backward's gather visits); a non-square window (the
+  // runtime loop); a window wider than the stride with no padding; planes one, two and three cells wide
+  // under 5x5/2 windows, whose argmax may be the first cell of the next row (the stride-2 backward's 2x2
+  // blocks must not take it for their own).
   const std::vector<std::pair<Shape, ops::Pool2dGeometry>> cases = {
       {{2, 3, 13, 11}, geometry(3, 3, 2, 2, 1, 1)},   {{2, 4, 112, 112}, geometry(3, 3, 2, 2, 1, 1)},
       {{1, 2, 130, 130}, geometry(3, 3, 2, 2, 1, 1)}, {{3, 2, 15, 9}, geometry(2, 2, 2, 2, 0, 0)},
       {{2, 2, 10, 9}, geometry(3, 3, 1, 1, 1, 1)},    {{2, 3, 11, 12}, geometry(2, 3, 2, 1, 1, 1)},
-      {{1, 3, 9, 7}, geometry(3, 3, 2, 2, 0, 0)}};
+      {{1, 3, 9, 7}, geometry(3, 3, 2, 2, 0, 0)},   {{2, 2, 5, 1}, geometry(5, 5, 2, 2, 2, 2)},
+      {{2, 2, 3, 3}, geometry(5, 5, 2, 2, 2, 2)},   {{1, 2, 4, 2}, geometry(3, 3, 2, 2, 1, 1)}};
   for (DType dtype : {DType::f32, DType::f16, DType::bf16})
     for (const auto& [shape, g] : cases) {
       const std::string name = shape_name(shape) + " " + std::string(dtype_name(dtype)) + " kernel " +
@@ -337,11 +344,11 @@ TEST_CASE("CUDA max pool matches its CPU twin's outputs, indices and gradients e
       const Shape out_shape{shape[0], shape[1], (shape[2] + 2 * g.pad_h - g.kernel_h) / g.stride_h + 1,
                             (shape[3] + 2 * g.pad_w - g.kernel_w) / g.stride_w + 1};
       // The CPU twin runs f32 (it has no f16/bf16 kernels); the values are exact in every dtype.
-      Tensor cpu_out = Tensor::empty(out_shape, DType::f32), cpu_indices = Tensor::empty(out_shape, DType::i64);
-      Tensor gpu_out = Tensor::empty(out_shape, dtype, kGpu), gpu_indices = Tensor::empty(out_shape, DType::i64, kGpu);
+      Tensor cpu_out = Tensor::empty(out_shape, DType::f32), cpu_indices = Tensor::empty(out_shape, DType::i32);
+      Tensor gpu_out = Tensor::empty(out_shape, dtype, kGpu), gpu_indices = Tensor::empty(out_shape, DType::i32, kGpu);
       cpu.max_pool2d_forward(input.to(DType::f32), cpu_out, cpu_indices, g);
       gpu.max_pool2d_forward(input.to(kGpu), gpu_out, gpu_indices, g);
-      REQUIRE(gpu_indices.to(kCPU).to_vector<int64_t>() == cpu_indices.to_vector<int64_t>());
+      REQUIRE(gpu_indices.to(kCPU).to_vector<int32_t>() == cpu_indices.to_vector<int32_t>());
       const std::vector<double> expected = cpu_out.to_vector<double>(), actual = gpu_out.to(kCPU).to_vector<double>();
       for (size_t i = 0; i < expected.size(); ++i) {
         if (std::isnan(expected[i]) && std::isnan(actual[i])) continue;
@@ -353,8 +360,8 @@ TEST_CASE("CUDA max pool matches its CPU twin's outputs, indices and gradients e
       const Tensor grad_out = Tensor::from_vector<float>(upstream, out_shape).to(dtype);
       Tensor cpu_grad = Tensor::empty(shape, DType::f32);
       Tensor gpu_grad = Tensor::full(shape, 7.0, dtype, kGpu);  // every cell must be written
-      cpu.max_pool2d_backward(grad_out.to(DType::f32), cpu_indices, cpu_grad);
-      gpu.max_pool2d_backward(grad_out.to(kGpu), gpu_indices, gpu_grad);
+      cpu.max_pool2d_backward(grad_out.to(DType::f32), cpu_indices, cpu_grad, g);
+      gpu.max_pool2d_backward(grad_out.to(kGpu), gpu_indices, gpu_grad, g);
       REQUIRE(gpu_grad.to(kCPU).to_vector<double>() == cpu_grad.to_vector<double>());
     }
   // Windows of -inf only report their first cell inside the input, padding or not.
@@ -362,11 +369,11 @@ TEST_CASE("CUDA max pool matches its CPU twin's outputs, indices and gradients e
     const Tensor input = Tensor::full({1, 2, 5, 6}, -INFINITY, dtype);
     const ops::Pool2dGeometry g = geometry(3, 3, 2, 2, 1, 1);
     const Shape out_shape{1, 2, 3, 3};
-    Tensor cpu_out = Tensor::empty(out_shape, DType::f32), cpu_indices = Tensor::empty(out_shape, DType::i64);
-    Tensor gpu_out = Tensor::empty(out_shape, dtype, kGpu), gpu_indices = Tensor::empty(out_shape, DType::i64, kGpu);
+    Tensor cpu_out = Tensor::empty(out_shape, DType::f32), cpu_indices = Tensor::empty(out_shape, DType::i32);
+    Tensor gpu_out = Tensor::empty(out_shape, dtype, kGpu), gpu_indices = Tensor::empty(out_shape, DType::i32, kGpu);
     cpu.max_pool2d_forward(input.to(DType::f32), cpu_out, cpu_indices, g);  // the CPU twin is f32
     gpu.max_pool2d_forward(input.to(kGpu), gpu_out, gpu_indices, g);
-    REQUIRE(gpu_indices.to(kCPU).to_vector<int64_t>() == cpu_indices.to_vector<int64_t>());
+    REQUIRE(gpu_indices.to(kCPU).to_vector<int32_t>() == cpu_indices.to_vector<int32_t>());
     REQUIRE(gpu_out.to(kCPU).to_vector<double>() == cpu_out.to_vector<double>());
   }
 }

@@ -72,10 +72,10 @@ TEST_CASE("max_pool2d 2x2 stride 2 follows the scan-order rules with ties NaN an
   }
   for (DType dtype : {DType::f32, DType::f64}) {
     Tensor input = Tensor::from_vector<double>(values, {2, 3, h, w}).to(dtype);
-    Tensor out = Tensor::empty({2, 3, h / 2, w / 2}, dtype), indices = Tensor::empty({2, 3, h / 2, w / 2}, DType::i64);
+    Tensor out = Tensor::empty({2, 3, h / 2, w / 2}, dtype), indices = Tensor::empty({2, 3, h / 2, w / 2}, DType::i32);
     ops::backend_for(kCPU).max_pool2d_forward(input, out, indices, pool(2, 2, 0));
     const std::vector<double> got = out.to_vector<double>();
-    const std::vector<int64_t> at = indices.to_vector<int64_t>();
+    const std::vector<int32_t> at = indices.to_vector<int32_t>();
     for (int64_t p = 0; p < planes; ++p)
       for (int64_t oh = 0; oh < h / 2; ++oh)
         for (int64_t ow = 0; ow < w / 2; ++ow) {
@@ -165,6 +165,30 @@ TEST_CASE("global_avg_pool2d averages each plane into [N, C]", "[ops]") {
   Generator generator(5);
   require_gradcheck([](const std::vector<Tensor>& in) { return ops::global_avg_pool2d(in[0]); },
                     {random_leaf({2, 3, 3, 4}, generator)});
+}
+
+TEST_CASE("global_avg_pool2d_nhwc equals global_avg_pool2d of the NCHW tensor bit for bit", "[ops]") {
+  // Each channel's cells are summed in the same order (h, then w) in both layouts, so the f32 results
+  // and gradients are equal exactly, not just closely.
+  Generator generator(6);
+  const Tensor nchw = Tensor::uniform({3, 5, 4, 6}, -2, 2, generator);
+  Tensor a = nchw.clone(), b = ops::permute(nchw, {0, 2, 3, 1}).clone();  // b: [N, H, W, C], contiguous
+  a.set_requires_grad(true);
+  b.set_requires_grad(true);
+  const Tensor pooled_a = ops::global_avg_pool2d(a), pooled_b = ops::global_avg_pool2d_nhwc(b);
+  REQUIRE(pooled_b.shape() == Shape{3, 5});
+  REQUIRE(pooled_b.to_vector<float>() == pooled_a.to_vector<float>());
+  const Tensor upstream = Tensor::uniform({3, 5}, -1, 1, generator);
+  ops::sum(ops::mul(pooled_a, upstream)).backward();
+  ops::sum(ops::mul(pooled_b, upstream)).backward();
+  REQUIRE(b.grad().shape() == Shape{3, 4, 6, 5});
+  REQUIRE(ops::permute(b.grad(), {0, 3, 1, 2}).to_vector<float>() == a.grad().to_vector<float>());
+  require_gradcheck([](const std::vector<Tensor>& in) { return ops::global_avg_pool2d_nhwc(in[0]); },
+                    {random_leaf({2, 3, 4, 5}, generator)});
+  CHECK_THAT(require_throws<ShapeError>([&] { ops::global_avg_pool2d_nhwc(Tensor::zeros({2, 4, 3})); }),
+             Catch::Contains("global_avg_pool2d_nhwc") && Catch::Contains("[2, 4, 3]"));
+  CHECK_THAT(require_throws<ShapeError>([&] { ops::global_avg_pool2d_nhwc(Tensor::zeros({2, 0, 3, 4})); }),
+             Catch::Contains("empty spatial extent"));
 }
 
 TEST_CASE("pooling kernels agree between f32 and f64", "[ops]") {

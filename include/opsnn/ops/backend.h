@@ -87,10 +87,12 @@ class Backend {
                                    Tensor& grad_input, Tensor& grad_gamma, Tensor& grad_beta) = 0;
 
   // ---- pooling (NCHW) ----
-  // indices (i64, out's shape) hold the flat h*W+w position of each window's maximum (first on ties).
+  // indices (i32, out's shape) hold the flat h*W+w position of each window's maximum (first on ties);
+  // the backward takes the forward's geometry (a device may gather over the windows covering a cell).
   virtual void max_pool2d_forward(const Tensor& input, Tensor& out, Tensor& indices,
                                   const Pool2dGeometry& geometry) = 0;
-  virtual void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, Tensor& grad_input) = 0;
+  virtual void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, Tensor& grad_input,
+                                   const Pool2dGeometry& geometry) = 0;
   virtual void avg_pool2d_forward(const Tensor& input, Tensor& out, const Pool2dGeometry& geometry) = 0;
   virtual void avg_pool2d_backward(const Tensor& grad_out, Tensor& grad_input, const Pool2dGeometry& geometry) = 0;
 

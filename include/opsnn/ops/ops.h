@@ -85,7 +85,8 @@ Tensor batch_norm_add_relu(const Tensor& input, const Tensor& residual, const Te
 Tensor batch_norm_invstd(const Tensor& var, double eps);
 Tensor max_pool2d(const Tensor& input, const Pool2dGeometry& geometry);
 Tensor avg_pool2d(const Tensor& input, const Pool2dGeometry& geometry);
-Tensor global_avg_pool2d(const Tensor& input);  // [N, C, H, W] -> [N, C]
+Tensor global_avg_pool2d(const Tensor& input);       // [N, C, H, W] -> [N, C]
+Tensor global_avg_pool2d_nhwc(const Tensor& input);  // [N, H, W, C] -> [N, C], the same sums
 
 // ---- softmax and losses ----
 Tensor log_softmax(const Tensor& logits);  // over the last dimension of [N, K]

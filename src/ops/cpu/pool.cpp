@@ -48,12 +48,12 @@ bool beats(T value, T best) {
 // 2x2 windows at stride 2 without padding (every CNN's down-sampling): the four cells read directly, in
 // the general loop's order, so the results and indices are the same.
 template <typename T>
-void max_forward_2x2(const T* x, T* y, int64_t* argmax, const PoolShape& s) {
+void max_forward_2x2(const T* x, T* y, int32_t* argmax, const PoolShape& s) {
 #pragma omp parallel for schedule(static) if (s.parallel())
   for (int64_t plane = 0; plane < s.planes; ++plane) {
     const T* in = x + plane * s.in_plane();
     T* out = y + plane * s.out_plane();
-    int64_t* index = argmax + plane * s.out_plane();
+    int32_t* index = argmax + plane * s.out_plane();
     for (int64_t oh = 0; oh < s.out_h; ++oh) {
       const int64_t top = 2 * oh * s.in_w;
       const T* row0 = in + top;
@@ -66,7 +66,7 @@ void max_forward_2x2(const T* x, T* y, int64_t* argmax, const PoolShape& s) {
         if (beats(row1[column], best)) best = row1[column], at = top + s.in_w + column;
         if (beats(row1[column + 1], best)) best = row1[column + 1], at = top + s.in_w + column + 1;
         out[oh * s.out_w + ow] = best;
-        index[oh * s.out_w + ow] = at;
+        index[oh * s.out_w + ow] = static_cast<int32_t>(at);
       }
     }
   }
@@ -77,7 +77,7 @@ void max_forward_typed(const Tensor& input, Tensor& out, Tensor& indices, const 
   const PoolShape s(input.shape(), out.shape());
   const T* x = input.data<T>();
   T* y = out.data<T>();
-  int64_t* argmax = indices.data<int64_t>();
+  int32_t* argmax = indices.data<int32_t>();
   if (g.kernel_h == 2 && g.kernel_w == 2 && g.stride_h == 2 && g.stride_w == 2 && g.pad_h == 0 && g.pad_w == 0 &&
       2 * s.out_h <= s.in_h && 2 * s.out_w <= s.in_w)
     return max_forward_2x2(x, y, argmax, s);
@@ -102,7 +102,7 @@ void max_forward_typed(const Tensor& input, Tensor& out, Tensor& indices, const 
         }
         const int64_t o = plane * s.out_plane() + oh * s.out_w + ow;
         y[o] = best;
-        argmax[o] = best_index;
+        argmax[o] = static_cast<int32_t>(best_index);
       }
     }
   }
@@ -112,7 +112,7 @@ template <typename T>
 void max_backward_typed(const Tensor& grad_out, const Tensor& indices, Tensor& grad_input) {
   const PoolShape s(grad_input.shape(), grad_out.shape());
   const T* dy = grad_out.data<T>();
-  const int64_t* argmax = indices.data<int64_t>();
+  const int32_t* argmax = indices.data<int32_t>();
   T* dx = grad_input.data<T>();
 #pragma omp parallel for schedule(static) if (s.parallel())
   for (int64_t plane = 0; plane < s.planes; ++plane) {
@@ -169,7 +169,8 @@ void CpuBackend::max_pool2d_forward(const Tensor& input, Tensor& out, Tensor& in
                       [&](auto tag) { max_forward_typed<decltype(tag)>(input, out, indices, geometry); });
 }
 
-void CpuBackend::max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, Tensor& grad_input) {
+void CpuBackend::max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, Tensor& grad_input,
+                                     const Pool2dGeometry& /*geometry: each index names its cell*/) {
   cpu::visit_floating(grad_out.dtype(), "max_pool2d_backward",
                       [&](auto tag) { max_backward_typed<decltype(tag)>(grad_out, indices, grad_input); });
 }

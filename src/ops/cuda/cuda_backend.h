@@ -45,7 +45,8 @@ class CudaBackend final : public Backend {
                            const Tensor& save_mean, const Tensor& save_invstd, Tensor& grad_input, Tensor& grad_gamma,
                            Tensor& grad_beta) override;
   void max_pool2d_forward(const Tensor& input, Tensor& out, Tensor& indices, const Pool2dGeometry& geometry) override;
-  void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, Tensor& grad_input) override;
+  void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, Tensor& grad_input,
+                           const Pool2dGeometry& geometry) override;
   void avg_pool2d_forward(const Tensor& input, Tensor& out, const Pool2dGeometry& geometry) override;
   void avg_pool2d_backward(const Tensor& grad_out, Tensor& grad_input, const Pool2dGeometry& geometry) override;
   void log_softmax_forward(const Tensor& logits, Tensor& out) override;

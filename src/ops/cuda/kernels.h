@@ -86,12 +86,11 @@ struct PoolLayout {
   bool count_include_pad;
 };
 template <typename T>
-void launch_max_pool_forward(const T* x, T* out, int64_t* indices, const PoolLayout& layout);
-// Writes all of grad_input: each cell is the sum (in f32, rounded once to T) of the output gradients
-// whose argmax it is, zero for the others.
+void launch_max_pool_forward(const T* x, T* out, int32_t* indices, const PoolLayout& layout);
+// Writes all of grad_input: each cell is the sum (in f32, in window order, rounded once to T) of the
+// output gradients whose argmax it is, zero for the others.
 template <typename T>
-void launch_max_pool_backward(const T* grad_out, const int64_t* indices, T* grad_input, int64_t planes,
-                              int64_t in_plane, int64_t out_plane);
+void launch_max_pool_backward(const T* grad_out, const int32_t* indices, T* grad_input, const PoolLayout& layout);
 template <typename T>
 void launch_avg_pool_forward(const T* x, T* out, const PoolLayout& layout);
 template <typename T>

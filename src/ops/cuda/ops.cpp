@@ -121,6 +121,15 @@ void check_index_range(const Tensor& values, int64_t limit,
   throw ShapeError(message(static_cast<int64_t>(first_bad), value));
 }
 
+// Max pooling's argmax indices: i32, contiguous, on `device`, one per output.
+void check_pool_indices(const Tensor& indices, const Tensor& out, Device device, const char* kernel) {
+  OPSNN_CHECK_AS(TypeError, indices.dtype() == DType::i32, "CUDA ", kernel, ": indices must be i32, got ",
+                 dtype_name(indices.dtype()));
+  require_on(indices, device, kernel);
+  OPSNN_CHECK(indices.is_contiguous(), "CUDA ", kernel, ": indices must be contiguous");
+  check_same_shape(out, indices, detail::concat("CUDA ", kernel).c_str());
+}
+
 void check_index_tensor(const Tensor& indices, Device device, const char* kernel) {
   OPSNN_CHECK_AS(TypeError, indices.dtype() == DType::i64, "CUDA ", kernel, ": indices must be i64, got ",
                  dtype_name(indices.dtype()));
@@ -378,30 +387,28 @@ void CudaBackend::max_pool2d_forward(const Tensor& input, Tensor& out, Tensor& i
   check_pool_pair(input, out, kernel);
   require_dense_as(input, input, input.device(), kernel);
   require_dense_as(out, input, input.device(), kernel);
-  check_index_tensor(indices, input.device(), kernel);
-  check_same_shape(out, indices, "CUDA max_pool2d_forward");
+  check_pool_indices(indices, out, input.device(), kernel);
   cuda::DeviceGuard guard(input.device().index);
   dispatch_floating(input.dtype(), kernel, [&](auto tag) {
     using T = decltype(tag);
-    cuda::launch_max_pool_forward(input.data<T>(), out.data<T>(), indices.data<int64_t>(),
+    cuda::launch_max_pool_forward(input.data<T>(), out.data<T>(), indices.data<int32_t>(),
                                   pool_layout(input.shape(), out.shape(), geometry));
   });
   check_launch();
 }
 
-void CudaBackend::max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, Tensor& grad_input) {
+void CudaBackend::max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, Tensor& grad_input,
+                                      const Pool2dGeometry& geometry) {
   const char* kernel = "max_pool2d_backward";
   check_pool_pair(grad_input, grad_out, kernel);
   require_dense_as(grad_out, grad_input, grad_input.device(), kernel);
   require_dense_as(grad_input, grad_input, grad_input.device(), kernel);
-  check_index_tensor(indices, grad_input.device(), kernel);
-  check_same_shape(grad_out, indices, "CUDA max_pool2d_backward");
+  check_pool_indices(indices, grad_out, grad_input.device(), kernel);
   cuda::DeviceGuard guard(grad_input.device().index);
-  const int64_t planes = grad_input.size(0) * grad_input.size(1);
   dispatch_floating(grad_out.dtype(), kernel, [&](auto tag) {
     using T = decltype(tag);
-    cuda::launch_max_pool_backward(grad_out.data<T>(), indices.data<int64_t>(), grad_input.data<T>(), planes,
-                                   grad_input.size(2) * grad_input.size(3), grad_out.size(2) * grad_out.size(3));
+    cuda::launch_max_pool_backward(grad_out.data<T>(), indices.data<int32_t>(), grad_input.data<T>(),
+                                   pool_layout(grad_input.shape(), grad_out.shape(), geometry));
   });
   check_launch();
 }
