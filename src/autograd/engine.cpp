@@ -39,14 +39,28 @@ void accumulate_into_leaf(TensorImpl& leaf, const Tensor& gradient) {
   }
 }
 
-// The gradients node may sum into in place (Node::backward_into), taken out of pending: for each input i
-// the node accepts one for, whose producer already has a pending gradient that nothing else holds, and
-// that no other input of the node shares (both slots would add into one tensor). Empty when none.
+// The gradients node may sum into in place (Node::backward_into), for each input i the node accepts one
+// for and that no other input of the node shares (both slots would add into one tensor): a pending
+// gradient of the input's producer that nothing else holds, taken out of pending; or a leaf's existing
+// .grad (a parameter's gradient in the optimizer's arena), which then needs no accumulation pass. Empty
+// when none.
 std::vector<Tensor> accumulator_offers(const Node& node, std::unordered_map<Node*, Tensor>& pending) {
   std::vector<Tensor> offers;
   for (size_t i = 0; i < node.inputs.size(); ++i) {
-    Node* next = node.inputs[i].function.get();
-    if (!next || !node.accepts_accumulator(i)) continue;
+    const Edge& edge = node.inputs[i];
+    if (!node.accepts_accumulator(i)) continue;
+    if (!edge.function && edge.leaf) {
+      bool shared = false;
+      for (size_t j = 0; j < node.inputs.size(); ++j) shared |= j != i && node.inputs[j].leaf == edge.leaf;
+      if (shared || !edge.leaf->grad) continue;
+      Tensor grad(edge.leaf->grad);
+      if (!grad.is_contiguous() || grad.dtype() != edge.leaf->dtype) continue;
+      offers.resize(node.inputs.size());
+      offers[i] = std::move(grad);
+      continue;
+    }
+    Node* next = edge.function.get();
+    if (!next) continue;
     bool shared = false;
     for (size_t j = 0; j < node.inputs.size(); ++j) shared |= j != i && node.inputs[j].function.get() == next;
     auto it = pending.find(next);
@@ -136,18 +150,25 @@ void run_backward(const Tensor& root, const Tensor& seed) {
     Tensor grad_output = std::move(pending[node.get()]);
     pending.erase(node.get());
     std::vector<Tensor> grad_inputs;
+    std::vector<bool> added_in_place;  // input i's leaf gradient was summed into in place
     if (!grad_output.defined()) {
       grad_inputs.resize(node->inputs.size());
     } else if (std::vector<Tensor> offers = accumulator_offers(*node, pending); offers.empty()) {
       grad_inputs = node->backward(grad_output);
     } else {
       grad_inputs = node->backward_into(grad_output, offers);
-      // Each offer goes back to pending, summed into in place when the node returned it (that gradient is
-      // then already delivered: its slot is cleared so the loop below adds nothing more).
+      // Each offer goes back to pending (a leaf's stays its .grad), summed into in place when the node
+      // returned it (that gradient is then already delivered: its slot is cleared so the loop below adds
+      // nothing more).
+      added_in_place.assign(node->inputs.size(), false);
       for (size_t i = 0; i < offers.size(); ++i) {
         if (!offers[i].defined()) continue;
-        if (i < grad_inputs.size() && grad_inputs[i].impl_ptr() == offers[i].impl_ptr()) grad_inputs[i] = Tensor();
-        pending[node->inputs[i].function.get()] = std::move(offers[i]);
+        const bool in_place = i < grad_inputs.size() && grad_inputs[i].impl_ptr() == offers[i].impl_ptr();
+        if (in_place) grad_inputs[i] = Tensor();
+        if (node->inputs[i].function)
+          pending[node->inputs[i].function.get()] = std::move(offers[i]);
+        else
+          added_in_place[i] = in_place;
       }
     }
     OPSNN_CHECK(grad_inputs.size() == node->inputs.size(), node->name(), " backward returned ", grad_inputs.size(),
@@ -172,11 +193,12 @@ void run_backward(const Tensor& root, const Tensor& seed) {
         if (--dependencies[next] == 0) ready.push_back(edge.function);
       } else if (edge.leaf) {
         if (gradient.defined()) accumulate_into_leaf(*edge.leaf, gradient);
+        const bool delivered = gradient.defined() || (i < added_in_place.size() && added_in_place[i]);
         // Reported when its last edge is done, if any of them delivered (a leaf that got nothing has no
         // new gradient to report).
         if (gradient_ready) {
           int& remaining = leaf_edges[edge.leaf.get()];
-          if (gradient.defined()) remaining |= kDelivered;
+          if (delivered) remaining |= kDelivered;
           if (--remaining == kDelivered) gradient_ready(*edge.leaf);
         }
       }

@@ -44,4 +44,13 @@ void check_batch_norm_residual(const Tensor& input, bool relu, const Tensor& res
   OPSNN_CHECK(residual.is_contiguous(), what, ": the residual must be contiguous");
 }
 
+void check_masked_grad(const Tensor& grad_out, const Tensor& relu_output, const Tensor& masked_grad, const char* what) {
+  if (!masked_grad.defined()) return;
+  OPSNN_CHECK(relu_output.defined(), what, ": a masked gradient is written only after a fused relu");
+  check_same_shape(grad_out, masked_grad, what);
+  check_same_dtype(grad_out, masked_grad, what);
+  check_same_device(grad_out, masked_grad, what);
+  OPSNN_CHECK(masked_grad.is_contiguous(), what, ": the masked gradient must be contiguous");
+}
+
 }  // namespace opsnn::ops

@@ -49,8 +49,8 @@ Tensor defined_or(const Tensor& tensor, double fill, const Tensor& input) {
 
 // Training mode: gradients through the batch statistics. relu_output: the output of batch_norm_relu
 // (the kernels mask the upstream gradient with it), undefined for batch_norm. With `residual`
-// (batch_norm_add_relu) the masked gradient is stored once, as the residual's gradient (input 3), and the
-// kernels read it unmasked.
+// (batch_norm_add_relu) the masked gradient is also the residual's gradient (input 3): the sums pass,
+// which reads the mask anyway, stores it, and the input-gradient pass reads it unmasked.
 class BatchNormBackward final : public autograd::Node {
  public:
   BatchNormBackward(Tensor input, Tensor gamma, Tensor save_mean, Tensor save_invstd, Tensor relu_output, bool residual)
@@ -65,23 +65,34 @@ class BatchNormBackward final : public autograd::Node {
     return relu_output_.defined() ? "BatchNormReluBackward" : "BatchNormBackward";
   }
 
-  std::vector<Tensor> backward(const Tensor& grad_output) override {
+  std::vector<Tensor> backward(const Tensor& grad_output) override { return backward_into(grad_output, {}); }
+
+  // gamma's and beta's gradients may be added into the parameters' own gradients in place (both or
+  // neither: one kernel flag), instead of written to temporaries the engine then adds.
+  bool accepts_accumulator(size_t input) const override { return input == 1 || input == 2; }
+
+  std::vector<Tensor> backward_into(const Tensor& grad_output, const std::vector<Tensor>& accumulators) override {
     Tensor grad_out = internal::contiguous_grad(grad_output, input_.dtype());
     Backend& backend = backend_for(grad_out.device());
     std::vector<Tensor> grads(residual_ ? 4 : 3);
-    Tensor mask = relu_output_;
-    if (residual_) {
-      Tensor masked = Tensor::empty(grad_out.shape(), grad_out.dtype(), grad_out.device());
-      backend.relu_backward(grad_out, relu_output_, masked);
-      grad_out = masked;
-      mask = Tensor();
-      if (needs_grad(3)) grads[3] = masked;
-    }
+    Tensor masked;
+    if (residual_) masked = Tensor::empty(grad_out.shape(), grad_out.dtype(), grad_out.device());
     // The kernel always writes grad_input; the per-channel sums are cheap next to it.
     grads[0] = Tensor::empty(input_.shape(), input_.dtype(), input_.device());
-    if (needs_grad(1)) grads[1] = Tensor::empty(gamma_.shape(), gamma_.dtype(), gamma_.device());
-    if (needs_grad(2)) grads[2] = Tensor::empty(gamma_.shape(), gamma_.dtype(), gamma_.device());
-    backend.batch_norm_backward(grad_out, mask, input_, gamma_, save_mean_, save_invstd_, grads[0], grads[1], grads[2]);
+    auto usable = [&](size_t i) {
+      if (accumulators.size() <= i || !accumulators[i].defined()) return false;
+      const Tensor& into = accumulators[i];
+      return into.dtype() == gamma_.dtype() && into.shape() == gamma_.shape() && into.device() == gamma_.device() &&
+             into.is_contiguous();
+    };
+    const bool in_place = (needs_grad(1) || needs_grad(2)) && (!needs_grad(1) || usable(1)) &&
+                          (!needs_grad(2) || usable(2));
+    for (size_t i : {size_t{1}, size_t{2}})
+      if (needs_grad(i))
+        grads[i] = in_place ? accumulators[i] : Tensor::empty(gamma_.shape(), gamma_.dtype(), gamma_.device());
+    backend.batch_norm_backward(grad_out, relu_output_, input_, gamma_, save_mean_, save_invstd_, grads[0], grads[1],
+                                grads[2], masked, in_place);
+    if (residual_ && needs_grad(3)) grads[3] = masked;
     if (!needs_grad(0)) grads[0] = Tensor();
     return grads;
   }
@@ -134,8 +145,9 @@ class BatchNormEvalBackward final : public autograd::Node {
                                       Tensor(), invstd);
       if (needs_grad(1)) grads[1] = Tensor::empty(gamma_.shape(), gamma_.dtype(), gamma_.device());
       if (needs_grad(2)) grads[2] = Tensor::empty(gamma_.shape(), gamma_.dtype(), gamma_.device());
+      Tensor no_masked_grad;
       backend.batch_norm_backward(grad_out, Tensor(), input_, gamma_, running_mean_, invstd.view({gamma_.size(0)}),
-                                  grad_input, grads[1], grads[2]);
+                                  grad_input, grads[1], grads[2], no_masked_grad, false);
     }
     if (needs_grad(0)) {
       backend.batch_norm_forward_eval(grad_out, gamma_, zeros, zeros, running_var_, eps_, false, Tensor(), grad_input);

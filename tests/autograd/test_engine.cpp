@@ -348,6 +348,47 @@ TEST_CASE("a node may add its gradient into the one the engine holds for its inp
   }
 }
 
+TEST_CASE("a node may add its gradient into a leaf's existing gradient in place, which is then reported ready",
+          "[autograd]") {
+  const Tensor threes = Tensor::from_vector<float>({3, 3, 3}, {3});
+  // w already has a gradient (as a parameter's view of the optimizer's arena): the node is offered it, and
+  // either adds into it (no accumulation pass after) or returns a fresh gradient the engine adds. Either
+  // way w's gradient is the sum, in the same buffer, and the gradient-ready hook reports w once.
+  for (bool take : {true, false}) {
+    INFO((take ? "takes" : "declines"));
+    Tensor w = leaf({1, 2, 3});
+    w.set_grad(Tensor::from_vector<float>({1, 1, 1}, {3}));
+    const TensorImpl* buffer = w.grad().impl();
+    int reported = 0;
+    autograd::GradientReadyHook hook([&](const TensorImpl& ready) { reported += &ready == w.impl() ? 1 : 0; });
+    Tensor y = accumulating_mul(w, threes, take);
+    y.backward(Tensor::from_vector<float>({1, 10, 100}, {3}));
+    CHECK(accumulating(y).offered);
+    CHECK(w.grad().to_vector<float>() == std::vector<float>{4, 31, 301});
+    CHECK(w.grad().impl() == buffer);
+    CHECK(reported == 1);
+  }
+  // A leaf without a gradient yet gets the node's fresh one; a leaf that is two inputs of the node is
+  // offered nothing (both slots would add into it).
+  {
+    Tensor w = leaf({1, 2, 3});
+    Tensor y = accumulating_mul(w, threes);
+    y.backward(Tensor::ones({3}));
+    CHECK_FALSE(accumulating(y).offered);
+    CHECK(w.grad().to_vector<float>() == std::vector<float>{3, 3, 3});
+  }
+  {
+    Tensor w = leaf({1, 2, 3});
+    w.set_grad(Tensor::zeros({3}));
+    auto node = std::make_shared<AccumulatingMulNode>();
+    node->saved_b = threes;
+    Tensor both = autograd::record(times(w, threes), node, {w, w});
+    both.backward(Tensor::ones({3}));
+    CHECK_FALSE(node->offered);
+    CHECK(w.grad().to_vector<float>() == std::vector<float>{3, 3, 3});
+  }
+}
+
 // ---- the same behaviour through the real differentiable ops ----
 
 TEST_CASE("ops: accumulation for a tensor used twice and across backward calls", "[autograd]") {

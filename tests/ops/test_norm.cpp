@@ -12,6 +12,7 @@
 #include "opsnn/ops/ops.h"
 #include "support/bit_patterns.h"
 #include "support/catch.h"
+#include "support/cuda_test_support.h"
 
 using namespace opsnn;
 using namespace opsnn::testing;
@@ -404,6 +405,71 @@ TEST_CASE("batch_norm_add_relu rejects a residual of another shape, dtype or an 
                                                                save_invstd);
              }),
              Catch::Contains("only before a relu"));
+  // And a masked gradient without a relu output to mask by, or of another shape.
+  Tensor grad_input = Tensor::empty(input.shape()), grad_gamma = Tensor::empty({3}), grad_beta = Tensor::empty({3});
+  Tensor masked = Tensor::empty(input.shape()), masked_short = Tensor::empty({4, 3, 2, 1});
+  const Tensor g = Tensor::ones(input.shape());
+  CHECK_THAT(require_throws<Error>([&] {
+               ops::backend_for(kCPU).batch_norm_backward(g, Tensor(), input, ones, zeros, ones, grad_input, grad_gamma,
+                                                          grad_beta, masked, false);
+             }),
+             Catch::Contains("only after a fused relu"));
+  CHECK_THAT(require_throws<ShapeError>([&] {
+               ops::backend_for(kCPU).batch_norm_backward(g, g, input, ones, zeros, ones, grad_input, grad_gamma,
+                                                          grad_beta, masked_short, false);
+             }),
+             Catch::Contains("[4, 3, 2, 1]"));
+}
+
+namespace {
+
+// gamma and beta with gradients already (parameters' arena views): batch norm adds into them in place, the
+// same bits as the engine adding the fresh gradients a run without them gives; with relu and the residual
+// add too.
+void check_parameter_grads_added_in_place(Device device) {
+  Generator generator(61);
+  const Tensor x = Tensor::normal({4, 3, 5, 5}, 0.5, 2.0, generator).to(device);
+  const Tensor shortcut = Tensor::normal({4, 3, 5, 5}, 0.0, 1.0, generator).to(device);
+  const Tensor g = Tensor::uniform({4, 3, 5, 5}, -1.0, 1.0, generator).to(device);
+  const Tensor prior_gamma = Tensor::uniform({3}, -1.0, 1.0, generator).to(device);
+  const Tensor prior_beta = Tensor::uniform({3}, -1.0, 1.0, generator).to(device);
+  for (int kind = 0; kind < 3; ++kind) {  // plain, relu, residual add and relu
+    INFO(device.str() << (kind == 0 ? " batch_norm" : kind == 1 ? " batch_norm_relu" : " batch_norm_add_relu"));
+    auto run = [&](bool with_prior) {
+      Tensor gamma = Tensor::full({3}, 1.5, DType::f32, device), beta = Tensor::full({3}, 0.25, DType::f32, device);
+      gamma.set_requires_grad(true);
+      beta.set_requires_grad(true);
+      if (with_prior) {
+        gamma.set_grad(prior_gamma.clone());
+        beta.set_grad(prior_beta.clone());
+      }
+      Tensor mean = Tensor::zeros({3}, DType::f32, device), var = Tensor::ones({3}, DType::f32, device);
+      const Tensor out = kind == 0   ? ops::batch_norm(x, gamma, beta, mean, var, true)
+                         : kind == 1 ? ops::batch_norm_relu(x, gamma, beta, mean, var, true)
+                                     : ops::batch_norm_add_relu(x, shortcut, gamma, beta, mean, var, true);
+      const TensorImpl* gamma_buffer = with_prior ? gamma.grad().impl() : nullptr;
+      out.backward(g);
+      if (with_prior) CHECK(gamma.grad().impl() == gamma_buffer);
+      return std::make_pair(gamma.grad(), beta.grad());
+    };
+    const auto fresh = run(false), added = run(true);
+    Tensor expected_gamma = prior_gamma.clone(), expected_beta = prior_beta.clone();
+    expected_gamma.add_(fresh.first);
+    expected_beta.add_(fresh.second);
+    CHECK(added.first.to(kCPU).to_vector<float>() == expected_gamma.to(kCPU).to_vector<float>());
+    CHECK(added.second.to(kCPU).to_vector<float>() == expected_beta.to(kCPU).to_vector<float>());
+  }
+}
+
+}  // namespace
+
+TEST_CASE("batch norm adds gamma's and beta's gradients into existing ones in place", "[ops]") {
+  check_parameter_grads_added_in_place(kCPU);
+}
+
+TEST_CASE("CUDA batch norm adds gamma's and beta's gradients into existing ones in place", "[cuda][ops][batch_norm]") {
+  if (gpu_missing("the CUDA in-place batch-norm parameter gradient test")) return;
+  check_parameter_grads_added_in_place(kGpu);
 }
 
 TEST_CASE("batch_norm_relu keeps its output as the mask and releases it after the backward", "[ops]") {

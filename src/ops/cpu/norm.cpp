@@ -114,11 +114,12 @@ void forward_eval_typed(const Tensor& input, const Tensor& gamma, const Tensor& 
 //   grad_beta = sum g,  grad_gamma = sum g * xhat,
 //   grad_x = gamma * invstd * (g - sum g / M - xhat * sum(g * xhat) / M).
 // After a fused relu, g is the upstream gradient where the relu output is positive and 0 elsewhere, read
-// through `masked` in both loops (the values relu_backward would have stored).
+// through the mask in both loops (the values relu_backward would have stored; the first loop stores them
+// into masked_grad when that is defined).
 template <typename T>
 void backward_typed(const Tensor& grad_out, const Tensor& relu_output, const Tensor& input, const Tensor& gamma,
                     const Tensor& save_mean, const Tensor& save_invstd, Tensor& grad_input, Tensor& grad_gamma,
-                    Tensor& grad_beta) {
+                    Tensor& grad_beta, Tensor& masked_grad, bool accumulate_parameter_grads) {
   const ChannelLayout layout(input);
   const T* upstream = grad_out.data<T>();
   const T* mask = relu_output.defined() ? relu_output.data<T>() : nullptr;
@@ -130,6 +131,7 @@ void backward_typed(const Tensor& grad_out, const Tensor& relu_output, const Ten
   T* dx = grad_input.data<T>();
   T* dgamma = grad_gamma.defined() ? grad_gamma.data<T>() : nullptr;
   T* dbeta = grad_beta.defined() ? grad_beta.data<T>() : nullptr;
+  T* masked_out = masked_grad.defined() ? masked_grad.data<T>() : nullptr;
   const double count = static_cast<double>(layout.count());
 #pragma omp parallel for schedule(static) if (layout.parallel())
   for (int64_t c = 0; c < layout.channels; ++c) {
@@ -138,12 +140,14 @@ void backward_typed(const Tensor& grad_out, const Tensor& relu_output, const Ten
     for (int64_t n = 0; n < layout.batch; ++n) {
       const int64_t start = layout.start(n, c);
       for (int64_t i = start; i < start + layout.inner; ++i) {
+        if (masked_out != nullptr) masked_out[i] = g(i);  // each value belongs to one channel: written once
         sum_grad += static_cast<double>(g(i));
         sum_grad_centered += static_cast<double>(g(i)) * (static_cast<double>(x[i]) - mean);
       }
     }
-    if (dbeta != nullptr) dbeta[c] = static_cast<T>(sum_grad);
-    if (dgamma != nullptr) dgamma[c] = static_cast<T>(sum_grad_centered * invstd);
+    const T beta_grad = static_cast<T>(sum_grad), gamma_grad = static_cast<T>(sum_grad_centered * invstd);
+    if (dbeta != nullptr) dbeta[c] = accumulate_parameter_grads ? dbeta[c] + beta_grad : beta_grad;
+    if (dgamma != nullptr) dgamma[c] = accumulate_parameter_grads ? dgamma[c] + gamma_grad : gamma_grad;
     const double k = static_cast<double>(weight[c]) * invstd;
     const double projection = sum_grad_centered * invstd * invstd / count;
     const T k_t = static_cast<T>(k), mean_t = static_cast<T>(mean), mean_grad_t = static_cast<T>(sum_grad / count);
@@ -180,14 +184,16 @@ void CpuBackend::batch_norm_forward_eval(const Tensor& input, const Tensor& gamm
 
 void CpuBackend::batch_norm_backward(const Tensor& grad_out, const Tensor& relu_output, const Tensor& input,
                                      const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
-                                     Tensor& grad_input, Tensor& grad_gamma, Tensor& grad_beta) {
+                                     Tensor& grad_input, Tensor& grad_gamma, Tensor& grad_beta,
+                                     Tensor& masked_grad, bool accumulate_parameter_grads) {
   if (relu_output.defined()) {
     check_same_shape(grad_out, relu_output, "CPU batch_norm_backward");
     check_same_dtype(grad_out, relu_output, "CPU batch_norm_backward");
   }
+  check_masked_grad(grad_out, relu_output, masked_grad, "CPU batch_norm_backward");
   cpu::visit_floating(grad_out.dtype(), "batch_norm_backward", [&](auto tag) {
     backward_typed<decltype(tag)>(grad_out, relu_output, input, gamma, save_mean, save_invstd, grad_input, grad_gamma,
-                                  grad_beta);
+                                  grad_beta, masked_grad, accumulate_parameter_grads);
   });
 }
 

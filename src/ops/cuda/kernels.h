@@ -73,11 +73,14 @@ template <typename T>
 void launch_batch_norm_forward_eval(const T* x, const float* gamma, const float* beta, const float* running_mean,
                                     const float* running_var, double eps, bool relu, const T* residual, T* out,
                                     const ChannelLayout& layout, void* workspace);
-// grad_gamma / grad_beta and relu_output may be null.
+// grad_gamma / grad_beta and relu_output may be null; masked_grad too, else (with relu_output) it
+// receives grad_out masked by relu_output > 0 from the sums pass, and the grad_input pass reads it. With
+// accumulate_parameter_grads grad_gamma / grad_beta are added into.
 template <typename T>
 void launch_batch_norm_backward(const T* grad_out, const T* relu_output, const T* x, const float* gamma,
                                 const float* save_mean, const float* save_invstd, T* grad_input, float* grad_gamma,
-                                float* grad_beta, const ChannelLayout& layout, void* workspace);
+                                float* grad_beta, T* masked_grad, bool accumulate_parameter_grads,
+                                const ChannelLayout& layout, void* workspace);
 
 // ---- pooling over NCHW planes (pool.cu) ----
 struct PoolLayout {

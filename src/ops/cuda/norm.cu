@@ -336,11 +336,12 @@ __global__ void __launch_bounds__(kMapThreads)
 }
 
 // Sums of g and of g * (x - mean) over each (channel, split) slab into partials[split * channels + channel]
-// (g masked by relu_output with kMasked).
-template <typename T, int V, bool kMasked>
+// (g masked by relu_output with kMasked; with kStore the masked g also stored into masked_out).
+template <typename T, int V, bool kMasked, bool kStore>
 __global__ void __launch_bounds__(kReduceThreads)
     gradient_sums_kernel(const T* grad_out, const T* relu_output, const T* x, const float* save_mean,
-                         SplitGeometry geometry, double2* partials) {
+                         SplitGeometry geometry, double2* partials, T* masked_out) {
+  static_assert(kMasked || !kStore, "only a masked gradient is stored");
   __shared__ double scratch[32];
   const UnitGeometry& g = geometry.units;
   const int64_t begin = blockIdx.y * geometry.chunk_units;
@@ -358,6 +359,7 @@ __global__ void __launch_bounds__(kReduceThreads)
         float* cu = centered + u * V;
         if (position + u * kReduceThreads < end) {
           load_gradient_unit<T, V, kMasked>(grad_out, relu_output, walk.offset, gu);
+          if constexpr (kStore) store_unit<T, V>(masked_out, walk.offset, gu);
           load_unit<T, V>(x, walk.offset, cu);
 #pragma unroll
           for (int k = 0; k < V; ++k) cu[k] = gu[k] * (cu[k] - mean);
@@ -379,12 +381,13 @@ __global__ void __launch_bounds__(kReduceThreads)
 // With xhat = (x - mean) * invstd and g the output gradient, per channel over its M elements:
 //   grad_beta = sum g,  grad_gamma = sum g * xhat,
 //   grad_x = gamma * invstd * (g - sum g / M - xhat * sum(g * xhat) / M).
-// Merges each channel's partial sums, writes grad_gamma / grad_beta (either may be null) and the
-// coefficients {k, mean_grad, slope, mean} of grad_x = k * (g - mean_grad) - slope * (x - mean).
+// Merges each channel's partial sums, writes (with accumulate: adds into) grad_gamma / grad_beta (either
+// may be null) and the coefficients {k, mean_grad, slope, mean} of grad_x = k * (g - mean_grad) - slope *
+// (x - mean).
 __global__ void __launch_bounds__(kFinalizeThreads)
     finalize_backward_kernel(const double2* partials, int64_t splits, int64_t channels, double count,
                              const float* gamma, const float* save_mean, const float* save_invstd, float* grad_gamma,
-                             float* grad_beta, float4* coefficients) {
+                             float* grad_beta, bool accumulate, float4* coefficients) {
   for (int64_t channel = blockIdx.x; channel < channels; channel += gridDim.x) {
     double2 sums = make_double2(0.0, 0.0);
     for (int64_t split = threadIdx.x; split < splits; split += blockDim.x) {
@@ -398,8 +401,10 @@ __global__ void __launch_bounds__(kFinalizeThreads)
     if (threadIdx.x != 0) continue;
     const double sum_grad = sums.x, sum_grad_centered = sums.y;
     const double invstd = static_cast<double>(save_invstd[channel]);
-    if (grad_beta != nullptr) grad_beta[channel] = static_cast<float>(sum_grad);
-    if (grad_gamma != nullptr) grad_gamma[channel] = static_cast<float>(sum_grad_centered * invstd);
+    const float beta_grad = static_cast<float>(sum_grad);
+    const float gamma_grad = static_cast<float>(sum_grad_centered * invstd);
+    if (grad_beta != nullptr) grad_beta[channel] = accumulate ? grad_beta[channel] + beta_grad : beta_grad;
+    if (grad_gamma != nullptr) grad_gamma[channel] = accumulate ? grad_gamma[channel] + gamma_grad : gamma_grad;
     const double k = static_cast<double>(gamma[channel]) * invstd;
     const double projection = sum_grad_centered * invstd * invstd / count;
     coefficients[channel] = make_float4(static_cast<float>(k), static_cast<float>(sum_grad / count),
@@ -536,25 +541,10 @@ void launch_normalize(const T* x, const T* residual, T* out, const float4* coeff
   });
 }
 
-// The backward's partial sums, finalize and grad_input passes for one masking.
+// The backward's grad_input pass (g masked by relu_output with kMasked), from the finalized coefficients.
 template <typename T, bool kMasked>
-void launch_backward_passes(const T* grad_out, const T* relu_output, const T* x, const float* gamma,
-                            const float* save_mean, const float* save_invstd, T* grad_input, float* grad_gamma,
-                            float* grad_beta, const ChannelLayout& layout, int64_t splits, const Workspace& space) {
-  double2* partials = static_cast<double2*>(space.partials);
-  if (layout.inner == 1) {
-    launch_row_gradient_sums(grad_out, relu_output, x, save_mean, layout.batch, layout.channels, splits, partials);
-  } else {
-    // A null relu_output passes the alignment tests.
-    with_width<kVectorWidth<T>>(reduce_width<T>(layout, {grad_out, relu_output, x}), [&](auto width) {
-      constexpr int V = decltype(width)::value;
-      gradient_sums_kernel<T, V, kMasked><<<split_grid(layout, splits), kReduceThreads>>>(
-          grad_out, relu_output, x, save_mean, split_geometry(layout, V, splits), partials);
-    });
-  }
-  finalize_backward_kernel<<<finalize_blocks(layout.channels), kFinalizeThreads>>>(
-      partials, splits, layout.channels, static_cast<double>(layout.batch * layout.inner), gamma, save_mean,
-      save_invstd, grad_gamma, grad_beta, space.coefficients);
+void launch_backward_passes_input(const T* grad_out, const T* relu_output, const T* x, T* grad_input,
+                                  const ChannelLayout& layout, const Workspace& space) {
   if (layout.inner == 1) {
     launch_row_grad_input(grad_out, relu_output, x, grad_input, space.coefficients, layout.batch, layout.channels);
     return;
@@ -566,6 +556,34 @@ void launch_backward_passes(const T* grad_out, const T* relu_output, const T* x,
     grad_input_kernel<T, V, kMasked>
         <<<blocks, kMapThreads>>>(grad_out, relu_output, x, grad_input, space.coefficients, geometry);
   });
+}
+
+// The backward's partial sums, finalize and grad_input passes for one masking. With kStore the sums pass
+// stores the masked gradient into masked_grad, and the grad_input pass reads that instead (kMasked off).
+template <typename T, bool kMasked, bool kStore>
+void launch_backward_passes(const T* grad_out, const T* relu_output, const T* x, const float* gamma,
+                            const float* save_mean, const float* save_invstd, T* grad_input, float* grad_gamma,
+                            float* grad_beta, T* masked_grad, bool accumulate, const ChannelLayout& layout,
+                            int64_t splits, const Workspace& space) {
+  double2* partials = static_cast<double2*>(space.partials);
+  if (layout.inner == 1) {
+    launch_row_gradient_sums(grad_out, relu_output, x, save_mean, layout.batch, layout.channels, splits, partials,
+                             masked_grad);
+  } else {
+    // A null relu_output (or masked_grad) passes the alignment tests.
+    with_width<kVectorWidth<T>>(reduce_width<T>(layout, {grad_out, relu_output, x, masked_grad}), [&](auto width) {
+      constexpr int V = decltype(width)::value;
+      gradient_sums_kernel<T, V, kMasked, kStore><<<split_grid(layout, splits), kReduceThreads>>>(
+          grad_out, relu_output, x, save_mean, split_geometry(layout, V, splits), partials, masked_grad);
+    });
+  }
+  finalize_backward_kernel<<<finalize_blocks(layout.channels), kFinalizeThreads>>>(
+      partials, splits, layout.channels, static_cast<double>(layout.batch * layout.inner), gamma, save_mean,
+      save_invstd, grad_gamma, grad_beta, accumulate, space.coefficients);
+  if constexpr (kStore)
+    launch_backward_passes_input<T, false>(masked_grad, nullptr, x, grad_input, layout, space);
+  else
+    launch_backward_passes_input<T, kMasked>(grad_out, relu_output, x, grad_input, layout, space);
 }
 
 }  // namespace
@@ -615,16 +633,21 @@ void launch_batch_norm_forward_eval(const T* x, const float* gamma, const float*
 template <typename T>
 void launch_batch_norm_backward(const T* grad_out, const T* relu_output, const T* x, const float* gamma,
                                 const float* save_mean, const float* save_invstd, T* grad_input, float* grad_gamma,
-                                float* grad_beta, const ChannelLayout& layout, void* workspace) {
+                                float* grad_beta, T* masked_grad, bool accumulate_parameter_grads,
+                                const ChannelLayout& layout, void* workspace) {
   if (layout.channels == 0 || layout.batch * layout.inner == 0) return;
   const int64_t splits = split_count(layout);
   const Workspace space = carve(workspace, layout);
-  if (relu_output != nullptr)
-    launch_backward_passes<T, true>(grad_out, relu_output, x, gamma, save_mean, save_invstd, grad_input, grad_gamma,
-                                    grad_beta, layout, splits, space);
+  const bool add = accumulate_parameter_grads;
+  if (relu_output != nullptr && masked_grad != nullptr)
+    launch_backward_passes<T, true, true>(grad_out, relu_output, x, gamma, save_mean, save_invstd, grad_input,
+                                          grad_gamma, grad_beta, masked_grad, add, layout, splits, space);
+  else if (relu_output != nullptr)
+    launch_backward_passes<T, true, false>(grad_out, relu_output, x, gamma, save_mean, save_invstd, grad_input,
+                                           grad_gamma, grad_beta, nullptr, add, layout, splits, space);
   else
-    launch_backward_passes<T, false>(grad_out, relu_output, x, gamma, save_mean, save_invstd, grad_input, grad_gamma,
-                                     grad_beta, layout, splits, space);
+    launch_backward_passes<T, false, false>(grad_out, relu_output, x, gamma, save_mean, save_invstd, grad_input,
+                                            grad_gamma, grad_beta, nullptr, add, layout, splits, space);
 }
 
 #define OPSNN_INSTANTIATE_BATCH_NORM(T)                                                                               \
@@ -634,7 +657,7 @@ void launch_batch_norm_backward(const T* grad_out, const T* relu_output, const T
   template void launch_batch_norm_forward_eval<T>(const T*, const float*, const float*, const float*, const float*,   \
                                                   double, bool, const T*, T*, const ChannelLayout&, void*);           \
   template void launch_batch_norm_backward<T>(const T*, const T*, const T*, const float*, const float*, const float*, \
-                                              T*, float*, float*, const ChannelLayout&, void*);
+                                              T*, float*, float*, T*, bool, const ChannelLayout&, void*);
 OPSNN_FOR_EACH_FLOATING_TYPE(OPSNN_INSTANTIATE_BATCH_NORM)
 
 }  // namespace opsnn::cuda

@@ -37,6 +37,10 @@ constexpr int kRowUnroll = V > 4 ? 4 : 8;
 template <typename T, int V, int streams>
 constexpr int kRawRows =
     std::clamp(static_cast<int>(ceil_div(V > 4 ? 128 : 256, static_cast<int64_t>(sizeof(T)) * V * streams)), 1, 8);
+// The gradient sums group as many rows per float sum masked or not (the count for three streams), so a
+// fused relu's sums equal relu's backward followed by the plain sums bit for bit.
+template <typename T, int V>
+constexpr int kGradientSumRows = kRawRows<T, V, 3>;
 
 // The blocks' shape for `units` units per row: up to 32 threads across the units, the rest down the rows.
 struct RowBlock {
@@ -93,7 +97,7 @@ __device__ SplitRows split_rows(int64_t rows, int64_t units, int64_t chunk) {
 // The reductions' walk: two terms per value, summed per channel of the thread's unit over its rows of
 // the split (begin + threadIdx.y, then every blockDim.y rows), then over the block's rows in sum_down's
 // fixed tree. load(offset) returns the raw bits of the unit (or units: the gradient sums load two or
-// three) at element offset `offset`; terms(raw, a, b) writes its V values' two terms. The walk issues U
+// three) at unit offset `offset`; terms(raw, offset, a, b) writes its V values' two terms. The walk issues U
 // loads before it turns the first into floats, so U units per thread are in flight while it holds only
 // their bits; it adds each value's terms in float, in row order, over the U rows, then adds those sums
 // of at most 8 terms in double. totals (x: the a sums, y: the b sums) are valid in row 0's threads.
@@ -119,7 +123,7 @@ __device__ void sum_split_terms(const SplitRows& s, int64_t units, Load load, Te
       for (int u = 0; u < U; ++u) {
         float a[V], b[V];
         if (u < present) {
-          terms(raw[u], a, b);
+          terms(raw[u], at + u * step, a, b);
         } else {
 #pragma unroll
           for (int k = 0; k < V; ++k) a[k] = b[k] = 0.0f;
@@ -153,7 +157,7 @@ __global__ void __launch_bounds__(kRowThreads, 2)
   double2 totals[V];
   sum_split_terms<V, kRawRows<T, V, 1>>(
       s, units, [&](int64_t offset) { return load_raw<T, V>(x, offset); },
-      [&](const RawUnit<T, V>& raw, float* deviations, float* squares) {
+      [&](const RawUnit<T, V>& raw, int64_t, float* deviations, float* squares) {
         unpack<T, V>(raw, deviations);
 #pragma unroll
         for (int k = 0; k < V; ++k) {
@@ -177,21 +181,24 @@ __global__ void __launch_bounds__(kRowThreads, 2)
   }
 }
 
-// Sums of g and g * (x - mean) of each (split, channel) into partials (g masked with kMasked).
-template <typename T, int V, bool kMasked>
+// Sums of g and g * (x - mean) of each (split, channel) into partials (g masked with kMasked; with kStore
+// the masked g also stored into masked_out: the splits cover each row once).
+template <typename T, int V, bool kMasked, bool kStore>
 __global__ void __launch_bounds__(kRowThreads, 2)
     row_gradient_sums_kernel(const T* grad_out, const T* relu_output, const T* x, const float* save_mean, int64_t rows,
-                             int64_t units, int64_t chunk, double2* partials) {
+                             int64_t units, int64_t chunk, double2* partials, T* masked_out) {
+  static_assert(kMasked || !kStore, "only a masked gradient is stored");
   const SplitRows s = split_rows(rows, units, chunk);
   float mean[V];
 #pragma unroll
   for (int k = 0; k < V; ++k) mean[k] = s.active ? save_mean[s.unit * V + k] : 0.0f;
   using Raw = RawGradientUnit<T, V, kMasked>;
   double2 totals[V];
-  sum_split_terms<V, kRawRows<T, V, Raw::kStreams>>(
+  sum_split_terms<V, kGradientSumRows<T, V>>(
       s, units, [&](int64_t offset) { return load_raw_gradient<T, V, kMasked>(grad_out, relu_output, x, offset); },
-      [&](const Raw& raw, float* grads, float* centered) {
+      [&](const Raw& raw, int64_t offset, float* grads, float* centered) {
         unpack_gradient(raw, grads, centered);
+        if constexpr (kStore) store_unit<T, V>(masked_out, offset, grads);
 #pragma unroll
         for (int k = 0; k < V; ++k) centered[k] = grads[k] * (centered[k] - mean[k]);
       },
@@ -315,18 +322,21 @@ void launch_row_moments(const T* x, int64_t rows, int64_t channels, int64_t spli
 
 template <typename T>
 void launch_row_gradient_sums(const T* grad_out, const T* relu_output, const T* x, const float* save_mean, int64_t rows,
-                              int64_t channels, int64_t splits, double2* partials) {
-  with_width<kVectorWidth<T>>(row_width<T>(channels, {grad_out, relu_output, x}), [&](auto width) {
+                              int64_t channels, int64_t splits, double2* partials, T* masked_out) {
+  with_width<kVectorWidth<T>>(row_width<T>(channels, {grad_out, relu_output, x, masked_out}), [&](auto width) {
     constexpr int V = decltype(width)::value;
     const RowBlock block = row_block(channels, V);
     const dim3 grid = reduce_grid(block, splits), threads(block.across, block.down);
     const int64_t chunk = ceil_div(rows, splits);
-    if (relu_output != nullptr)
-      row_gradient_sums_kernel<T, V, true>
-          <<<grid, threads>>>(grad_out, relu_output, x, save_mean, rows, block.units, chunk, partials);
+    if (relu_output != nullptr && masked_out != nullptr)
+      row_gradient_sums_kernel<T, V, true, true>
+          <<<grid, threads>>>(grad_out, relu_output, x, save_mean, rows, block.units, chunk, partials, masked_out);
+    else if (relu_output != nullptr)
+      row_gradient_sums_kernel<T, V, true, false>
+          <<<grid, threads>>>(grad_out, relu_output, x, save_mean, rows, block.units, chunk, partials, nullptr);
     else
-      row_gradient_sums_kernel<T, V, false>
-          <<<grid, threads>>>(grad_out, relu_output, x, save_mean, rows, block.units, chunk, partials);
+      row_gradient_sums_kernel<T, V, false, false>
+          <<<grid, threads>>>(grad_out, relu_output, x, save_mean, rows, block.units, chunk, partials, nullptr);
   });
 }
 
@@ -365,7 +375,7 @@ void launch_row_grad_input(const T* grad_out, const T* relu_output, const T* x, 
 #define OPSNN_INSTANTIATE_ROW_BATCH_NORM(T)                                                                        \
   template void launch_row_moments<T>(const T*, int64_t, int64_t, int64_t, Moments*);                              \
   template void launch_row_gradient_sums<T>(const T*, const T*, const T*, const float*, int64_t, int64_t, int64_t, \
-                                            double2*);                                                             \
+                                            double2*, T*);                                                         \
   template void launch_row_normalize<T>(const T*, const T*, T*, const float4*, int64_t, int64_t, bool);            \
   template void launch_row_grad_input<T>(const T*, const T*, const T*, T*, const float4*, int64_t, int64_t);
 OPSNN_FOR_EACH_FLOATING_TYPE(OPSNN_INSTANTIATE_ROW_BATCH_NORM)

@@ -19,10 +19,10 @@ int64_t row_split_count(int64_t rows, int64_t channels);
 template <typename T>
 void launch_row_moments(const T* x, int64_t rows, int64_t channels, int64_t splits, Moments* partials);
 // Sums of g and of g * (x - save_mean) per channel and split into partials[split * channels + channel]
-// (g masked by relu_output where that is not null).
+// (g masked by relu_output where that is not null; then also stored into masked_out where that is not null).
 template <typename T>
 void launch_row_gradient_sums(const T* grad_out, const T* relu_output, const T* x, const float* save_mean, int64_t rows,
-                              int64_t channels, int64_t splits, double2* partials);
+                              int64_t channels, int64_t splits, double2* partials, T* masked_out);
 // out = finish_normalized(normalize_value(x, coefficients[channel]), residual): relu'd with `relu`, the
 // residual (null, or with relu) added before the relu.
 template <typename T>

@@ -79,6 +79,7 @@ int run(const std::vector<std::string>& args) {
            save_invstd = Tensor::empty(channel_shape, DType::f32, gpu);
     Tensor grad_gamma = Tensor::empty(channel_shape, DType::f32, gpu),
            grad_beta = Tensor::empty(channel_shape, DType::f32, gpu);
+    Tensor no_masked_grad;
     const double train_ms = mean_ms(
         [&] {
           backend.batch_norm_forward_train(x, gamma, beta, running_mean, running_var, 0.1, 1e-5, false, Tensor(), out,
@@ -88,7 +89,8 @@ int run(const std::vector<std::string>& args) {
     // x stands in for the upstream gradient: the kernels' cost does not depend on the values.
     const double backward_ms = mean_ms(
         [&] {
-          backend.batch_norm_backward(x, Tensor(), x, gamma, save_mean, save_invstd, grad_input, grad_gamma, grad_beta);
+          backend.batch_norm_backward(x, Tensor(), x, gamma, save_mean, save_invstd, grad_input, grad_gamma, grad_beta,
+                                      no_masked_grad, false);
         },
         repeats);
     const double eval_ms = mean_ms(
