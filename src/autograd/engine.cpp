@@ -21,16 +21,16 @@ bool exclusively_owned(const Tensor& gradient) {
   return gradient.impl_ptr().use_count() == 1 && gradient.storage().use_count() == 1 && gradient.is_contiguous();
 }
 
-// Adds gradient into the leaf's .grad: in place when one exists (arena views stay views). Otherwise the
-// leaf takes over a gradient nothing else holds (when it spans its whole storage, so .grad does not pin a
-// larger buffer), else gets a copy.
+// Adds gradient into the leaf's .grad: in place when one exists (arena views stay views), converting it on
+// the way (a cast hands a parameter its low-precision gradient). Otherwise the leaf takes over a gradient
+// nothing else holds (when it spans its whole storage, so .grad does not pin a larger buffer), else gets a
+// copy in its dtype.
 void accumulate_into_leaf(TensorImpl& leaf, const Tensor& gradient) {
   Tensor leaf_view(std::shared_ptr<TensorImpl>(&leaf, [](TensorImpl*) {}));
   check_same_shape(leaf_view, gradient, "gradient accumulation");
   if (leaf.grad) {
     Tensor existing(leaf.grad);
-    Tensor converted = gradient.to(existing.dtype());
-    existing.add_(converted);
+    existing.add_converted_(gradient);
   } else if (gradient.dtype() == leaf.dtype && exclusively_owned(gradient) &&
              gradient.nbytes() == gradient.storage()->bytes()) {
     leaf.grad = gradient.detach().impl_ptr();  // a fresh TensorImpl: no autograd fields carried over

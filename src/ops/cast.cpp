@@ -9,12 +9,18 @@
 namespace opsnn::ops {
 namespace {
 
-// The gradient of a conversion is the upstream gradient converted back to the source dtype.
+// The gradient of a conversion is the upstream gradient converted back to the source dtype. Into a leaf
+// (a parameter read through its low-precision copy) it goes unconverted: the engine's accumulation into
+// the leaf's gradient converts it as it adds (Tensor::add_converted_, one pass instead of a conversion
+// pass and an add pass), or converts it when the leaf has no gradient yet.
 class CastNode final : public autograd::Node {
  public:
   explicit CastNode(DType source_dtype) : source_dtype_(source_dtype) {}
   std::string name() const override { return "CastBackward"; }
-  std::vector<Tensor> backward(const Tensor& grad_output) override { return {grad_output.to(source_dtype_)}; }
+  std::vector<Tensor> backward(const Tensor& grad_output) override {
+    if (inputs.size() == 1 && inputs[0].leaf && !inputs[0].function) return {grad_output};
+    return {grad_output.to(source_dtype_)};
+  }
 
  private:
   DType source_dtype_;

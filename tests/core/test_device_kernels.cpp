@@ -248,6 +248,30 @@ TEST_CASE("CUDA fill writes the CPU's bits into unaligned views of every dtype",
   }
 }
 
+TEST_CASE("CUDA add_converted_ of f16/bf16 into f32 gives the bits of converting first, at every alignment",
+          "[cuda][core]") {
+  if (gpu_missing()) return;
+  Generator generator(47);
+  for (DType source_dtype : {DType::bf16, DType::f16}) {
+    for (int64_t count : kSizes) {
+      const Tensor destination = arithmetic_sample(count, DType::f32, generator);
+      const Tensor source = arithmetic_sample(count, source_dtype, generator);
+      Tensor expected = destination.clone();
+      expected.add_(source.to(DType::f32));  // the CPU: convert, then add
+      for (auto [destination_shift, source_shift] : {std::pair<int64_t, int64_t>{0, 0}, {1, 1}, {3, 3}, {1, 0}}) {
+        const std::string what = where("add_converted_ from " + std::string(dtype_name(source_dtype)), DType::f32,
+                                       count) +
+                                 " shifts " + std::to_string(destination_shift) + "/" + std::to_string(source_shift);
+        GuardedView out = guarded_view(destination, destination_shift, kGpu);
+        const GuardedView in = guarded_view(source, source_shift, kGpu);
+        out.view.add_converted_(in.view);
+        require_same_bits(out.view, expected, what);
+        require_guards_intact(out, what);
+      }
+    }
+  }
+}
+
 TEST_CASE("CUDA accumulate: alpha 1 in float and other alphas in double give the reference bits", "[cuda][core]") {
   if (gpu_missing()) return;
   Generator generator(46);

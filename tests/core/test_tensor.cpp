@@ -311,6 +311,27 @@ TEST_CASE("add_ accumulates with alpha and names both sides on mismatch", "[core
   CHECK_THROWS_WITH(matrix.transpose(0, 1).add_(Tensor::ones({2, 2})), Catch::Contains("contiguous"));
 }
 
+TEST_CASE("Tensor::add_converted_ adds another floating dtype as add_ of the converted tensor", "[core]") {
+  const Tensor source = Tensor::from_vector<float>({0.1f, -3.3f, 1e-3f, 7.0f}, {4});
+  for (DType source_dtype : {DType::bf16, DType::f16, DType::f64, DType::f32}) {
+    Tensor a = Tensor::from_vector<float>({1.0f, 2.0f, 3.0f, 4.0f}, {4}), b = a.clone();
+    const Tensor converted_source = source.to(source_dtype);
+    a.add_converted_(converted_source);
+    b.add_(converted_source.to(DType::f32));
+    INFO(dtype_name(source_dtype));
+    CHECK(a.to_vector<float>() == b.to_vector<float>());
+  }
+  Tensor wide = Tensor::zeros({4}, DType::f64);
+  wide.add_converted_(source.to(DType::bf16)).add_converted_(source.to(DType::bf16));
+  std::vector<double> twice = source.to(DType::bf16).to_vector<double>();
+  for (double& value : twice) value *= 2.0;  // exact: bf16 values doubled in f64
+  CHECK(wide.to_vector<double>() == twice);
+  Tensor f32 = Tensor::zeros({4});
+  CHECK_THROWS_AS(f32.add_converted_(Tensor::ones({4}, DType::i32)), TypeError);
+  CHECK_THROWS_WITH(f32.add_converted_(Tensor::ones({4}, DType::i32)), Catch::Contains("floating"));
+  CHECK_THROWS_AS(f32.add_converted_(Tensor::ones({5}, DType::bf16)), ShapeError);
+}
+
 TEST_CASE("check_same_* helpers name both sides", "[core]") {
   Tensor a = Tensor::zeros({2, 3});
   CHECK_THROWS_WITH(check_same_shape(a, Tensor::zeros({3}), "my_op"),

@@ -59,6 +59,14 @@ class DeviceServices {
   // destination[i] += alpha * source[i] for n contiguous elements of one floating dtype.
   virtual void accumulate(void* destination, const void* source, DType dtype, double alpha, int64_t count,
                           int device_index) = 0;
+  // destination[i] += source[i] converted to the destination's dtype, for n contiguous elements, in one pass
+  // and with the bits of converting first; false (nothing done) where this device has no such kernel for
+  // the pair, and the caller converts first.
+  virtual bool accumulate_converted(void* destination, DType destination_dtype, const void* source,
+                                    DType source_dtype, int64_t count, int device_index) {
+    (void)destination, (void)destination_dtype, (void)source, (void)source_dtype, (void)count, (void)device_index;
+    return false;
+  }
   // Blocks until all queued work on the device is done (no-op on the CPU).
   virtual void synchronize(int device_index) = 0;
   virtual int device_count() = 0;

@@ -112,6 +112,9 @@ class Tensor {
   Tensor& fill_(double value);
   Tensor& zero_() { return fill_(0.0); }
   Tensor& add_(const Tensor& other, double alpha = 1.0);  // same shape, contiguous, floating
+  // this += other converted to this dtype (any floating pair): the bits of add_(other.to(dtype())), in one
+  // pass for a 16-bit other into f32 on the GPU (a mixed-precision gradient into its f32 parameter's).
+  Tensor& add_converted_(const Tensor& other);
 
   // ---- views (no autograd; share storage) ----
   Tensor view(const Shape& shape) const;  // contiguous tensors; one dimension may be -1

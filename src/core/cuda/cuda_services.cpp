@@ -76,6 +76,14 @@ class CudaServices final : public DeviceServices {
     cuda::launch_accumulate(destination, source, dtype, alpha, count, nullptr);
     OPSNN_CUDA_CHECK(cudaGetLastError());
   }
+  bool accumulate_converted(void* destination, DType destination_dtype, const void* source, DType source_dtype,
+                            int64_t count, int index) override {
+    DeviceGuard guard(index);
+    if (!cuda::launch_accumulate_converted(destination, destination_dtype, source, source_dtype, count, nullptr))
+      return false;
+    OPSNN_CUDA_CHECK(cudaGetLastError());
+    return true;
+  }
   void synchronize(int index) override {
     DeviceGuard guard(index);
     OPSNN_CUDA_CHECK(cudaDeviceSynchronize());

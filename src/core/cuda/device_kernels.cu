@@ -269,4 +269,25 @@ void launch_accumulate(void* destination, const void* source, DType dtype, doubl
   });
 }
 
+// An f32 destination plus a 16-bit source widened exactly: the bits of converting the source to f32 and
+// then AddOp, without the converted copy.
+struct AddWidenedOp {
+  template <typename S>
+  __device__ __forceinline__ float operator()(float destination, S source) const {
+    return destination + to_float(source);
+  }
+};
+
+bool launch_accumulate_converted(void* destination, DType destination_dtype, const void* source, DType source_dtype,
+                                 int64_t count, void* stream_handle) {
+  if (destination_dtype != DType::f32 || (source_dtype != DType::bf16 && source_dtype != DType::f16)) return false;
+  const auto stream = static_cast<cudaStream_t>(stream_handle);
+  float* out = static_cast<float*>(destination);
+  if (source_dtype == DType::bf16)
+    launch_map(AddWidenedOp{}, count, stream, out, static_cast<const float*>(out), static_cast<const BFloat16*>(source));
+  else
+    launch_map(AddWidenedOp{}, count, stream, out, static_cast<const float*>(out), static_cast<const Half*>(source));
+  return true;
+}
+
 }  // namespace opsnn::cuda
