@@ -172,6 +172,14 @@ TEST_CASE("CUDA strided copies (transpose, permute, slice, broadcast) match the 
                       where("permute (0, 2, 3, 1)", dtype, cube.numel()));
     require_same_bits(cube.to(kGpu).permute({3, 1, 0, 2}).contiguous(), cube.permute({3, 1, 0, 2}).contiguous(),
                       where("permute (3, 1, 0, 2)", dtype, cube.numel()));
+    // NCHW <-> NHWC both ways (batches of transposes: the tiled path), planes and channels over several
+    // 32 x 32 tiles with ragged edges.
+    const Tensor images = conversion_sample(4 * 70 * 9 * 11, dtype, engine).view({4, 70, 9, 11});
+    const Tensor nhwc = images.permute({0, 2, 3, 1}).contiguous();
+    require_same_bits(images.to(kGpu).permute({0, 2, 3, 1}).contiguous(), nhwc,
+                      where("NCHW to NHWC [4, 70, 9, 11]", dtype, images.numel()));
+    require_same_bits(nhwc.to(kGpu).permute({0, 3, 1, 2}).contiguous(), images,
+                      where("NHWC to NCHW [4, 9, 11, 70]", dtype, images.numel()));
     require_same_bits(rows.to(kGpu).slice(1, 2, 9).contiguous(), rows.slice(1, 2, 9).contiguous(),
                       where("slice [6, 2:9, 7]", dtype, rows.numel()));
     require_same_bits(rows.to(kGpu).select(2, 3).contiguous(), rows.select(2, 3).contiguous(),

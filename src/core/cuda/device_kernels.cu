@@ -106,6 +106,57 @@ void launch_gather(To* destination, const From* source, const StridedLayout& lay
   strided_copy_kernel<To, From, false><<<blocks, kMapThreadsPerBlock, 0, stream>>>(destination, source, narrow, count);
 }
 
+// A copy that is a batch of matrix transposes: destination [batches, rows, columns] (contiguous) from a
+// source whose coalesced layout is [batches, rows, columns] with strides [rows * columns, 1, rows], i.e.
+// destination[b][r][c] = source[b][c][r] (an NCHW <-> NHWC permute: [N, HW, C] from [N, C, HW]).
+struct TransposeShape {
+  int64_t batches = 0, rows = 0, columns = 0;
+};
+
+bool as_batched_transpose(const StridedLayout& layout, TransposeShape& out) {
+  const int extra = layout.dim == 3 ? 1 : 0;  // a leading batch dimension
+  if (layout.dim != 2 + extra) return false;
+  const int64_t rows = layout.shape[extra], columns = layout.shape[extra + 1];
+  if (layout.strides[extra] != 1 || layout.strides[extra + 1] != rows) return false;
+  if (extra && layout.strides[0] != rows * columns) return false;
+  out = {extra ? layout.shape[0] : 1, rows, columns};
+  return true;
+}
+
+constexpr int kTile = 32, kTileRows = 8;  // a block moves a 32 x 32 tile, each thread 4 of its rows
+
+// One tile per block: the block reads a 32 x 32 tile of the source (its rows contiguous in memory, so the
+// reads coalesce), and writes it transposed through shared memory (the writes coalesce too). The extra
+// column keeps the column reads from shared memory free of bank conflicts.
+template <typename Bits>
+__global__ void __launch_bounds__(kTile* kTileRows)
+    batched_transpose_kernel(Bits* destination, const Bits* source, TransposeShape shape) {
+  __shared__ Bits tile[kTile][kTile + 1];
+  const int64_t batch = blockIdx.z, matrix = batch * shape.rows * shape.columns;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kTile, column0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  // source[b][c][r]: column c of the destination is row c of the source, contiguous along r.
+  for (int k = threadIdx.y; k < kTile; k += kTileRows) {
+    const int64_t c = column0 + k, r = row0 + threadIdx.x;
+    if (c < shape.columns && r < shape.rows) tile[k][threadIdx.x] = source[matrix + c * shape.rows + r];
+  }
+  __syncthreads();
+  for (int k = threadIdx.y; k < kTile; k += kTileRows) {
+    const int64_t r = row0 + k, c = column0 + threadIdx.x;
+    if (r < shape.rows && c < shape.columns) destination[matrix + r * shape.columns + c] = tile[threadIdx.x][k];
+  }
+}
+
+template <typename Bits>
+bool launch_batched_transpose_copy(Bits* destination, const Bits* source, const TransposeShape& shape,
+                                   cudaStream_t stream) {
+  const int64_t row_tiles = (shape.rows + kTile - 1) / kTile, column_tiles = (shape.columns + kTile - 1) / kTile;
+  if (row_tiles > 0x7fffffff || column_tiles > 65535 || shape.batches > 65535) return false;
+  const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(column_tiles),
+                  static_cast<unsigned>(shape.batches));
+  batched_transpose_kernel<Bits><<<grid, dim3(kTile, kTileRows), 0, stream>>>(destination, source, shape);
+  return true;
+}
+
 template <typename To>
 struct ConvertOp {
   template <typename From>
@@ -218,9 +269,16 @@ void launch_strided_copy(void* destination, DType destination_dtype, const void*
     return;
   }
   if (destination_dtype == source_dtype) {
+    TransposeShape transpose;
+    const bool is_transpose = as_batched_transpose(layout, transpose);
     visit_bits(dtype_size(source_dtype), [&](auto tag) {
       using Bits = decltype(tag);
-      launch_gather(static_cast<Bits*>(destination), static_cast<const Bits*>(source), layout, count, stream);
+      Bits* out = static_cast<Bits*>(destination);
+      const Bits* in = static_cast<const Bits*>(source);
+      // A batch of transposes (a layout permute) through shared-memory tiles: the gather would read or
+      // write a few bytes per 32-byte sector.
+      if (is_transpose && launch_batched_transpose_copy(out, in, transpose, stream)) return;
+      launch_gather(out, in, layout, count, stream);
     });
     return;
   }
