@@ -534,8 +534,9 @@ TEST_CASE("CUDA batch norm on channel-innermost rows matches the double referenc
 TEST_CASE("CUDA batch norm merges hundreds of partials per channel in order", "[cuda][ops][batch_norm]") {
   if (gpu_missing()) return;
   Generator generator(52);
-  // Enough values per channel for more partials than a finalize block has threads (about 390 splits of
-  // channel-innermost rows, about 490 of NCHW planes), with a last split shorter than the others.
+  // Enough values per channel for more partials than a finalize block has threads (264 splits of
+  // channel-innermost rows on a 132-SM GPU, two per SM; about 490 of NCHW planes), with a last split
+  // shorter than the others.
   const std::vector<Shape> shapes = {{400003, 16}, {8, 2, 1000003}};
   for (DType dtype : kDtypes)
     for (const Shape& shape : shapes)
