@@ -267,12 +267,12 @@ Tensor& Tensor::add_converted_(const Tensor& other) {
   if (other.dtype() == dtype()) return add_(other);
   check_same_shape(*this, other, "add_converted_");
   check_same_device(*this, other, "add_converted_");
-  OPSNN_CHECK_AS(TypeError, is_floating(dtype()) && is_floating(other.dtype()), "add_converted_: ",
-                 dtype_name(dtype()), " += ", dtype_name(other.dtype()), " needs floating dtypes");
+  OPSNN_CHECK_AS(TypeError, is_floating(dtype()) && is_floating(other.dtype()), "add_converted_: ", dtype_name(dtype()),
+                 " += ", dtype_name(other.dtype()), " needs floating dtypes");
   OPSNN_CHECK(is_contiguous(), "add_converted_ needs a contiguous destination");
   const Tensor source = other.contiguous();
   if (numel() > 0 && device_services(device()).accumulate_converted(data_ptr(), dtype(), source.data_ptr(),
-                                                                     source.dtype(), numel(), device().index))
+                                                                    source.dtype(), numel(), device().index))
     return *this;
   return add_(source.to(dtype()));
 }

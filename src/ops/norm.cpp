@@ -85,8 +85,8 @@ class BatchNormBackward final : public autograd::Node {
       return into.dtype() == gamma_.dtype() && into.shape() == gamma_.shape() && into.device() == gamma_.device() &&
              into.is_contiguous();
     };
-    const bool in_place = (needs_grad(1) || needs_grad(2)) && (!needs_grad(1) || usable(1)) &&
-                          (!needs_grad(2) || usable(2));
+    const bool in_place =
+        (needs_grad(1) || needs_grad(2)) && (!needs_grad(1) || usable(1)) && (!needs_grad(2) || usable(2));
     for (size_t i : {size_t{1}, size_t{2}})
       if (needs_grad(i))
         grads[i] = in_place ? accumulators[i] : Tensor::empty(gamma_.shape(), gamma_.dtype(), gamma_.device());

@@ -75,8 +75,8 @@ Tensor max_pool2d(const Tensor& input, const Pool2dGeometry& geometry) {
   const Shape out_shape = checked_pool_shape("max_pool2d", input, geometry);
   // The argmax indices are i32 flat positions within a plane (half of PyTorch's i64 memory).
   constexpr int64_t kMaxPlane = std::numeric_limits<int32_t>::max();
-  OPSNN_CHECK_AS(ShapeError, input.size(2) * input.size(3) <= kMaxPlane, "max_pool2d: a plane of ", input.size(2),
-                 "x", input.size(3), " has more than 2^31 - 1 cells");
+  OPSNN_CHECK_AS(ShapeError, input.size(2) * input.size(3) <= kMaxPlane, "max_pool2d: a plane of ", input.size(2), "x",
+                 input.size(3), " has more than 2^31 - 1 cells");
   const Tensor input_data = input.contiguous();
   Tensor out = Tensor::empty(out_shape, input.dtype(), input.device());
   Tensor indices = Tensor::empty(out_shape, DType::i32, input.device());

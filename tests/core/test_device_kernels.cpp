@@ -267,9 +267,9 @@ TEST_CASE("CUDA add_converted_ of f16/bf16 into f32 gives the bits of converting
       Tensor expected = destination.clone();
       expected.add_(source.to(DType::f32));  // the CPU: convert, then add
       for (auto [destination_shift, source_shift] : {std::pair<int64_t, int64_t>{0, 0}, {1, 1}, {3, 3}, {1, 0}}) {
-        const std::string what = where("add_converted_ from " + std::string(dtype_name(source_dtype)), DType::f32,
-                                       count) +
-                                 " shifts " + std::to_string(destination_shift) + "/" + std::to_string(source_shift);
+        const std::string what =
+            where("add_converted_ from " + std::string(dtype_name(source_dtype)), DType::f32, count) + " shifts " +
+            std::to_string(destination_shift) + "/" + std::to_string(source_shift);
         GuardedView out = guarded_view(destination, destination_shift, kGpu);
         const GuardedView in = guarded_view(source, source_shift, kGpu);
         out.view.add_converted_(in.view);

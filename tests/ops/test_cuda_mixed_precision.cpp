@@ -190,8 +190,7 @@ TEST_CASE("CUDA f16/bf16 pooling matches f32", "[cuda][ops][mixed]") {
         "global_avg_pool2d", [](const std::vector<Tensor>& in) { return ops::global_avg_pool2d(in[0]); },
         {random_low_twin({4, 5, 7, 7}, dtype, generator)}, dtype, generator);
     check_low_twins(
-        "global_avg_pool2d_nhwc",
-        [](const std::vector<Tensor>& in) { return ops::global_avg_pool2d_nhwc(in[0]); },
+        "global_avg_pool2d_nhwc", [](const std::vector<Tensor>& in) { return ops::global_avg_pool2d_nhwc(in[0]); },
         {random_low_twin({4, 7, 7, 40}, dtype, generator)}, dtype, generator);
   }
 }

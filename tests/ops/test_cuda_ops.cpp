@@ -325,8 +325,8 @@ TEST_CASE("CUDA max pool matches its CPU twin's outputs, indices and gradients e
       {{2, 3, 13, 11}, geometry(3, 3, 2, 2, 1, 1)},   {{2, 4, 112, 112}, geometry(3, 3, 2, 2, 1, 1)},
       {{1, 2, 130, 130}, geometry(3, 3, 2, 2, 1, 1)}, {{3, 2, 15, 9}, geometry(2, 2, 2, 2, 0, 0)},
       {{2, 2, 10, 9}, geometry(3, 3, 1, 1, 1, 1)},    {{2, 3, 11, 12}, geometry(2, 3, 2, 1, 1, 1)},
-      {{1, 3, 9, 7}, geometry(3, 3, 2, 2, 0, 0)},   {{2, 2, 5, 1}, geometry(5, 5, 2, 2, 2, 2)},
-      {{2, 2, 3, 3}, geometry(5, 5, 2, 2, 2, 2)},   {{1, 2, 4, 2}, geometry(3, 3, 2, 2, 1, 1)}};
+      {{1, 3, 9, 7}, geometry(3, 3, 2, 2, 0, 0)},     {{2, 2, 5, 1}, geometry(5, 5, 2, 2, 2, 2)},
+      {{2, 2, 3, 3}, geometry(5, 5, 2, 2, 2, 2)},     {{1, 2, 4, 2}, geometry(3, 3, 2, 2, 1, 1)}};
   for (DType dtype : {DType::f32, DType::f16, DType::bf16})
     for (const auto& [shape, g] : cases) {
       const std::string name = shape_name(shape) + " " + std::string(dtype_name(dtype)) + " kernel " +

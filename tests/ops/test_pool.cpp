@@ -185,9 +185,13 @@ TEST_CASE("global_avg_pool2d_nhwc equals global_avg_pool2d of the NCHW tensor bi
   REQUIRE(ops::permute(b.grad(), {0, 3, 1, 2}).to_vector<float>() == a.grad().to_vector<float>());
   require_gradcheck([](const std::vector<Tensor>& in) { return ops::global_avg_pool2d_nhwc(in[0]); },
                     {random_leaf({2, 3, 4, 5}, generator)});
-  CHECK_THAT(require_throws<ShapeError>([&] { ops::global_avg_pool2d_nhwc(Tensor::zeros({2, 4, 3})); }),
+  CHECK_THAT(require_throws<ShapeError>([&] {
+               ops::global_avg_pool2d_nhwc(Tensor::zeros({2, 4, 3}));
+             }),
              Catch::Contains("global_avg_pool2d_nhwc") && Catch::Contains("[2, 4, 3]"));
-  CHECK_THAT(require_throws<ShapeError>([&] { ops::global_avg_pool2d_nhwc(Tensor::zeros({2, 0, 3, 4})); }),
+  CHECK_THAT(require_throws<ShapeError>([&] {
+               ops::global_avg_pool2d_nhwc(Tensor::zeros({2, 0, 3, 4}));
+             }),
              Catch::Contains("empty spatial extent"));
 }
 

@@ -62,8 +62,8 @@ class DeviceServices {
   // destination[i] += source[i] converted to the destination's dtype, for n contiguous elements, in one pass
   // and with the bits of converting first; false (nothing done) where this device has no such kernel for
   // the pair, and the caller converts first.
-  virtual bool accumulate_converted(void* destination, DType destination_dtype, const void* source,
-                                    DType source_dtype, int64_t count, int device_index) {
+  virtual bool accumulate_converted(void* destination, DType destination_dtype, const void* source, DType source_dtype,
+                                    int64_t count, int device_index) {
     (void)destination, (void)destination_dtype, (void)source, (void)source_dtype, (void)count, (void)device_index;
     return false;
   }

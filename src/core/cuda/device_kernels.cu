@@ -342,7 +342,8 @@ bool launch_accumulate_converted(void* destination, DType destination_dtype, con
   const auto stream = static_cast<cudaStream_t>(stream_handle);
   float* out = static_cast<float*>(destination);
   if (source_dtype == DType::bf16)
-    launch_map(AddWidenedOp{}, count, stream, out, static_cast<const float*>(out), static_cast<const BFloat16*>(source));
+    launch_map(AddWidenedOp{}, count, stream, out, static_cast<const float*>(out),
+               static_cast<const BFloat16*>(source));
   else
     launch_map(AddWidenedOp{}, count, stream, out, static_cast<const float*>(out), static_cast<const Half*>(source));
   return true;

@@ -184,8 +184,8 @@ void CpuBackend::batch_norm_forward_eval(const Tensor& input, const Tensor& gamm
 
 void CpuBackend::batch_norm_backward(const Tensor& grad_out, const Tensor& relu_output, const Tensor& input,
                                      const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
-                                     Tensor& grad_input, Tensor& grad_gamma, Tensor& grad_beta,
-                                     Tensor& masked_grad, bool accumulate_parameter_grads) {
+                                     Tensor& grad_input, Tensor& grad_gamma, Tensor& grad_beta, Tensor& masked_grad,
+                                     bool accumulate_parameter_grads) {
   if (relu_output.defined()) {
     check_same_shape(grad_out, relu_output, "CPU batch_norm_backward");
     check_same_dtype(grad_out, relu_output, "CPU batch_norm_backward");

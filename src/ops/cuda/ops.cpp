@@ -350,8 +350,8 @@ void CudaBackend::batch_norm_forward_eval(const Tensor& input, const Tensor& gam
 
 void CudaBackend::batch_norm_backward(const Tensor& grad_out, const Tensor& relu_output, const Tensor& input,
                                       const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
-                                      Tensor& grad_input, Tensor& grad_gamma, Tensor& grad_beta,
-                                      Tensor& masked_grad, bool accumulate_parameter_grads) {
+                                      Tensor& grad_input, Tensor& grad_gamma, Tensor& grad_beta, Tensor& masked_grad,
+                                      bool accumulate_parameter_grads) {
   const char* kernel = "batch_norm_backward";
   OPSNN_CHECK_AS(ShapeError, input.dim() >= 2, "CUDA ", kernel, ": input must be [N, C, ...], got ", input.str());
   for (const Tensor* t : std::initializer_list<const Tensor*>{&grad_out, &input, &grad_input})
@@ -372,13 +372,12 @@ void CudaBackend::batch_norm_backward(const Tensor& grad_out, const Tensor& relu
   const Storage workspace(cuda::batch_norm_workspace_bytes(layout), input.device());
   dispatch_floating(input.dtype(), kernel, [&](auto tag) {
     using T = decltype(tag);
-    cuda::launch_batch_norm_backward(grad_out.data<T>(), relu_output.defined() ? relu_output.data<T>() : nullptr,
-                                     input.data<T>(), gamma.data<float>(), save_mean.data<float>(),
-                                     save_invstd.data<float>(), grad_input.data<T>(),
-                                     grad_gamma.defined() ? grad_gamma.data<float>() : nullptr,
-                                     grad_beta.defined() ? grad_beta.data<float>() : nullptr,
-                                     masked_grad.defined() ? masked_grad.data<T>() : nullptr,
-                                     accumulate_parameter_grads, layout, workspace.data());
+    cuda::launch_batch_norm_backward(
+        grad_out.data<T>(), relu_output.defined() ? relu_output.data<T>() : nullptr, input.data<T>(),
+        gamma.data<float>(), save_mean.data<float>(), save_invstd.data<float>(), grad_input.data<T>(),
+        grad_gamma.defined() ? grad_gamma.data<float>() : nullptr,
+        grad_beta.defined() ? grad_beta.data<float>() : nullptr,
+        masked_grad.defined() ? masked_grad.data<T>() : nullptr, accumulate_parameter_grads, layout, workspace.data());
   });
   check_launch();
 }

@@ -118,9 +118,8 @@ constexpr int kPoolThreads = 256;  // per block of the pooling kernels
 // fixes a square kWindow x kWindow window at compile time (unrolled loops); 0 reads it from the layout.
 // Cells outside the input (padding) are skipped: they count as -inf and never win.
 template <typename T, int kWindow>
-__global__ void __launch_bounds__(kPoolThreads) max_forward_kernel(const T* x, T* out, int32_t* indices,
-                                                                   Geometry32 s, PositionDecoder decode,
-                                                                   uint32_t total) {
+__global__ void __launch_bounds__(kPoolThreads)
+    max_forward_kernel(const T* x, T* out, int32_t* indices, Geometry32 s, PositionDecoder decode, uint32_t total) {
   const int kernel_h = kWindow > 0 ? kWindow : s.kernel_h;
   const int kernel_w = kWindow > 0 ? kWindow : s.kernel_w;
   const uint32_t stride = gridDim.x * blockDim.x;  // o + stride < 2^32: o and stride are below 2^31
@@ -173,9 +172,9 @@ __global__ void __launch_bounds__(kPoolThreads) max_forward_kernel(const T* x, T
 // of the windows covering the cell whose argmax it is; zero when none. Every index lies inside its own
 // window (padding never wins, see the forward), so the covering windows are the only candidates.
 template <typename T>
-__global__ void __launch_bounds__(kPoolThreads) max_backward_kernel(const T* grad_out, const int32_t* indices,
-                                                                    T* grad_input, Geometry32 s,
-                                                                    PositionDecoder decode, uint32_t total) {
+__global__ void __launch_bounds__(kPoolThreads)
+    max_backward_kernel(const T* grad_out, const int32_t* indices, T* grad_input, Geometry32 s, PositionDecoder decode,
+                        uint32_t total) {
   const int64_t out_plane = static_cast<int64_t>(s.out_h) * s.out_w;
   const uint32_t stride = gridDim.x * blockDim.x;
   for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
@@ -214,9 +213,9 @@ __device__ __forceinline__ void store_row_pair(T* at, float a, float b, bool bot
   if (both) at[1] = T(b);
 }
 template <typename T>
-__global__ void __launch_bounds__(kPoolThreads) max_backward_stride2_kernel(const T* grad_out, const int32_t* indices,
-                                                                            T* grad_input, Geometry32 s,
-                                                                            PositionDecoder decode, uint32_t total) {
+__global__ void __launch_bounds__(kPoolThreads)
+    max_backward_stride2_kernel(const T* grad_out, const int32_t* indices, T* grad_input, Geometry32 s,
+                                PositionDecoder decode, uint32_t total) {
   const int64_t out_plane = static_cast<int64_t>(s.out_h) * s.out_w;
   const int64_t in_plane = static_cast<int64_t>(s.in_h) * s.in_w;
   const uint32_t stride = gridDim.x * blockDim.x;
@@ -318,8 +317,8 @@ void launch_max_pool_forward(const T* x, T* out, int32_t* indices, const PoolLay
     T* run_out = out + first * out_plane;
     int32_t* run_indices = indices + first * out_plane;
     // Resident grids: each thread strides over many outputs rather than a block launched per 256.
-    const unsigned blocks = std::min(blocks_for(total, kPoolThreads),
-                                     resident_grid<max_forward_kernel<T, 3>>(total, kPoolThreads));
+    const unsigned blocks =
+        std::min(blocks_for(total, kPoolThreads), resident_grid<max_forward_kernel<T, 3>>(total, kPoolThreads));
     if (square && layout.kernel_h == 3)
       max_forward_kernel<T, 3><<<blocks, kPoolThreads>>>(in, run_out, run_indices, geometry, decode, total);
     else if (square && layout.kernel_h == 2)
@@ -340,19 +339,19 @@ void launch_max_pool_backward(const T* grad_out, const int32_t* indices, T* grad
     OPSNN_CHECK(in_plane <= FastDivider::kMaxDividend,
                 "CUDA max_pool2d_backward: planes of 2^31 or more cells are not supported");
     over_plane_runs(layout.planes, blocks_h * blocks_w, "max_pool2d_backward", [&](int64_t first, uint32_t total) {
-      const unsigned blocks = std::min(blocks_for(total, kPoolThreads),
-                                       resident_grid<max_backward_stride2_kernel<T>>(total, kPoolThreads));
-      max_backward_stride2_kernel<T><<<blocks, kPoolThreads>>>(
-          grad_out + first * out_plane, indices + first * out_plane, grad_input + first * in_plane, geometry, decode,
-          total);
+      const unsigned blocks =
+          std::min(blocks_for(total, kPoolThreads), resident_grid<max_backward_stride2_kernel<T>>(total, kPoolThreads));
+      max_backward_stride2_kernel<T><<<blocks, kPoolThreads>>>(grad_out + first * out_plane,
+                                                               indices + first * out_plane,
+                                                               grad_input + first * in_plane, geometry, decode, total);
     });
     return;
   }
   const PositionDecoder decode(in_plane, layout.in_w);
   over_plane_runs(layout.planes, in_plane, "max_pool2d_backward", [&](int64_t first, uint32_t total) {
-    max_backward_kernel<T><<<blocks_for(total, kPoolThreads), kPoolThreads>>>(
-        grad_out + first * out_plane, indices + first * out_plane, grad_input + first * in_plane, geometry, decode,
-        total);
+    max_backward_kernel<T>
+        <<<blocks_for(total, kPoolThreads), kPoolThreads>>>(grad_out + first * out_plane, indices + first * out_plane,
+                                                            grad_input + first * in_plane, geometry, decode, total);
   });
 }
 
@@ -380,10 +379,10 @@ void launch_avg_pool_backward(const T* grad_out, T* grad_input, const PoolLayout
   });
 }
 
-#define OPSNN_INSTANTIATE_POOL(T)                                                                     \
-  template void launch_max_pool_forward<T>(const T*, T*, int32_t*, const PoolLayout&);                \
-  template void launch_max_pool_backward<T>(const T*, const int32_t*, T*, const PoolLayout&);         \
-  template void launch_avg_pool_forward<T>(const T*, T*, const PoolLayout&);                          \
+#define OPSNN_INSTANTIATE_POOL(T)                                                             \
+  template void launch_max_pool_forward<T>(const T*, T*, int32_t*, const PoolLayout&);        \
+  template void launch_max_pool_backward<T>(const T*, const int32_t*, T*, const PoolLayout&); \
+  template void launch_avg_pool_forward<T>(const T*, T*, const PoolLayout&);                  \
   template void launch_avg_pool_backward<T>(const T*, T*, const PoolLayout&);
 OPSNN_FOR_EACH_FLOATING_TYPE(OPSNN_INSTANTIATE_POOL)
 
