@@ -31,7 +31,7 @@ CATEGORIES = [
     ("ReLU backward", ["ReluBackward"]),
     ("gradient accumulation (adds, partial sums)", ["AddOp", "sum_partials"]),
     ("layout copies (NCHW <-> NHWC), casts", ["strided_copy", "ConvertOp"]),
-    ("pooling", ["max_forward", "max_backward", "avg_forward", "avg_backward"]),
+    ("pooling", ["max_forward", "max_backward", "avg_forward", "gather_backward"]),
 ]
 
 

@@ -2,9 +2,9 @@
 // on ties, NaN propagates) and average pooling with PyTorch's count_include_pad divisor, forward and
 // backward, over f32, f16 or bf16 data (sums in f32). Windows are the CPU twin's
 // (src/ops/cpu/pool.cpp): the max forward visits the same cells in the same order, and the average
-// kernels share its window arithmetic. Both backwards gather: one thread per input cell visits the
-// windows that cover it in the CPU's order (at most four for ResNet's 3x3 stride-2 max pool), adds their
-// shares in f32 and writes the cell once, in T. No atomics, no zeroed buffer, deterministic. Every
+// kernels share its window arithmetic. Both backwards gather: a thread visits the windows that cover its
+// input cell in the CPU's order, adds their shares in f32 and writes the cell once, in T (the stride-2 max
+// backward takes a 2x2 block of cells per thread). No atomics, no zeroed buffer, deterministic. Every
 // kernel decodes its 32-bit positions with multiply-shifts (launches over whole planes, fewer than 2^31
 // positions each): the 64-bit divisions they replace made the average backward division-bound.
 #include <algorithm>
@@ -98,8 +98,8 @@ struct PositionDecoder {
   }
 };
 
-// Calls launch(first_plane, planes, positions) over runs of whole planes of plane_cells positions each,
-// fewer than 2^31 positions per run.
+// Calls launch(first_plane, positions) for runs of whole planes of plane_cells positions each, fewer than
+// 2^31 positions per run.
 template <typename Launch>
 void over_plane_runs(int64_t planes, int64_t plane_cells, const char* op, Launch&& launch) {
   constexpr int64_t kMaxDividend = FastDivider::kMaxDividend;
@@ -168,35 +168,46 @@ __global__ void __launch_bounds__(kPoolThreads)
   }
 }
 
-// One thread per input cell (grid-stride): the sum, in the CPU's window order, of the output gradients
-// of the windows covering the cell whose argmax it is; zero when none. Every index lies inside its own
-// window (padding never wins, see the forward), so the covering windows are the only candidates.
-template <typename T>
+// One thread per input cell (grid-stride): share(total, o, oh, ow, cell, s) adds, in the CPU's window
+// order, the share of each window (oh, ow) covering the cell (o: its flat output position across planes;
+// cell: the cell's flat position in its plane) to the cell's f32 total, written once in T.
+template <typename T, typename Share>
 __global__ void __launch_bounds__(kPoolThreads)
-    max_backward_kernel(const T* grad_out, const int32_t* indices, T* grad_input, Geometry32 s, PositionDecoder decode,
-                        uint32_t total) {
+    gather_backward_kernel(T* grad_input, Geometry32 s, PositionDecoder decode, uint32_t total, Share share) {
   const int64_t out_plane = static_cast<int64_t>(s.out_h) * s.out_w;
   const uint32_t stride = gridDim.x * blockDim.x;
   for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
     const PositionDecoder::Position at = decode(i);
     const Covering rows = rows_covering(at.row, s), columns = columns_covering(at.column, s);
-    const int32_t* plane_indices = indices + at.plane * out_plane;
-    const T* plane_grads = grad_out + at.plane * out_plane;
     float total_value = 0.0f;
     for (int oh = rows.begin; oh < rows.end; ++oh)
-      for (int ow = columns.begin; ow < columns.end; ++ow) {
-        const int o = oh * s.out_w + ow;
-        if (plane_indices[o] == at.within) total_value += static_cast<float>(plane_grads[o]);
-      }
+      for (int ow = columns.begin; ow < columns.end; ++ow)
+        share(total_value, at.plane * out_plane + oh * s.out_w + ow, oh, ow, at.within, s);
     grad_input[i] = T(total_value);
   }
 }
 
-// The max backward at stride 2 (ResNet's 3x3/2 stem pool): one thread per 2x2 block of input cells, rows
-// 2a..2a+1 and columns 2b..2b+1, which the same few windows cover (kernel / 2 + 1 per axis: two for a 3x3
-// window; the launcher takes this kernel for windows up to 5 wide). Each covering window's index is read
-// once and compared with the block's four cells, so the per-cell thread's position decoding and window
-// search are shared by four cells. The sums run in window order per cell, as in max_backward_kernel.
+// Max pooling's share: the window's gradient where the cell is its argmax. Every index lies inside its
+// own window (padding never wins, see the forward), so the covering windows are the only candidates.
+template <typename T>
+struct MaxShare {
+  const T* grad_out;
+  const int32_t* indices;
+  __device__ __forceinline__ void operator()(float& total, int64_t o, int, int, int cell, const Geometry32&) const {
+    if (indices[o] == cell) total += static_cast<float>(grad_out[o]);
+  }
+};
+
+// Average pooling's share: the window's gradient over its divisor.
+template <typename T>
+struct AverageShare {
+  const T* grad_out;
+  __device__ __forceinline__ void operator()(float& total, int64_t o, int oh, int ow, int, const Geometry32& s) const {
+    total += static_cast<float>(grad_out[o]) / static_cast<float>(window_at(oh, ow, s).divisor);
+  }
+};
+
+// Windows per axis the stride-2 max backward can take over a 2-cell block (kernel / 2 + 1 each).
 constexpr int kMaxCovering = 3;
 
 // Stores a (and b after it, with `both`): 16-bit values at a 4-byte boundary as one 32-bit word, so a
@@ -212,6 +223,12 @@ __device__ __forceinline__ void store_row_pair(T* at, float a, float b, bool bot
   at[0] = T(a);
   if (both) at[1] = T(b);
 }
+
+// The max backward at stride 2 (ResNet's 3x3/2 stem pool): one thread per 2x2 block of input cells, rows
+// 2a..2a+1 and columns 2b..2b+1, which the same few windows cover (kernel / 2 + 1 per axis: two for a 3x3
+// window; the launcher takes this kernel for windows up to 5 wide). Each covering window's index is read
+// once and compared with the block's four cells, so the per-cell thread's position decoding and window
+// search are shared by four cells. The sums run in window order per cell, as MaxShare's gather does.
 template <typename T>
 __global__ void __launch_bounds__(kPoolThreads)
     max_backward_stride2_kernel(const T* grad_out, const int32_t* indices, T* grad_input, Geometry32 s,
@@ -282,26 +299,6 @@ __global__ void __launch_bounds__(kPoolThreads)
   }
 }
 
-// One thread per input cell gathers the shares of every window covering it (in the CPU's window
-// order), so no atomics are needed and the result is deterministic.
-template <typename T>
-__global__ void __launch_bounds__(kPoolThreads)
-    avg_backward_kernel(const T* grad_out, T* grad_input, Geometry32 s, PositionDecoder decode, uint32_t total) {
-  const int64_t out_plane = static_cast<int64_t>(s.out_h) * s.out_w;
-  const uint32_t stride = gridDim.x * blockDim.x;
-  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
-    const PositionDecoder::Position at = decode(i);
-    const Covering rows = rows_covering(at.row, s), columns = columns_covering(at.column, s);
-    const T* upstream = grad_out + at.plane * out_plane;
-    float total_value = 0.0f;
-    for (int oh = rows.begin; oh < rows.end; ++oh)
-      for (int ow = columns.begin; ow < columns.end; ++ow)
-        total_value +=
-            static_cast<float>(upstream[oh * s.out_w + ow]) / static_cast<float>(window_at(oh, ow, s).divisor);
-    grad_input[i] = T(total_value);
-  }
-}
-
 }  // namespace
 
 template <typename T>
@@ -349,9 +346,9 @@ void launch_max_pool_backward(const T* grad_out, const int32_t* indices, T* grad
   }
   const PositionDecoder decode(in_plane, layout.in_w);
   over_plane_runs(layout.planes, in_plane, "max_pool2d_backward", [&](int64_t first, uint32_t total) {
-    max_backward_kernel<T>
-        <<<blocks_for(total, kPoolThreads), kPoolThreads>>>(grad_out + first * out_plane, indices + first * out_plane,
-                                                            grad_input + first * in_plane, geometry, decode, total);
+    const MaxShare<T> share{grad_out + first * out_plane, indices + first * out_plane};
+    gather_backward_kernel<<<blocks_for(total, kPoolThreads), kPoolThreads>>>(grad_input + first * in_plane, geometry,
+                                                                              decode, total, share);
   });
 }
 
@@ -374,8 +371,9 @@ void launch_avg_pool_backward(const T* grad_out, T* grad_input, const PoolLayout
   const Geometry32 geometry(layout);
   const PositionDecoder decode(in_plane, layout.in_w);
   over_plane_runs(layout.planes, in_plane, "avg_pool2d_backward", [&](int64_t first, uint32_t total) {
-    avg_backward_kernel<T><<<blocks_for(total, kPoolThreads), kPoolThreads>>>(
-        grad_out + first * out_plane, grad_input + first * in_plane, geometry, decode, total);
+    const AverageShare<T> share{grad_out + first * out_plane};
+    gather_backward_kernel<<<blocks_for(total, kPoolThreads), kPoolThreads>>>(grad_input + first * in_plane, geometry,
+                                                                              decode, total, share);
   });
 }
 
