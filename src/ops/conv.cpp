@@ -79,10 +79,8 @@ class Conv2dBackward final : public autograd::Node {
     Backend& backend = backend_for(grad_out.device());
     std::vector<Tensor> grads(3);
     if (needs_grad(0)) {
-      const Tensor* into = accumulators.empty() ? nullptr : &accumulators[0];
-      if (into && into->defined() && into->dtype() == input_.dtype() && into->shape() == input_.shape() &&
-          into->device() == input_.device() && into->is_contiguous()) {
-        grads[0] = *into;
+      if (internal::usable_accumulator(accumulators, 0, input_)) {
+        grads[0] = accumulators[0];
         backend.conv2d_backward_input(grad_out, weight_, grads[0], geometry_, true);
       } else {
         grads[0] = Tensor::empty(input_.shape(), input_.dtype(), input_.device());

@@ -45,6 +45,13 @@ int64_t wrap_dim(int64_t d, const Shape& shape, const char* op) {
 
 Tensor contiguous_grad(const Tensor& grad_output, DType dtype) { return grad_output.to(dtype).contiguous(); }
 
+bool usable_accumulator(const std::vector<Tensor>& accumulators, size_t i, const Tensor& like) {
+  if (accumulators.size() <= i || !accumulators[i].defined()) return false;
+  const Tensor& into = accumulators[i];
+  return into.dtype() == like.dtype() && into.shape() == like.shape() && into.device() == like.device() &&
+         into.is_contiguous();
+}
+
 void check_same_dtype_and_device(const Tensor& a, const Tensor& b, const char* op) {
   OPSNN_CHECK_AS(TypeError, a.dtype() == b.dtype(), op, ": dtype mismatch, ", a.str(), " vs ", b.str());
   OPSNN_CHECK_AS(DeviceError, a.device() == b.device(), op, ": device mismatch, ", a.str(), " vs ", b.str());

@@ -79,12 +79,7 @@ class BatchNormBackward final : public autograd::Node {
     if (residual_) masked = Tensor::empty(grad_out.shape(), grad_out.dtype(), grad_out.device());
     // The kernel always writes grad_input; the per-channel sums are cheap next to it.
     grads[0] = Tensor::empty(input_.shape(), input_.dtype(), input_.device());
-    auto usable = [&](size_t i) {
-      if (accumulators.size() <= i || !accumulators[i].defined()) return false;
-      const Tensor& into = accumulators[i];
-      return into.dtype() == gamma_.dtype() && into.shape() == gamma_.shape() && into.device() == gamma_.device() &&
-             into.is_contiguous();
-    };
+    const auto usable = [&](size_t i) { return internal::usable_accumulator(accumulators, i, gamma_); };
     const bool in_place =
         (needs_grad(1) || needs_grad(2)) && (!needs_grad(1) || usable(1)) && (!needs_grad(2) || usable(2));
     for (size_t i : {size_t{1}, size_t{2}})

@@ -23,6 +23,10 @@ int64_t wrap_dim(int64_t d, const Shape& shape, const char* op);
 // The upstream gradient as a contiguous tensor of `dtype`, ready to hand to kernels.
 Tensor contiguous_grad(const Tensor& grad_output, DType dtype);
 
+// Whether accumulators[i] (Node::backward_into's offers) is there to add a gradient like `like` into in
+// place: defined, of like's dtype, shape and device, and contiguous.
+bool usable_accumulator(const std::vector<Tensor>& accumulators, size_t i, const Tensor& like);
+
 // Throws naming `op` and both sides when a and b differ in dtype or device.
 void check_same_dtype_and_device(const Tensor& a, const Tensor& b, const char* op);
 

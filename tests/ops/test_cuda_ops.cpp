@@ -364,6 +364,15 @@ TEST_CASE("CUDA max pool matches its CPU twin's outputs, indices and gradients e
       gpu.max_pool2d_backward(grad_out.to(kGpu), gpu_indices, gpu_grad, g);
       REQUIRE(gpu_grad.to(kCPU).to_vector<double>() == cpu_grad.to_vector<double>());
     }
+  // The backend takes i32 indices only, and says so.
+  {
+    const ops::Pool2dGeometry g = geometry(2, 2, 2, 2, 0, 0);
+    Tensor out = Tensor::empty({1, 1, 2, 2}, DType::f32, kGpu), wide = Tensor::empty({1, 1, 2, 2}, DType::i64, kGpu);
+    CHECK_THAT(require_throws<TypeError>([&] {
+                 gpu.max_pool2d_forward(Tensor::zeros({1, 1, 4, 4}).to(kGpu), out, wide, g);
+               }),
+               Catch::Contains("max_pool2d_forward") && Catch::Contains("indices must be i32, got i64"));
+  }
   // Windows of -inf only report their first cell inside the input, padding or not.
   for (DType dtype : {DType::f32, DType::bf16}) {
     const Tensor input = Tensor::full({1, 2, 5, 6}, -INFINITY, dtype);

@@ -121,18 +121,11 @@ void check_index_range(const Tensor& values, int64_t limit,
   throw ShapeError(message(static_cast<int64_t>(first_bad), value));
 }
 
-// Max pooling's argmax indices: i32, contiguous, on `device`, one per output.
-void check_pool_indices(const Tensor& indices, const Tensor& out, Device device, const char* kernel) {
-  OPSNN_CHECK_AS(TypeError, indices.dtype() == DType::i32, "CUDA ", kernel, ": indices must be i32, got ",
-                 dtype_name(indices.dtype()));
-  require_on(indices, device, kernel);
-  OPSNN_CHECK(indices.is_contiguous(), "CUDA ", kernel, ": indices must be contiguous");
-  check_same_shape(out, indices, detail::concat("CUDA ", kernel).c_str());
-}
-
-void check_index_tensor(const Tensor& indices, Device device, const char* kernel) {
-  OPSNN_CHECK_AS(TypeError, indices.dtype() == DType::i64, "CUDA ", kernel, ": indices must be i64, got ",
-                 dtype_name(indices.dtype()));
+// Index tensors: of `dtype` (i64 for targets and embedding rows, i32 for max pooling's argmax), on
+// `device`, contiguous.
+void check_index_tensor(const Tensor& indices, DType dtype, Device device, const char* kernel) {
+  OPSNN_CHECK_AS(TypeError, indices.dtype() == dtype, "CUDA ", kernel, ": indices must be ", dtype_name(dtype),
+                 ", got ", dtype_name(indices.dtype()));
   require_on(indices, device, kernel);
   OPSNN_CHECK(indices.is_contiguous(), "CUDA ", kernel, ": indices must be contiguous");
 }
@@ -143,7 +136,7 @@ void check_rows(const Tensor& t, Device device, const char* kernel) {
 }
 
 void check_targets(const Tensor& target, int64_t rows, int64_t classes, Device device, const char* kernel) {
-  check_index_tensor(target, device, kernel);
+  check_index_tensor(target, DType::i64, device, kernel);
   OPSNN_CHECK_AS(ShapeError, target.dim() == 1 && target.size(0) == rows, "CUDA ", kernel, ": targets ",
                  shape_str(target.shape()), " do not match ", rows, " rows");
   check_index_range(target, classes, [&](int64_t row, int64_t value) {
@@ -161,7 +154,7 @@ void check_embedding_operands(const Tensor& rows, const Tensor& indices, const T
                  " indices of a table ", shape_str(table.shape()));
   require_dense(table, table.device(), kernel);
   require_dense(rows, table.device(), kernel);
-  check_index_tensor(indices, table.device(), kernel);
+  check_index_tensor(indices, DType::i64, table.device(), kernel);
   const int64_t table_rows = table.size(0);
   check_index_range(indices, table_rows, [&](int64_t position, int64_t value) {
     return detail::concat("embedding: index ", value, " (position ", position, ") is out of range for a table of ",
@@ -390,7 +383,8 @@ void CudaBackend::max_pool2d_forward(const Tensor& input, Tensor& out, Tensor& i
   check_pool_pair(input, out, kernel);
   require_dense_as(input, input, input.device(), kernel);
   require_dense_as(out, input, input.device(), kernel);
-  check_pool_indices(indices, out, input.device(), kernel);
+  check_index_tensor(indices, DType::i32, input.device(), kernel);
+  check_same_shape(out, indices, "CUDA max_pool2d_forward");
   cuda::DeviceGuard guard(input.device().index);
   dispatch_floating(input.dtype(), kernel, [&](auto tag) {
     using T = decltype(tag);
@@ -406,7 +400,8 @@ void CudaBackend::max_pool2d_backward(const Tensor& grad_out, const Tensor& indi
   check_pool_pair(grad_input, grad_out, kernel);
   require_dense_as(grad_out, grad_input, grad_input.device(), kernel);
   require_dense_as(grad_input, grad_input, grad_input.device(), kernel);
-  check_pool_indices(indices, grad_out, grad_input.device(), kernel);
+  check_index_tensor(indices, DType::i32, grad_input.device(), kernel);
+  check_same_shape(grad_out, indices, "CUDA max_pool2d_backward");
   cuda::DeviceGuard guard(grad_input.device().index);
   dispatch_floating(grad_out.dtype(), kernel, [&](auto tag) {
     using T = decltype(tag);
