@@ -227,6 +227,12 @@ TEST_CASE("pooling rejects invalid geometry naming it", "[ops]") {
                ops::global_avg_pool2d(Tensor::zeros({2, 4}));
              }),
              Catch::Contains("[2, 4]"));
+  // Max pooling's i32 argmax indices address planes of fewer than 2^31 cells (an empty batch of such
+  // planes allocates nothing).
+  CHECK_THAT(require_throws<ShapeError>([&] {
+               ops::max_pool2d(Tensor::zeros({0, 1, 65536, 32769}), pool(2, 2, 0));
+             }),
+             Catch::Contains("max_pool2d") && Catch::Contains("65536x32769") && Catch::Contains("2^31 - 1"));
   // Padding exactly half the kernel is fine: 4 + 2 - 2 = 4 -> 5 windows at stride 1.
   REQUIRE(ops::max_pool2d(input, pool(2, 1, 1)).shape() == Shape{1, 2, 5, 5});
 }
