@@ -44,7 +44,20 @@ void check_batch_norm_residual(const Tensor& input, bool relu, const Tensor& res
   OPSNN_CHECK(residual.is_contiguous(), what, ": the residual must be contiguous");
 }
 
-void check_masked_grad(const Tensor& grad_out, const Tensor& relu_output, const Tensor& masked_grad, const char* what) {
+void check_relu_mask(const Tensor& grad_out, const Tensor& relu_output, const Tensor& beta, const Tensor& masked_grad,
+                     const char* what) {
+  OPSNN_CHECK(!relu_output.defined() || !beta.defined(), what,
+              ": the relu mask is read from relu_output or recomputed with beta, not both");
+  if (relu_output.defined()) {
+    check_same_shape(grad_out, relu_output, what);
+    check_same_dtype(grad_out, relu_output, what);
+    check_same_device(grad_out, relu_output, what);
+  }
+  if (beta.defined()) {
+    OPSNN_CHECK_AS(ShapeError, grad_out.dim() >= 2 && beta.dim() == 1 && beta.size(0) == grad_out.size(1), what,
+                   ": beta ", beta.str(), " does not match the gradient ", grad_out.str(), " (one value per channel)");
+    check_same_device(grad_out, beta, what);
+  }
   if (!masked_grad.defined()) return;
   OPSNN_CHECK(relu_output.defined(), what, ": a masked gradient is written only after a fused relu");
   check_same_shape(grad_out, masked_grad, what);

@@ -1,9 +1,12 @@
 // batch_norm and batch_norm_relu of the functional API: validation, training (batch statistics, running-stat
 // update) and eval (running statistics) forward on the device's kernels, and both backwards for autograd.
 // batch_norm_relu is relu(batch_norm) with the relu fused into the kernels: the forward writes only the
-// relu output, which the backward keeps as the relu mask (relu(v) > 0 exactly where v > 0).
+// relu output, and the training backward recomputes its mask from the input (the backends repeat the
+// forward's arithmetic from the saved statistics, gamma and beta), so it keeps no relu output: the stem of
+// a ResNet, whose relu output only max pooling reads, frees it after the forward.
 // batch_norm_add_relu is relu(batch_norm + residual) the same way: one pass writes it, and the backward
-// masks the upstream gradient once, into the tensor that is the residual's gradient and batch norm's input.
+// masks the upstream gradient once (by the kept output), into the tensor that is the residual's gradient
+// and batch norm's input.
 // Channels-last inputs [N, ..., C] are batch norm of the [rows, C] matrix they are, which the backends take
 // as an [N, C] input (the CUDA backend runs kernels for channel-innermost data there). batch_norm_invstd,
 // 1 / sqrt(var + eps) on the eval kernel, serves batch norms composed from ops (nn::sync_batch_norm).
@@ -47,22 +50,25 @@ Tensor defined_or(const Tensor& tensor, double fill, const Tensor& input) {
   return Tensor::full({input.size(1)}, fill, channel_dtype(input), input.device());
 }
 
-// Training mode: gradients through the batch statistics. relu_output: the output of batch_norm_relu
-// (the kernels mask the upstream gradient with it), undefined for batch_norm. With `residual`
-// (batch_norm_add_relu) the masked gradient is also the residual's gradient (input 3): the sums pass,
-// which reads the mask anyway, stores it, and the input-gradient pass reads it unmasked.
+// Training mode: gradients through the batch statistics. The relu mask: for batch_norm_relu, `beta` is
+// defined and the kernels recompute the mask from the input; for batch_norm_add_relu (`residual`),
+// relu_output is its output, and the masked gradient is also the residual's gradient (input 3): the sums
+// pass, which reads the mask anyway, stores it, and the input-gradient pass reads it unmasked. Both are
+// undefined for batch_norm.
 class BatchNormBackward final : public autograd::Node {
  public:
-  BatchNormBackward(Tensor input, Tensor gamma, Tensor save_mean, Tensor save_invstd, Tensor relu_output, bool residual)
+  BatchNormBackward(Tensor input, Tensor gamma, Tensor beta, Tensor save_mean, Tensor save_invstd, Tensor relu_output,
+                    bool residual)
       : input_(std::move(input)),
         gamma_(std::move(gamma)),
+        beta_(std::move(beta)),
         save_mean_(std::move(save_mean)),
         save_invstd_(std::move(save_invstd)),
         relu_output_(std::move(relu_output)),
         residual_(residual) {}
   std::string name() const override {
     if (residual_) return "BatchNormAddReluBackward";
-    return relu_output_.defined() ? "BatchNormReluBackward" : "BatchNormBackward";
+    return beta_.defined() ? "BatchNormReluBackward" : "BatchNormBackward";
   }
 
   std::vector<Tensor> backward(const Tensor& grad_output) override { return backward_into(grad_output, {}); }
@@ -85,16 +91,16 @@ class BatchNormBackward final : public autograd::Node {
     for (size_t i : {size_t{1}, size_t{2}})
       if (needs_grad(i))
         grads[i] = in_place ? accumulators[i] : Tensor::empty(gamma_.shape(), gamma_.dtype(), gamma_.device());
-    backend.batch_norm_backward(grad_out, relu_output_, input_, gamma_, save_mean_, save_invstd_, grads[0], grads[1],
-                                grads[2], masked, in_place);
+    backend.batch_norm_backward(grad_out, relu_output_, input_, gamma_, beta_, save_mean_, save_invstd_, grads[0],
+                                grads[1], grads[2], masked, in_place);
     if (residual_ && needs_grad(3)) grads[3] = masked;
     if (!needs_grad(0)) grads[0] = Tensor();
     return grads;
   }
-  void release() override { input_ = gamma_ = save_mean_ = save_invstd_ = relu_output_ = Tensor(); }
+  void release() override { input_ = gamma_ = beta_ = save_mean_ = save_invstd_ = relu_output_ = Tensor(); }
 
  private:
-  Tensor input_, gamma_, save_mean_, save_invstd_, relu_output_;
+  Tensor input_, gamma_, beta_, save_mean_, save_invstd_, relu_output_;
   bool residual_;
 };
 
@@ -141,8 +147,8 @@ class BatchNormEvalBackward final : public autograd::Node {
       if (needs_grad(1)) grads[1] = Tensor::empty(gamma_.shape(), gamma_.dtype(), gamma_.device());
       if (needs_grad(2)) grads[2] = Tensor::empty(gamma_.shape(), gamma_.dtype(), gamma_.device());
       Tensor no_masked_grad;
-      backend.batch_norm_backward(grad_out, Tensor(), input_, gamma_, running_mean_, invstd.view({gamma_.size(0)}),
-                                  grad_input, grads[1], grads[2], no_masked_grad, false);
+      backend.batch_norm_backward(grad_out, Tensor(), input_, gamma_, Tensor(), running_mean_,
+                                  invstd.view({gamma_.size(0)}), grad_input, grads[1], grads[2], no_masked_grad, false);
     }
     if (needs_grad(0)) {
       backend.batch_norm_forward_eval(grad_out, gamma_, zeros, zeros, running_var_, eps_, false, Tensor(), grad_input);
@@ -239,8 +245,9 @@ Tensor batch_norm_maybe_relu(const Tensor& input, const Tensor& gamma, const Ten
   backend.batch_norm_forward_train(input_data, gamma_data, beta_data, mean_buffer, var_buffer, momentum, eps, relu,
                                    residual_data, out, save_mean, save_invstd);
   if (!autograd::any_requires_grad(inputs)) return out;
-  auto node = std::make_shared<BatchNormBackward>(input_data, gamma_data, save_mean, save_invstd,
-                                                  relu ? out.detach() : Tensor(), add);
+  // batch_norm_relu's backward recomputes the relu mask (beta); batch_norm_add_relu's reads its output.
+  auto node = std::make_shared<BatchNormBackward>(input_data, gamma_data, relu && !add ? beta_data : Tensor(),
+                                                  save_mean, save_invstd, add ? out.detach() : Tensor(), add);
   return autograd::record(out, std::move(node), inputs);
 }
 

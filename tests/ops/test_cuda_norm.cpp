@@ -161,8 +161,8 @@ Run run_on_gpu(const Inputs& in, int64_t shift = 0, bool relu = false) {
   backend.batch_norm_forward_train(x, gamma, beta, run.running_mean, run.running_var, kMomentum, kEps, relu, Tensor(),
                                    run.out, run.save_mean, run.save_invstd);
   Tensor no_masked_grad;
-  backend.batch_norm_backward(g, relu ? run.out : Tensor(), x, gamma, run.save_mean, run.save_invstd, run.grad_input,
-                              run.grad_gamma, run.grad_beta, no_masked_grad, false);
+  backend.batch_norm_backward(g, relu ? run.out : Tensor(), x, gamma, Tensor(), run.save_mean, run.save_invstd,
+                              run.grad_input, run.grad_gamma, run.grad_beta, no_masked_grad, false);
   return run;
 }
 
@@ -365,7 +365,7 @@ TEST_CASE("CUDA batch norm backward without grad_gamma and grad_beta gives the s
     const Inputs in = make_inputs(shape, dtype, offset_for(dtype), 1.0, generator);
     const Run full = run_on_gpu(in);
     Tensor grad_input = Tensor::zeros(shape, dtype, kGpu), no_gamma, no_beta, no_masked_grad;
-    ops::backend_for(kGpu).batch_norm_backward(in.g.to(kGpu), Tensor(), in.x.to(kGpu), in.gamma.to(kGpu),
+    ops::backend_for(kGpu).batch_norm_backward(in.g.to(kGpu), Tensor(), in.x.to(kGpu), in.gamma.to(kGpu), Tensor(),
                                                full.save_mean, full.save_invstd, grad_input, no_gamma, no_beta,
                                                no_masked_grad, false);
     require_identical(grad_input, full.grad_input, case_name(shape, dtype, " grad_input without parameter grads"));
@@ -501,8 +501,9 @@ TEST_CASE("CUDA batch_norm_relu matches its CPU twin", "[cuda][ops][batch_norm]"
 
         Tensor grad_input = Tensor::empty(shape), grad_gamma = Tensor::empty({channels}),
                grad_beta = Tensor::empty({channels}), no_masked_grad;
-        cpu.batch_norm_backward(g, gpu.out.to(DType::f32).to(kCPU).contiguous(), x, in.gamma, gpu.save_mean.to(kCPU),
-                                gpu.save_invstd.to(kCPU), grad_input, grad_gamma, grad_beta, no_masked_grad, false);
+        cpu.batch_norm_backward(g, gpu.out.to(DType::f32).to(kCPU).contiguous(), x, in.gamma, Tensor(),
+                                gpu.save_mean.to(kCPU), gpu.save_invstd.to(kCPU), grad_input, grad_gamma, grad_beta,
+                                no_masked_grad, false);
         require_scaled(gpu.grad_input, grad_input.to_vector<double>(), tolerance, name + " grad_input");
         require_scaled(gpu.grad_gamma, grad_gamma.to_vector<double>(), 1e-5, name + " grad_gamma");
         require_scaled(gpu.grad_beta, grad_beta.to_vector<double>(), 1e-5, name + " grad_beta");

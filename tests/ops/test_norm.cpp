@@ -409,16 +409,40 @@ TEST_CASE("batch_norm_add_relu rejects a residual of another shape, dtype or an 
   Tensor grad_input = Tensor::empty(input.shape()), grad_gamma = Tensor::empty({3}), grad_beta = Tensor::empty({3});
   Tensor masked = Tensor::empty(input.shape()), masked_short = Tensor::empty({4, 3, 2, 1});
   const Tensor g = Tensor::ones(input.shape());
+  ops::Backend& cpu = ops::backend_for(kCPU);
+  Tensor none;
   CHECK_THAT(require_throws<Error>([&] {
-               ops::backend_for(kCPU).batch_norm_backward(g, Tensor(), input, ones, zeros, ones, grad_input, grad_gamma,
-                                                          grad_beta, masked, false);
+               cpu.batch_norm_backward(g, Tensor(), input, ones, Tensor(), zeros, ones, grad_input, grad_gamma,
+                                       grad_beta, masked, false);
+             }),
+             Catch::Contains("only after a fused relu"));
+  CHECK_THAT(require_throws<Error>([&] {
+               cpu.batch_norm_backward(g, Tensor(), input, ones, zeros, zeros, ones, grad_input, grad_gamma, grad_beta,
+                                       masked, false);
              }),
              Catch::Contains("only after a fused relu"));
   CHECK_THAT(require_throws<ShapeError>([&] {
-               ops::backend_for(kCPU).batch_norm_backward(g, g, input, ones, zeros, ones, grad_input, grad_gamma,
-                                                          grad_beta, masked_short, false);
+               cpu.batch_norm_backward(g, g, input, ones, Tensor(), zeros, ones, grad_input, grad_gamma, grad_beta,
+                                       masked_short, false);
              }),
              Catch::Contains("[4, 3, 2, 1]"));
+  // The relu mask comes from the relu output or from beta, not both; a relu output of another shape or a
+  // beta that is not one value per channel is refused.
+  CHECK_THAT(require_throws<Error>([&] {
+               cpu.batch_norm_backward(g, g, input, ones, zeros, zeros, ones, grad_input, grad_gamma, grad_beta, none,
+                                       false);
+             }),
+             Catch::Contains("not both"));
+  CHECK_THAT(require_throws<ShapeError>([&] {
+               cpu.batch_norm_backward(g, masked_short, input, ones, Tensor(), zeros, ones, grad_input, grad_gamma,
+                                       grad_beta, none, false);
+             }),
+             Catch::Contains("[4, 3, 2, 1]"));
+  CHECK_THAT(require_throws<ShapeError>([&] {
+               cpu.batch_norm_backward(g, Tensor(), input, ones, Tensor::zeros({4}), zeros, ones, grad_input,
+                                       grad_gamma, grad_beta, none, false);
+             }),
+             Catch::Contains("beta f32[4]") && Catch::Contains("one value per channel"));
 }
 
 namespace {
@@ -472,17 +496,137 @@ TEST_CASE("CUDA batch norm adds gamma's and beta's gradients into existing ones 
   check_parameter_grads_added_in_place(kGpu);
 }
 
-TEST_CASE("batch_norm_relu keeps its output as the mask and releases it after the backward", "[ops]") {
+TEST_CASE("batch_norm_relu keeps no output for its backward, batch_norm_add_relu keeps its own until then", "[ops]") {
   Generator generator(24);
-  Tensor input = random_leaf({4, 3, 5}, generator);
+  Tensor input = random_leaf({4, 3, 5}, generator), shortcut = random_leaf({4, 3, 5}, generator);
   Tensor running_mean = Tensor::zeros({3}, DType::f64), running_var = Tensor::ones({3}, DType::f64);
   Tensor out = ops::batch_norm_relu(input, Tensor(), Tensor(), running_mean, running_var, true);
   REQUIRE(out.grad_fn()->name() == "BatchNormReluBackward");
   for (double v : out.to_vector<double>()) REQUIRE(v >= 0.0);
-  // The node's saved output shares the returned tensor's storage (no extra buffer).
-  REQUIRE(out.storage().use_count() == 2);
-  out.backward(Tensor::ones(out.shape(), DType::f64));
+  // The backward recomputes the mask from the input: the node holds no reference to the output.
   REQUIRE(out.storage().use_count() == 1);
+  Tensor added = ops::batch_norm_add_relu(input, shortcut, Tensor(), Tensor(), running_mean, running_var, true);
+  REQUIRE(added.grad_fn()->name() == "BatchNormAddReluBackward");
+  // The residual variant reads its output as the mask (the sum's sign needs the residual too): the node's
+  // saved output shares the returned tensor's storage, released after the backward.
+  REQUIRE(added.storage().use_count() == 2);
+  added.backward(Tensor::ones(added.shape(), DType::f64));
+  REQUIRE(added.storage().use_count() == 1);
+}
+
+namespace {
+
+// A copy of t on `device` whose data starts `shift` elements past its allocation's start (misaligned for
+// the CUDA kernels' vector loads with shift 1).
+Tensor shifted_copy(const Tensor& t, Device device, int64_t shift) {
+  Tensor padded = Tensor::zeros({t.numel() + shift}, t.dtype(), device);
+  Tensor view = padded.slice(0, shift, t.numel() + shift).view(t.shape());
+  view.copy_(t);
+  return view;
+}
+
+// -((x0 - mean) * scale) in the per-channel type S, scale = gamma * invstd rounded once from double: the
+// beta that makes x0's pre-relu value (x0 - mean) * scale + beta exactly 0 in the forward's arithmetic.
+template <typename S>
+double zeroing_beta(double x0, double mean, double invstd, double gamma) {
+  const S scale = static_cast<S>(gamma * static_cast<double>(static_cast<S>(invstd)));
+  const S centered = static_cast<S>(x0) - static_cast<S>(mean);
+  const S product = centered * scale;
+  return -static_cast<double>(product);
+}
+
+// batch_norm_relu's backward given beta (the mask recomputed from the input) against the same backward given
+// the relu output, bit for bit, on a case built to be sharp: the data lie on a grid of eighths, every 5th
+// value is its channel's first value x0, and beta is chosen after a first forward (the statistics do not depend on
+// it) so that x0's pre-relu value is exactly 0 in the forward's arithmetic. Its relu output is 0 there;
+// a recomputation with other coefficients (invstd not rounded to f32 first, say) leaves about an ulp,
+// positive for about half the channels, and masks in what the relu output masks out.
+void check_recomputed_relu_mask(Device device, DType dtype, const Shape& shape, int64_t shift) {
+  const std::string what =
+      device.str() + " " + shape_str(shape) + " " + std::string(dtype_name(dtype)) + (shift != 0 ? " misaligned" : "");
+  INFO(what);
+  Generator generator(67);
+  const int64_t channels = shape[1], inner = shape_numel(shape) / (shape[0] * channels);
+  std::vector<double> values = Tensor::normal(shape, 0.3, 1.0, generator, DType::f64).to_vector<double>();
+  for (double& v : values) v = std::round(v * 8.0) / 8.0;
+  const auto channel_of = [&](size_t i) { return (i / static_cast<size_t>(inner)) % static_cast<size_t>(channels); };
+  for (size_t i = 0; i < values.size(); i += 5) values[i] = values[channel_of(i) * static_cast<size_t>(inner)];
+  const DType channel_dtype = dtype == DType::f64 ? DType::f64 : DType::f32;
+  const Tensor x = shifted_copy(Tensor::from_vector<double>(values, shape).to(dtype), device, shift);
+  const Tensor upstream =
+      shifted_copy(Tensor::uniform(shape, -1.0, 1.0, generator, DType::f64).to(dtype), device, shift);
+  const Tensor gamma = Tensor::uniform({channels}, 0.5, 1.5, generator, channel_dtype).to(device);
+  ops::Backend& backend = ops::backend_for(device);
+  struct Forward {
+    Tensor out, save_mean, save_invstd;
+  };
+  const auto forward = [&](const Tensor& beta) {
+    Forward f{shifted_copy(Tensor::zeros(shape, dtype), device, shift),
+              Tensor::empty({channels}, channel_dtype, device), Tensor::empty({channels}, channel_dtype, device)};
+    Tensor running_mean = Tensor::zeros({channels}, channel_dtype, device);
+    Tensor running_var = Tensor::ones({channels}, channel_dtype, device);
+    backend.batch_norm_forward_train(x, gamma, beta, running_mean, running_var, 0.1, 1e-5, true, Tensor(), f.out,
+                                     f.save_mean, f.save_invstd);
+    return f;
+  };
+  const Forward first = forward(Tensor::zeros({channels}, channel_dtype, device));
+  const std::vector<double> mean = first.save_mean.to(kCPU).to_vector<double>();
+  const std::vector<double> invstd = first.save_invstd.to(kCPU).to_vector<double>();
+  const std::vector<double> gammas = gamma.to(kCPU).to_vector<double>();
+  const std::vector<double> data = x.to(kCPU).to_vector<double>();  // rounded to dtype
+  std::vector<double> zeroing(static_cast<size_t>(channels)), x0(static_cast<size_t>(channels));
+  for (size_t c = 0; c < x0.size(); ++c) {
+    x0[c] = data[c * static_cast<size_t>(inner)];  // batch item 0's first value of channel c
+    zeroing[c] = dtype == DType::f64 ? zeroing_beta<double>(x0[c], mean[c], invstd[c], gammas[c])
+                                     : zeroing_beta<float>(x0[c], mean[c], invstd[c], gammas[c]);
+  }
+  const Tensor beta = Tensor::from_vector<double>(zeroing, {channels}).to(channel_dtype).to(device);
+  const Forward run = forward(beta);
+  require_same_bits(run.save_invstd, first.save_invstd, what + " save_invstd");
+  // The forward's arithmetic is the one assumed: the relu output is exactly 0 wherever x is its channel's x0.
+  const std::vector<double> out = run.out.to(kCPU).to_vector<double>();
+  int64_t at_x0 = 0;
+  for (size_t i = 0; i < data.size(); ++i) {
+    const size_t c = channel_of(i);
+    if (data[i] != x0[c]) continue;
+    ++at_x0;
+    INFO("element " << i << " (channel " << c << ", x0 " << x0[c] << ")");
+    REQUIRE(out[i] == 0.0);
+  }
+  REQUIRE(at_x0 >= static_cast<int64_t>(data.size() / 5));
+  const auto backward = [&](const Tensor& relu_output, const Tensor& mask_beta) {
+    std::vector<Tensor> grads{shifted_copy(Tensor::zeros(shape, dtype), device, shift),
+                              Tensor::empty({channels}, channel_dtype, device),
+                              Tensor::empty({channels}, channel_dtype, device)};
+    Tensor no_masked_grad;
+    backend.batch_norm_backward(upstream, relu_output, x, gamma, mask_beta, run.save_mean, run.save_invstd, grads[0],
+                                grads[1], grads[2], no_masked_grad, false);
+    return grads;
+  };
+  const std::vector<Tensor> read = backward(run.out, Tensor()), recomputed = backward(Tensor(), beta);
+  require_same_bits(recomputed[0], read[0], what + " grad_input");
+  require_same_bits(recomputed[1], read[1], what + " grad_gamma");
+  require_same_bits(recomputed[2], read[2], what + " grad_beta");
+}
+
+}  // namespace
+
+TEST_CASE("batch_norm_relu's backward recomputes the relu mask from the input bit for bit, pre-relu zeros included",
+          "[ops]") {
+  for (DType dtype : {DType::f32, DType::f64})
+    for (const Shape& shape : {Shape{8, 16, 17, 17}, Shape{392, 64}, Shape{300, 7}, Shape{4, 3, 5, 2}})
+      check_recomputed_relu_mask(kCPU, dtype, shape, 0);
+}
+
+TEST_CASE("CUDA batch_norm_relu's backward recomputes the relu mask from the input bit for bit, both layouts",
+          "[cuda][ops][batch_norm]") {
+  if (gpu_missing("the CUDA recomputed relu-mask test")) return;
+  // NCHW planes that straddle vectors (17x17), of whole vectors (14x14), a 7x7 batch; channel-innermost rows
+  // (channels-last activations) of 64 and 1000 channels, odd (13, 7: single values); aligned and not.
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16})
+    for (const Shape& shape : {Shape{8, 16, 17, 17}, Shape{16, 6, 14, 14}, Shape{32, 64, 7, 7}, Shape{6272, 64},
+                               Shape{64, 1000}, Shape{1000, 13}, Shape{300, 7}})
+      for (int64_t shift : {0, 1}) check_recomputed_relu_mask(kGpu, dtype, shape, shift);
 }
 
 TEST_CASE("batch_norm_invstd is 1 / sqrt(var + eps) with the gradient -0.5 invstd^3", "[ops]") {

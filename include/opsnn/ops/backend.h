@@ -80,17 +80,22 @@ class Backend {
                                        const Tensor& running_mean, const Tensor& running_var, double eps, bool relu,
                                        const Tensor& residual, Tensor& out) = 0;
   // Backward of the training forward; grad_gamma / grad_beta may be undefined when not needed.
-  // relu_output: undefined for a plain batch norm; for the fused relu(batch norm) its output, and
-  // grad_out then counts only where relu_output > 0 (masked as it is read). masked_grad: undefined, or
-  // (with relu_output) a dense tensor of grad_out's shape and dtype that receives the masked gradient,
-  // relu's backward, bit for bit (batch_norm_add_relu's residual gradient): the pass that reads the mask
-  // stores it, so no separate relu-backward pass reads grad_out and relu_output again. With
-  // accumulate_parameter_grads the defined ones of grad_gamma / grad_beta are added into (the parameters'
-  // gradients, in place) instead of written.
+  // The fused relu's mask, grad_out counting only where the relu output is positive (masked as it is
+  // read), comes from one of two places, or neither for a plain batch norm:
+  //  - relu_output: the fused output, read;
+  //  - beta (the forward's, with relu_output undefined): recomputed from the input. The training forward
+  //    computes each value from save_mean, save_invstd, gamma and beta alone, and the backward repeats that
+  //    arithmetic and the rounding to the dtype, so the mask is the relu output's bit for bit without the
+  //    relu output kept or read.
+  // masked_grad: undefined, or (with relu_output) a dense tensor of grad_out's shape and dtype that
+  // receives the masked gradient, relu's backward, bit for bit (batch_norm_add_relu's residual gradient):
+  // the pass that reads the mask stores it, so no separate relu-backward pass reads grad_out and
+  // relu_output again. With accumulate_parameter_grads the defined ones of grad_gamma / grad_beta are
+  // added into (the parameters' gradients, in place) instead of written.
   virtual void batch_norm_backward(const Tensor& grad_out, const Tensor& relu_output, const Tensor& input,
-                                   const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
-                                   Tensor& grad_input, Tensor& grad_gamma, Tensor& grad_beta, Tensor& masked_grad,
-                                   bool accumulate_parameter_grads) = 0;
+                                   const Tensor& gamma, const Tensor& beta, const Tensor& save_mean,
+                                   const Tensor& save_invstd, Tensor& grad_input, Tensor& grad_gamma, Tensor& grad_beta,
+                                   Tensor& masked_grad, bool accumulate_parameter_grads) = 0;
 
   // ---- pooling (NCHW) ----
   // indices (i32, out's shape) hold the flat h*W+w position of each window's maximum (first on ties);
@@ -166,8 +171,10 @@ Backend& backend_for(Device device);
 // What the batch-norm forwards require of a defined residual (`what` names the caller): relu set, and the
 // input's shape, dtype and device, contiguous.
 void check_batch_norm_residual(const Tensor& input, bool relu, const Tensor& residual, const char* what);
-// What batch_norm_backward requires of a defined masked_grad: a relu_output, and grad_out's shape, dtype
-// and device, contiguous.
-void check_masked_grad(const Tensor& grad_out, const Tensor& relu_output, const Tensor& masked_grad, const char* what);
+// What batch_norm_backward requires of its relu mask: relu_output and beta not both defined; a defined
+// relu_output of grad_out's shape and dtype; a defined masked_grad only with relu_output, of grad_out's
+// shape, dtype and device, contiguous.
+void check_relu_mask(const Tensor& grad_out, const Tensor& relu_output, const Tensor& beta, const Tensor& masked_grad,
+                     const char* what);
 
 }  // namespace opsnn::ops

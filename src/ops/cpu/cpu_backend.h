@@ -33,8 +33,9 @@ class CpuBackend final : public Backend {
                                const Tensor& running_var, double eps, bool relu, const Tensor& residual,
                                Tensor& out) override;
   void batch_norm_backward(const Tensor& grad_out, const Tensor& relu_output, const Tensor& input, const Tensor& gamma,
-                           const Tensor& save_mean, const Tensor& save_invstd, Tensor& grad_input, Tensor& grad_gamma,
-                           Tensor& grad_beta, Tensor& masked_grad, bool accumulate_parameter_grads) override;
+                           const Tensor& beta, const Tensor& save_mean, const Tensor& save_invstd, Tensor& grad_input,
+                           Tensor& grad_gamma, Tensor& grad_beta, Tensor& masked_grad,
+                           bool accumulate_parameter_grads) override;
   void max_pool2d_forward(const Tensor& input, Tensor& out, Tensor& indices, const Pool2dGeometry& geometry) override;
   void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, Tensor& grad_input,
                            const Pool2dGeometry& geometry) override;

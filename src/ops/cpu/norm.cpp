@@ -19,29 +19,41 @@ struct ChannelLayout {
   bool parallel() const { return batch * channels * inner > cpu::kParallelMinElements; }
 };
 
-// out = (x - center) * scale + shift over channel `channel`; centering first keeps precision when the
-// mean is large next to the spread. With `relu`, relu of that, `v < 0 ? 0 : v` on the rounded value as
+// out = (x - center) * scale + shift; centering first keeps precision when the mean is large next to the
+// spread.
+template <typename T>
+struct Coefficients {
+  T center, scale, shift;
+  T operator()(T x) const { return (x - center) * scale + shift; }
+};
+
+// The training forward's coefficients, from the saved statistics (mean and invstd rounded to T), gamma and
+// beta only: the backward recomputes batch_norm_relu's values with them for the relu mask.
+template <typename T>
+Coefficients<T> training_coefficients(T mean, T invstd, T gamma, T beta) {
+  return {mean, static_cast<T>(static_cast<double>(gamma) * static_cast<double>(invstd)), beta};
+}
+
+// out = k(x) over channel `channel`. With `relu`, relu of that, `v < 0 ? 0 : v` on the rounded value as
 // CpuBackend::relu computes it, so the fused op equals batch norm followed by relu bit for bit; with a
 // residual too, relu(value + residual) as CpuBackend::add_relu computes it.
 template <typename T>
 void normalize_channel(const T* x, const T* residual, T* out, const ChannelLayout& layout, int64_t channel,
-                       double center, double scale, double shift, bool relu) {
-  const T center_t = static_cast<T>(center), scale_t = static_cast<T>(scale), shift_t = static_cast<T>(shift);
+                       const Coefficients<T>& k, bool relu) {
   for (int64_t n = 0; n < layout.batch; ++n) {
     const int64_t start = layout.start(n, channel);
     if (residual != nullptr) {
       for (int64_t i = start; i < start + layout.inner; ++i) {
-        const T value = (x[i] - center_t) * scale_t + shift_t;
-        const T sum = value + residual[i];
+        const T sum = k(x[i]) + residual[i];
         out[i] = sum < T(0) ? T(0) : sum;
       }
     } else if (relu) {
       for (int64_t i = start; i < start + layout.inner; ++i) {
-        const T value = (x[i] - center_t) * scale_t + shift_t;
+        const T value = k(x[i]);
         out[i] = value < T(0) ? T(0) : value;
       }
     } else {
-      for (int64_t i = start; i < start + layout.inner; ++i) out[i] = (x[i] - center_t) * scale_t + shift_t;
+      for (int64_t i = start; i < start + layout.inner; ++i) out[i] = k(x[i]);
     }
   }
 }
@@ -80,10 +92,10 @@ void forward_train_typed(const Tensor& input, const Tensor& gamma, const Tensor&
     }
     const double variance = squared / count;
     const double invstd = 1.0 / std::sqrt(variance + eps);
-    normalize_channel(x, shortcut, y, layout, c, mean, static_cast<double>(weight[c]) * invstd,
-                      static_cast<double>(bias[c]), relu);
     mean_out[c] = static_cast<T>(mean);
     invstd_out[c] = static_cast<T>(invstd);
+    normalize_channel(x, shortcut, y, layout, c, training_coefficients(mean_out[c], invstd_out[c], weight[c], bias[c]),
+                      relu);
     // Running variance takes the unbiased estimate, as PyTorch does.
     run_mean[c] = static_cast<T>((1.0 - momentum) * static_cast<double>(run_mean[c]) + momentum * mean);
     run_var[c] =
@@ -105,8 +117,7 @@ void forward_eval_typed(const Tensor& input, const Tensor& gamma, const Tensor& 
 #pragma omp parallel for schedule(static) if (layout.parallel())
   for (int64_t c = 0; c < layout.channels; ++c) {
     const double scale = static_cast<double>(weight[c]) / std::sqrt(static_cast<double>(run_var[c]) + eps);
-    normalize_channel(x, shortcut, y, layout, c, static_cast<double>(run_mean[c]), scale, static_cast<double>(bias[c]),
-                      relu);
+    normalize_channel(x, shortcut, y, layout, c, Coefficients<T>{run_mean[c], static_cast<T>(scale), bias[c]}, relu);
   }
 }
 
@@ -115,15 +126,16 @@ void forward_eval_typed(const Tensor& input, const Tensor& gamma, const Tensor& 
 //   grad_x = gamma * invstd * (g - sum g / M - xhat * sum(g * xhat) / M).
 // After a fused relu, g is the upstream gradient where the relu output is positive and 0 elsewhere, read
 // through the mask in both loops (the values relu_backward would have stored; the first loop stores them
-// into masked_grad when that is defined).
+// into masked_grad when that is defined). The mask is relu_output > 0, or with beta the forward's value
+// recomputed from x with the forward's coefficients, > 0 (the same comparison on the same value).
 template <typename T>
 void backward_typed(const Tensor& grad_out, const Tensor& relu_output, const Tensor& input, const Tensor& gamma,
-                    const Tensor& save_mean, const Tensor& save_invstd, Tensor& grad_input, Tensor& grad_gamma,
-                    Tensor& grad_beta, Tensor& masked_grad, bool accumulate_parameter_grads) {
+                    const Tensor& beta, const Tensor& save_mean, const Tensor& save_invstd, Tensor& grad_input,
+                    Tensor& grad_gamma, Tensor& grad_beta, Tensor& masked_grad, bool accumulate_parameter_grads) {
   const ChannelLayout layout(input);
   const T* upstream = grad_out.data<T>();
   const T* mask = relu_output.defined() ? relu_output.data<T>() : nullptr;
-  const auto g = [upstream, mask](int64_t i) { return mask == nullptr || mask[i] > T(0) ? upstream[i] : T(0); };
+  const T* bias = beta.defined() ? beta.data<T>() : nullptr;
   const T* x = input.data<T>();
   const T* weight = gamma.data<T>();
   const T* mean_in = save_mean.data<T>();
@@ -136,6 +148,13 @@ void backward_typed(const Tensor& grad_out, const Tensor& relu_output, const Ten
 #pragma omp parallel for schedule(static) if (layout.parallel())
   for (int64_t c = 0; c < layout.channels; ++c) {
     const double mean = static_cast<double>(mean_in[c]), invstd = static_cast<double>(invstd_in[c]);
+    const Coefficients<T> forward =
+        bias != nullptr ? training_coefficients(mean_in[c], invstd_in[c], weight[c], bias[c]) : Coefficients<T>{};
+    const auto g = [&](int64_t i) {
+      if (mask != nullptr) return mask[i] > T(0) ? upstream[i] : T(0);
+      if (bias != nullptr) return forward(x[i]) > T(0) ? upstream[i] : T(0);
+      return upstream[i];
+    };
     double sum_grad = 0.0, sum_grad_centered = 0.0;
     for (int64_t n = 0; n < layout.batch; ++n) {
       const int64_t start = layout.start(n, c);
@@ -183,17 +202,13 @@ void CpuBackend::batch_norm_forward_eval(const Tensor& input, const Tensor& gamm
 }
 
 void CpuBackend::batch_norm_backward(const Tensor& grad_out, const Tensor& relu_output, const Tensor& input,
-                                     const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
-                                     Tensor& grad_input, Tensor& grad_gamma, Tensor& grad_beta, Tensor& masked_grad,
-                                     bool accumulate_parameter_grads) {
-  if (relu_output.defined()) {
-    check_same_shape(grad_out, relu_output, "CPU batch_norm_backward");
-    check_same_dtype(grad_out, relu_output, "CPU batch_norm_backward");
-  }
-  check_masked_grad(grad_out, relu_output, masked_grad, "CPU batch_norm_backward");
+                                     const Tensor& gamma, const Tensor& beta, const Tensor& save_mean,
+                                     const Tensor& save_invstd, Tensor& grad_input, Tensor& grad_gamma,
+                                     Tensor& grad_beta, Tensor& masked_grad, bool accumulate_parameter_grads) {
+  check_relu_mask(grad_out, relu_output, beta, masked_grad, "CPU batch_norm_backward");
   cpu::visit_floating(grad_out.dtype(), "batch_norm_backward", [&](auto tag) {
-    backward_typed<decltype(tag)>(grad_out, relu_output, input, gamma, save_mean, save_invstd, grad_input, grad_gamma,
-                                  grad_beta, masked_grad, accumulate_parameter_grads);
+    backward_typed<decltype(tag)>(grad_out, relu_output, input, gamma, beta, save_mean, save_invstd, grad_input,
+                                  grad_gamma, grad_beta, masked_grad, accumulate_parameter_grads);
   });
 }
 

@@ -59,7 +59,9 @@ void launch_sum(const T* x, T* out, const ReduceLayout& layout, int64_t out_coun
 // device that runs the launch; it may be freed, stream-ordered, right after the launch. An empty input
 // (batch * inner == 0) launches nothing. With `relu` the forwards write relu(batch norm), and with a
 // non-null residual too relu(T(batch norm) + residual); a non-null relu_output (that fused output) makes
-// the backward use grad_out only where relu_output > 0.
+// the backward use grad_out only where relu_output > 0, and so does a non-null beta (the forward's, given
+// instead of relu_output), by recomputing the forward's value from x (the training forward computes it
+// from save_mean, save_invstd, gamma and beta alone).
 struct ChannelLayout {
   int64_t batch, channels, inner;
 };
@@ -78,8 +80,8 @@ void launch_batch_norm_forward_eval(const T* x, const float* gamma, const float*
 // accumulate_parameter_grads grad_gamma / grad_beta are added into.
 template <typename T>
 void launch_batch_norm_backward(const T* grad_out, const T* relu_output, const T* x, const float* gamma,
-                                const float* save_mean, const float* save_invstd, T* grad_input, float* grad_gamma,
-                                float* grad_beta, T* masked_grad, bool accumulate_parameter_grads,
+                                const float* beta, const float* save_mean, const float* save_invstd, T* grad_input,
+                                float* grad_gamma, float* grad_beta, T* masked_grad, bool accumulate_parameter_grads,
                                 const ChannelLayout& layout, void* workspace);
 
 // ---- pooling over NCHW planes (pool.cu) ----

@@ -1,8 +1,10 @@
 // CUDA batch normalization over [batch, channels, inner] (statistics per channel over batch and inner):
 // training forward with the running-stat update, eval forward, and backward, each optionally with a
-// fused relu (the forwards write relu(batch norm); the backward masks the upstream gradient by the relu
-// output as it reads it); the CPU twin is src/ops/cpu/norm.cpp. Data may be f32, f16 or bf16 (mixed precision);
-// per-channel parameters and statistics are always f32.
+// fused relu (the forwards write relu(batch norm); the backward masks the upstream gradient as it reads
+// it, by the relu output or by the sign of the forward's value recomputed from x: the training forward's
+// coefficients come from the saved statistics, gamma and beta alone); the CPU twin is
+// src/ops/cpu/norm.cpp. Data may be f32, f16 or bf16 (mixed precision); per-channel parameters and
+// statistics are always f32.
 //
 // Each op runs three kernels, so that a few channels still fill the GPU and every pass streams the data
 // once, coalesced (training forward reads x twice and writes once; backward reads g and x twice):
@@ -275,16 +277,16 @@ __global__ void __launch_bounds__(kFinalizeThreads)
         [](const Moments& a, const Moments& b) { return merge(a, b); });
     if (threadIdx.x != 0) continue;
     const double mean = m.mean, invstd = 1.0 / sqrt(m.m2 / m.count + eps);
-    save_mean[channel] = static_cast<float>(mean);
-    save_invstd[channel] = static_cast<float>(invstd);
+    const float mean_f = static_cast<float>(mean), invstd_f = static_cast<float>(invstd);
+    save_mean[channel] = mean_f;
+    save_invstd[channel] = invstd_f;
     // Running variance takes the unbiased estimate, as PyTorch does.
     running_mean[channel] =
         static_cast<float>((1.0 - momentum) * static_cast<double>(running_mean[channel]) + momentum * mean);
     running_var[channel] = static_cast<float>((1.0 - momentum) * static_cast<double>(running_var[channel]) +
                                               momentum * m.m2 / (m.count - 1.0));
-    coefficients[channel] =
-        make_float4(static_cast<float>(mean), static_cast<float>(static_cast<double>(gamma[channel]) * invstd),
-                    beta[channel], 0.0f);
+    // From the saved statistics, so that the backward can recompute the values (the fused relu's mask).
+    coefficients[channel] = normalize_coefficients(mean_f, invstd_f, gamma[channel], beta[channel]);
   }
 }
 
@@ -336,18 +338,20 @@ __global__ void __launch_bounds__(kMapThreads)
 }
 
 // Sums of g and of g * (x - mean) over each (channel, split) slab into partials[split * channels + channel]
-// (g masked by relu_output with kMasked; with kStore the masked g also stored into masked_out).
-template <typename T, int V, bool kMasked, bool kStore>
+// (g masked as M says; with kStore the masked g also stored into masked_out).
+template <typename T, int V, Mask M, bool kStore>
 __global__ void __launch_bounds__(kReduceThreads)
-    gradient_sums_kernel(const T* grad_out, const T* relu_output, const T* x, const float* save_mean,
+    gradient_sums_kernel(const T* grad_out, const T* relu_output, const T* x, NormalizeInputs forward,
                          SplitGeometry geometry, double2* partials, T* masked_out) {
-  static_assert(kMasked || !kStore, "only a masked gradient is stored");
+  static_assert(M == Mask::stored || !kStore, "only a read mask is stored");
   __shared__ double scratch[32];
   const UnitGeometry& g = geometry.units;
   const int64_t begin = blockIdx.y * geometry.chunk_units;
   const int64_t end = std::min(g.batch * g.row_units, begin + geometry.chunk_units);
   for (int64_t channel = blockIdx.x; channel < g.channels; channel += gridDim.x) {
-    const float mean = save_mean[channel];
+    const float mean = forward.mean[channel];
+    float4 mask_k{};
+    if constexpr (M == Mask::recomputed) mask_k = normalize_coefficients(forward, channel);
     const int64_t first = begin + threadIdx.x;
     ChannelWalk walk = start_channel_walk(first, channel, g);
     double sum_grad = 0.0, sum_grad_centered = 0.0;
@@ -358,9 +362,9 @@ __global__ void __launch_bounds__(kReduceThreads)
         float* gu = grads + u * V;
         float* cu = centered + u * V;
         if (position + u * kReduceThreads < end) {
-          load_gradient_unit<T, V, kMasked>(grad_out, relu_output, walk.offset, gu);
+          unpack_gradient(load_raw_gradient<T, V, M>(grad_out, relu_output, x, walk.offset), gu, cu,
+                          [&](int) { return mask_k; });
           if constexpr (kStore) store_unit<T, V>(masked_out, walk.offset, gu);
-          load_unit<T, V>(x, walk.offset, cu);
 #pragma unroll
           for (int k = 0; k < V; ++k) cu[k] = gu[k] * (cu[k] - mean);
         } else {
@@ -383,11 +387,12 @@ __global__ void __launch_bounds__(kReduceThreads)
 //   grad_x = gamma * invstd * (g - sum g / M - xhat * sum(g * xhat) / M).
 // Merges each channel's partial sums, writes (with accumulate: adds into) grad_gamma / grad_beta (either
 // may be null) and the coefficients {k, mean_grad, slope, mean} of grad_x = k * (g - mean_grad) - slope *
-// (x - mean).
+// (x - mean); with a non-null mask_coefficients also the forward's coefficients (forward.beta given), from
+// which the grad_x pass recomputes the relu mask.
 __global__ void __launch_bounds__(kFinalizeThreads)
     finalize_backward_kernel(const double2* partials, int64_t splits, int64_t channels, double count,
-                             const float* gamma, const float* save_mean, const float* save_invstd, float* grad_gamma,
-                             float* grad_beta, bool accumulate, float4* coefficients) {
+                             NormalizeInputs forward, float* grad_gamma, float* grad_beta, bool accumulate,
+                             float4* coefficients, float4* mask_coefficients) {
   for (int64_t channel = blockIdx.x; channel < channels; channel += gridDim.x) {
     double2 sums = make_double2(0.0, 0.0);
     for (int64_t split = threadIdx.x; split < splits; split += blockDim.x) {
@@ -400,53 +405,56 @@ __global__ void __launch_bounds__(kFinalizeThreads)
         [](double2 a, double2 b) { return make_double2(a.x + b.x, a.y + b.y); });
     if (threadIdx.x != 0) continue;
     const double sum_grad = sums.x, sum_grad_centered = sums.y;
-    const double invstd = static_cast<double>(save_invstd[channel]);
+    const double invstd = static_cast<double>(forward.invstd[channel]);
     const float beta_grad = static_cast<float>(sum_grad);
     const float gamma_grad = static_cast<float>(sum_grad_centered * invstd);
     if (grad_beta != nullptr) grad_beta[channel] = accumulate ? grad_beta[channel] + beta_grad : beta_grad;
     if (grad_gamma != nullptr) grad_gamma[channel] = accumulate ? grad_gamma[channel] + gamma_grad : gamma_grad;
-    const double k = static_cast<double>(gamma[channel]) * invstd;
+    const double k = static_cast<double>(forward.gamma[channel]) * invstd;
     const double projection = sum_grad_centered * invstd * invstd / count;
     coefficients[channel] = make_float4(static_cast<float>(k), static_cast<float>(sum_grad / count),
-                                        static_cast<float>(k * projection), save_mean[channel]);
+                                        static_cast<float>(k * projection), forward.mean[channel]);
+    if (mask_coefficients != nullptr) mask_coefficients[channel] = normalize_coefficients(forward, channel);
   }
 }
 
 // grad_input = k * (g - mean_grad) - slope * (x - mean) with each value's channel's coefficients (g
-// masked by relu_output with kMasked).
-template <typename T, int V, bool kMasked>
+// masked as M says; Mask::recomputed reads the forward's coefficients from mask_coefficients).
+template <typename T, int V, Mask M>
 __global__ void __launch_bounds__(kMapThreads)
     grad_input_kernel(const T* grad_out, const T* relu_output, const T* x, T* grad_input, const float4* coefficients,
-                      MapGeometry g) {
+                      const float4* mask_coefficients, MapGeometry g) {
   const int64_t start = global_thread_index();
   TensorWalk walk = start_tensor_walk(start * V, g);
   for (int64_t vector = start; vector < g.vectors; vector += kUnroll<V> * g.stride) {
-    float grads[kUnroll<V> * V], values[kUnroll<V> * V];
-    VectorCoefficients k[kUnroll<V>];
+    RawGradientUnit<T, V, M> raw[kUnroll<V>];
+    VectorCoefficients k[kUnroll<V>], mask_k[kUnroll<V>];
 #pragma unroll
     for (int u = 0; u < kUnroll<V>; ++u) {
       if (vector + u * g.stride < g.vectors) {
-        load_gradient_unit<T, V, kMasked>(grad_out, relu_output, vector + u * g.stride, grads + u * V);
-        load_unit<T, V>(x, vector + u * g.stride, values + u * V);
+        raw[u] = load_raw_gradient<T, V, M>(grad_out, relu_output, x, vector + u * g.stride);
         k[u] = coefficients_at<V>(coefficients, walk, g);
+        if constexpr (M == Mask::recomputed) mask_k[u] = coefficients_at<V>(mask_coefficients, walk, g);
       }
       advance(walk, g);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll<V>; ++u) {
       if (vector + u * g.stride >= g.vectors) continue;
-      float* gu = grads + u * V;
-      const float* xu = values + u * V;
+      float grads[V], values[V];
+      unpack_gradient(raw[u], grads, values, [&](int e) { return pick(mask_k[u], e); });
 #pragma unroll
-      for (int e = 0; e < V; ++e) gu[e] = grad_input_value(gu[e], xu[e], pick(k[u], e));
-      store_unit<T, V>(grad_input, vector + u * g.stride, gu);
+      for (int e = 0; e < V; ++e) grads[e] = grad_input_value(grads[e], values[e], pick(k[u], e));
+      store_unit<T, V>(grad_input, vector + u * g.stride, grads);
     }
   }
   if (start != 0) return;
   for (int64_t i = g.vectors * V; i < g.values; ++i) {
-    float grad = 0.0f;
-    load_gradient_unit<T, 1, kMasked>(grad_out, relu_output, i, &grad);
-    grad_input[i] = T(grad_input_value(grad, static_cast<float>(x[i]), coefficients[channel_of(i, g)]));
+    const int64_t channel = channel_of(i, g);
+    float grad = 0.0f, value = 0.0f;
+    unpack_gradient(load_raw_gradient<T, 1, M>(grad_out, relu_output, x, i), &grad, &value,
+                    [&](int) { return M == Mask::recomputed ? mask_coefficients[channel] : float4{}; });
+    grad_input[i] = T(grad_input_value(grad, value, coefficients[channel]));
   }
 }
 
@@ -461,16 +469,17 @@ int64_t split_count(const ChannelLayout& layout) {
   return std::clamp<int64_t>(wanted, 1, most);
 }
 
-// The workspace: per-channel coefficients (float4, first, so every part stays 16-byte aligned), then
-// the partials of every (split, channel) block.
+// The workspace: the elementwise pass's per-channel coefficients and the backward's mask coefficients
+// (float4 each, first, so every part stays 16-byte aligned), then the partials of every (split, channel)
+// block.
 struct Workspace {
-  float4* coefficients;
+  float4 *coefficients, *mask_coefficients;
   void* partials;
 };
 
 Workspace carve(void* workspace, const ChannelLayout& layout) {
-  char* bytes = static_cast<char*>(workspace);
-  return {reinterpret_cast<float4*>(bytes), bytes + layout.channels * sizeof(float4)};
+  float4* coefficients = static_cast<float4*>(workspace);
+  return {coefficients, coefficients + layout.channels, coefficients + 2 * layout.channels};
 }
 
 // Values per load of the partials kernels: the widest vector (16 bytes at most) that divides inner, so
@@ -541,49 +550,50 @@ void launch_normalize(const T* x, const T* residual, T* out, const float4* coeff
   });
 }
 
-// The backward's grad_input pass (g masked by relu_output with kMasked), from the finalized coefficients.
-template <typename T, bool kMasked>
+// The backward's grad_input pass (g masked as M says), from the finalized coefficients.
+template <typename T, Mask M>
 void launch_backward_passes_input(const T* grad_out, const T* relu_output, const T* x, T* grad_input,
                                   const ChannelLayout& layout, const Workspace& space) {
+  const float4* mask_coefficients = M == Mask::recomputed ? space.mask_coefficients : nullptr;
   if (layout.inner == 1) {
-    launch_row_grad_input(grad_out, relu_output, x, grad_input, space.coefficients, layout.batch, layout.channels);
+    launch_row_grad_input(grad_out, relu_output, x, grad_input, space.coefficients, mask_coefficients, layout.batch,
+                          layout.channels);
     return;
   }
   with_width<kVectorWidth<T>>(map_width<T>(layout, {grad_out, relu_output, x, grad_input}), [&](auto width) {
     constexpr int V = decltype(width)::value;
     unsigned blocks = 0;
     const MapGeometry geometry = map_geometry<V>(layout, blocks);
-    grad_input_kernel<T, V, kMasked>
-        <<<blocks, kMapThreads>>>(grad_out, relu_output, x, grad_input, space.coefficients, geometry);
+    grad_input_kernel<T, V, M><<<blocks, kMapThreads>>>(grad_out, relu_output, x, grad_input, space.coefficients,
+                                                        mask_coefficients, geometry);
   });
 }
 
 // The backward's partial sums, finalize and grad_input passes for one masking. With kStore the sums pass
-// stores the masked gradient into masked_grad, and the grad_input pass reads that instead (kMasked off).
-template <typename T, bool kMasked, bool kStore>
-void launch_backward_passes(const T* grad_out, const T* relu_output, const T* x, const float* gamma,
-                            const float* save_mean, const float* save_invstd, T* grad_input, float* grad_gamma,
-                            float* grad_beta, T* masked_grad, bool accumulate, const ChannelLayout& layout,
-                            int64_t splits, const Workspace& space) {
+// stores the masked gradient into masked_grad, and the grad_input pass reads that instead (unmasked).
+template <typename T, Mask M, bool kStore>
+void launch_backward_passes(const T* grad_out, const T* relu_output, const T* x, const NormalizeInputs& forward,
+                            T* grad_input, float* grad_gamma, float* grad_beta, T* masked_grad, bool accumulate,
+                            const ChannelLayout& layout, int64_t splits, const Workspace& space) {
   double2* partials = static_cast<double2*>(space.partials);
   if (layout.inner == 1) {
-    launch_row_gradient_sums(grad_out, relu_output, x, save_mean, layout.batch, layout.channels, splits, partials,
+    launch_row_gradient_sums(grad_out, relu_output, x, forward, layout.batch, layout.channels, splits, partials,
                              masked_grad);
   } else {
     // A null relu_output (or masked_grad) passes the alignment tests.
     with_width<kVectorWidth<T>>(reduce_width<T>(layout, {grad_out, relu_output, x, masked_grad}), [&](auto width) {
       constexpr int V = decltype(width)::value;
-      gradient_sums_kernel<T, V, kMasked, kStore><<<split_grid(layout, splits), kReduceThreads>>>(
-          grad_out, relu_output, x, save_mean, split_geometry(layout, V, splits), partials, masked_grad);
+      gradient_sums_kernel<T, V, M, kStore><<<split_grid(layout, splits), kReduceThreads>>>(
+          grad_out, relu_output, x, forward, split_geometry(layout, V, splits), partials, masked_grad);
     });
   }
   finalize_backward_kernel<<<finalize_blocks(layout.channels), kFinalizeThreads>>>(
-      partials, splits, layout.channels, static_cast<double>(layout.batch * layout.inner), gamma, save_mean,
-      save_invstd, grad_gamma, grad_beta, accumulate, space.coefficients);
+      partials, splits, layout.channels, static_cast<double>(layout.batch * layout.inner), forward, grad_gamma,
+      grad_beta, accumulate, space.coefficients, M == Mask::recomputed ? space.mask_coefficients : nullptr);
   if constexpr (kStore)
-    launch_backward_passes_input<T, false>(masked_grad, nullptr, x, grad_input, layout, space);
+    launch_backward_passes_input<T, Mask::none>(masked_grad, nullptr, x, grad_input, layout, space);
   else
-    launch_backward_passes_input<T, kMasked>(grad_out, relu_output, x, grad_input, layout, space);
+    launch_backward_passes_input<T, M>(grad_out, relu_output, x, grad_input, layout, space);
 }
 
 }  // namespace
@@ -592,7 +602,7 @@ size_t batch_norm_workspace_bytes(const ChannelLayout& layout) {
   if (layout.channels == 0) return 0;
   const size_t partial_bytes = std::max(sizeof(Moments), sizeof(double2));
   return static_cast<size_t>(layout.channels) *
-         (sizeof(float4) + static_cast<size_t>(split_count(layout)) * partial_bytes);
+         (2 * sizeof(float4) + static_cast<size_t>(split_count(layout)) * partial_bytes);
 }
 
 template <typename T>
@@ -632,22 +642,26 @@ void launch_batch_norm_forward_eval(const T* x, const float* gamma, const float*
 
 template <typename T>
 void launch_batch_norm_backward(const T* grad_out, const T* relu_output, const T* x, const float* gamma,
-                                const float* save_mean, const float* save_invstd, T* grad_input, float* grad_gamma,
-                                float* grad_beta, T* masked_grad, bool accumulate_parameter_grads,
+                                const float* beta, const float* save_mean, const float* save_invstd, T* grad_input,
+                                float* grad_gamma, float* grad_beta, T* masked_grad, bool accumulate_parameter_grads,
                                 const ChannelLayout& layout, void* workspace) {
   if (layout.channels == 0 || layout.batch * layout.inner == 0) return;
   const int64_t splits = split_count(layout);
   const Workspace space = carve(workspace, layout);
+  const NormalizeInputs forward{save_mean, save_invstd, gamma, beta};
   const bool add = accumulate_parameter_grads;
   if (relu_output != nullptr && masked_grad != nullptr)
-    launch_backward_passes<T, true, true>(grad_out, relu_output, x, gamma, save_mean, save_invstd, grad_input,
-                                          grad_gamma, grad_beta, masked_grad, add, layout, splits, space);
+    launch_backward_passes<T, Mask::stored, true>(grad_out, relu_output, x, forward, grad_input, grad_gamma, grad_beta,
+                                                  masked_grad, add, layout, splits, space);
   else if (relu_output != nullptr)
-    launch_backward_passes<T, true, false>(grad_out, relu_output, x, gamma, save_mean, save_invstd, grad_input,
-                                           grad_gamma, grad_beta, nullptr, add, layout, splits, space);
+    launch_backward_passes<T, Mask::stored, false>(grad_out, relu_output, x, forward, grad_input, grad_gamma, grad_beta,
+                                                   nullptr, add, layout, splits, space);
+  else if (beta != nullptr)
+    launch_backward_passes<T, Mask::recomputed, false>(grad_out, nullptr, x, forward, grad_input, grad_gamma, grad_beta,
+                                                       nullptr, add, layout, splits, space);
   else
-    launch_backward_passes<T, false, false>(grad_out, relu_output, x, gamma, save_mean, save_invstd, grad_input,
-                                            grad_gamma, grad_beta, nullptr, add, layout, splits, space);
+    launch_backward_passes<T, Mask::none, false>(grad_out, nullptr, x, forward, grad_input, grad_gamma, grad_beta,
+                                                 nullptr, add, layout, splits, space);
 }
 
 #define OPSNN_INSTANTIATE_BATCH_NORM(T)                                                                               \
@@ -657,7 +671,8 @@ void launch_batch_norm_backward(const T* grad_out, const T* relu_output, const T
   template void launch_batch_norm_forward_eval<T>(const T*, const float*, const float*, const float*, const float*,   \
                                                   double, bool, const T*, T*, const ChannelLayout&, void*);           \
   template void launch_batch_norm_backward<T>(const T*, const T*, const T*, const float*, const float*, const float*, \
-                                              T*, float*, float*, T*, bool, const ChannelLayout&, void*);
+                                              const float*, T*, float*, float*, T*, bool, const ChannelLayout&,       \
+                                              void*);
 OPSNN_FOR_EACH_FLOATING_TYPE(OPSNN_INSTANTIATE_BATCH_NORM)
 
 }  // namespace opsnn::cuda

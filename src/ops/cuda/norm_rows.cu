@@ -183,23 +183,34 @@ __global__ void __launch_bounds__(kRowThreads, 2)
   }
 }
 
-// Sums of g and g * (x - mean) of each (split, channel) into partials (g masked with kMasked; with kStore
-// the masked g also stored into masked_out: the splits cover each row once).
-template <typename T, int V, bool kMasked, bool kStore>
+// Sums of g and g * (x - mean) of each (split, channel) into partials (g masked as M says; with kStore the
+// masked g also stored into masked_out: the splits cover each row once).
+template <typename T, int V, Mask M, bool kStore>
 __global__ void __launch_bounds__(kRowThreads, 2)
-    row_gradient_sums_kernel(const T* grad_out, const T* relu_output, const T* x, const float* save_mean, int64_t rows,
+    row_gradient_sums_kernel(const T* grad_out, const T* relu_output, const T* x, NormalizeInputs forward, int64_t rows,
                              int64_t units, int64_t chunk, double2* partials, T* masked_out) {
-  static_assert(kMasked || !kStore, "only a masked gradient is stored");
+  static_assert(M == Mask::stored || !kStore, "only a read mask is stored");
   const SplitRows s = split_rows(rows, units, chunk);
-  float mean[V];
+  // The mean, and with Mask::recomputed the forward's scale and shift: its coefficients {mean, scale, shift}.
+  float mean[V], scale[V], shift[V];
 #pragma unroll
-  for (int k = 0; k < V; ++k) mean[k] = s.active ? save_mean[s.unit * V + k] : 0.0f;
-  using Raw = RawGradientUnit<T, V, kMasked>;
+  for (int k = 0; k < V; ++k) {
+    mean[k] = s.active ? forward.mean[s.unit * V + k] : 0.0f;
+    scale[k] = shift[k] = 0.0f;
+    if constexpr (M == Mask::recomputed) {
+      if (s.active) {
+        const float4 coefficients = normalize_coefficients(forward, s.unit * V + k);
+        scale[k] = coefficients.y;
+        shift[k] = coefficients.z;
+      }
+    }
+  }
+  using Raw = RawGradientUnit<T, V, M>;
   double2 totals[V];
   sum_split_terms<V, kGradientSumRows<T, V>>(
-      s, units, [&](int64_t offset) { return load_raw_gradient<T, V, kMasked>(grad_out, relu_output, x, offset); },
+      s, units, [&](int64_t offset) { return load_raw_gradient<T, V, M>(grad_out, relu_output, x, offset); },
       [&](const Raw& raw, int64_t offset, float* grads, float* centered) {
-        unpack_gradient(raw, grads, centered);
+        unpack_gradient(raw, grads, centered, [&](int k) { return make_float4(mean[k], scale[k], shift[k], 0.0f); });
         if constexpr (kStore) store_unit<T, V>(masked_out, offset, grads);
 #pragma unroll
         for (int k = 0; k < V; ++k) centered[k] = grads[k] * (centered[k] - mean[k]);
@@ -250,30 +261,34 @@ __global__ void __launch_bounds__(kRowThreads)
 }
 
 // grad_input = k * (g - mean_grad) - slope * (x - mean), the rows walked as in row_normalize_kernel; U
-// rows' units of g (and the relu output) and x loaded as raw bits before any becomes floats.
-template <typename T, int V, bool kMasked>
+// rows' units of g (and the relu output) and x loaded as raw bits before any becomes floats; g masked as
+// M says (Mask::recomputed: with the forward's coefficients, mask_coefficients).
+template <typename T, int V, Mask M>
 __global__ void __launch_bounds__(kRowThreads, 2)
     row_grad_input_kernel(const T* grad_out, const T* relu_output, const T* x, T* grad_input,
-                          const float4* coefficients, int64_t rows, int64_t units) {
-  using Raw = RawGradientUnit<T, V, kMasked>;
+                          const float4* coefficients, const float4* mask_coefficients, int64_t rows, int64_t units) {
+  using Raw = RawGradientUnit<T, V, M>;
   constexpr int U = kRawRows<T, V, Raw::kStreams>;
   const int64_t unit = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (unit >= units) return;
-  float4 k[V];
+  float4 k[V], mask_k[V];
 #pragma unroll
-  for (int c = 0; c < V; ++c) k[c] = coefficients[unit * V + c];
+  for (int c = 0; c < V; ++c) {
+    k[c] = coefficients[unit * V + c];
+    if constexpr (M == Mask::recomputed) mask_k[c] = mask_coefficients[unit * V + c];
+  }
   const int64_t stride = static_cast<int64_t>(gridDim.y) * blockDim.y;
   for (int64_t row = blockIdx.y * static_cast<int64_t>(blockDim.y) + threadIdx.y; row < rows; row += U * stride) {
     Raw raw[U];
 #pragma unroll
     for (int u = 0; u < U; ++u)
       if (row + u * stride < rows)
-        raw[u] = load_raw_gradient<T, V, kMasked>(grad_out, relu_output, x, (row + u * stride) * units + unit);
+        raw[u] = load_raw_gradient<T, V, M>(grad_out, relu_output, x, (row + u * stride) * units + unit);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (row + u * stride >= rows) continue;
       float g[V], xu[V];
-      unpack_gradient(raw[u], g, xu);
+      unpack_gradient(raw[u], g, xu, [&](int c) { return mask_k[c]; });
 #pragma unroll
       for (int c = 0; c < V; ++c) g[c] = grad_input_value(g[c], xu[c], k[c]);
       store_unit<T, V>(grad_input, (row + u * stride) * units + unit, g);
@@ -323,22 +338,25 @@ void launch_row_moments(const T* x, int64_t rows, int64_t channels, int64_t spli
 }
 
 template <typename T>
-void launch_row_gradient_sums(const T* grad_out, const T* relu_output, const T* x, const float* save_mean, int64_t rows,
-                              int64_t channels, int64_t splits, double2* partials, T* masked_out) {
+void launch_row_gradient_sums(const T* grad_out, const T* relu_output, const T* x, const NormalizeInputs& forward,
+                              int64_t rows, int64_t channels, int64_t splits, double2* partials, T* masked_out) {
   with_width<kVectorWidth<T>>(row_width<T>(channels, {grad_out, relu_output, x, masked_out}), [&](auto width) {
     constexpr int V = decltype(width)::value;
     const RowBlock block = row_block(channels, V);
     const dim3 grid = reduce_grid(block, splits), threads(block.across, block.down);
     const int64_t chunk = ceil_div(rows, splits);
     if (relu_output != nullptr && masked_out != nullptr)
-      row_gradient_sums_kernel<T, V, true, true>
-          <<<grid, threads>>>(grad_out, relu_output, x, save_mean, rows, block.units, chunk, partials, masked_out);
+      row_gradient_sums_kernel<T, V, Mask::stored, true>
+          <<<grid, threads>>>(grad_out, relu_output, x, forward, rows, block.units, chunk, partials, masked_out);
     else if (relu_output != nullptr)
-      row_gradient_sums_kernel<T, V, true, false>
-          <<<grid, threads>>>(grad_out, relu_output, x, save_mean, rows, block.units, chunk, partials, nullptr);
+      row_gradient_sums_kernel<T, V, Mask::stored, false>
+          <<<grid, threads>>>(grad_out, relu_output, x, forward, rows, block.units, chunk, partials, nullptr);
+    else if (forward.beta != nullptr)
+      row_gradient_sums_kernel<T, V, Mask::recomputed, false>
+          <<<grid, threads>>>(grad_out, nullptr, x, forward, rows, block.units, chunk, partials, nullptr);
     else
-      row_gradient_sums_kernel<T, V, false, false>
-          <<<grid, threads>>>(grad_out, relu_output, x, save_mean, rows, block.units, chunk, partials, nullptr);
+      row_gradient_sums_kernel<T, V, Mask::none, false>
+          <<<grid, threads>>>(grad_out, nullptr, x, forward, rows, block.units, chunk, partials, nullptr);
   });
 }
 
@@ -360,26 +378,31 @@ void launch_row_normalize(const T* x, const T* residual, T* out, const float4* c
 
 template <typename T>
 void launch_row_grad_input(const T* grad_out, const T* relu_output, const T* x, T* grad_input,
-                           const float4* coefficients, int64_t rows, int64_t channels) {
+                           const float4* coefficients, const float4* mask_coefficients, int64_t rows,
+                           int64_t channels) {
   with_width<kVectorWidth<T>>(row_width<T>(channels, {grad_out, relu_output, x, grad_input}), [&](auto width) {
     constexpr int V = decltype(width)::value;
     const RowBlock block = row_block(channels, V);
     const dim3 grid = map_grid(block, rows), threads(block.across, block.down);
     if (relu_output != nullptr)
-      row_grad_input_kernel<T, V, true>
-          <<<grid, threads>>>(grad_out, relu_output, x, grad_input, coefficients, rows, block.units);
+      row_grad_input_kernel<T, V, Mask::stored>
+          <<<grid, threads>>>(grad_out, relu_output, x, grad_input, coefficients, nullptr, rows, block.units);
+    else if (mask_coefficients != nullptr)
+      row_grad_input_kernel<T, V, Mask::recomputed>
+          <<<grid, threads>>>(grad_out, nullptr, x, grad_input, coefficients, mask_coefficients, rows, block.units);
     else
-      row_grad_input_kernel<T, V, false>
-          <<<grid, threads>>>(grad_out, relu_output, x, grad_input, coefficients, rows, block.units);
+      row_grad_input_kernel<T, V, Mask::none>
+          <<<grid, threads>>>(grad_out, nullptr, x, grad_input, coefficients, nullptr, rows, block.units);
   });
 }
 
-#define OPSNN_INSTANTIATE_ROW_BATCH_NORM(T)                                                                        \
-  template void launch_row_moments<T>(const T*, int64_t, int64_t, int64_t, Moments*);                              \
-  template void launch_row_gradient_sums<T>(const T*, const T*, const T*, const float*, int64_t, int64_t, int64_t, \
-                                            double2*, T*);                                                         \
-  template void launch_row_normalize<T>(const T*, const T*, T*, const float4*, int64_t, int64_t, bool);            \
-  template void launch_row_grad_input<T>(const T*, const T*, const T*, T*, const float4*, int64_t, int64_t);
+#define OPSNN_INSTANTIATE_ROW_BATCH_NORM(T)                                                                         \
+  template void launch_row_moments<T>(const T*, int64_t, int64_t, int64_t, Moments*);                               \
+  template void launch_row_gradient_sums<T>(const T*, const T*, const T*, const NormalizeInputs&, int64_t, int64_t, \
+                                            int64_t, double2*, T*);                                                 \
+  template void launch_row_normalize<T>(const T*, const T*, T*, const float4*, int64_t, int64_t, bool);             \
+  template void launch_row_grad_input<T>(const T*, const T*, const T*, T*, const float4*, const float4*, int64_t,   \
+                                         int64_t);
 OPSNN_FOR_EACH_FLOATING_TYPE(OPSNN_INSTANTIATE_ROW_BATCH_NORM)
 
 }  // namespace opsnn::cuda::norm

@@ -150,6 +150,11 @@ __device__ __forceinline__ Moments merge(const Moments& a, const Moments& b) {
   return {count, a.mean + delta * (b.count / count), a.m2 + b.m2 + delta * delta * (a.count * b.count / count)};
 }
 
+// Where the backward's relu mask comes from, after a fused relu: none (a plain batch norm); `stored`, the
+// relu output, read as a third stream; `recomputed`, from x and the forward's coefficients (the same
+// arithmetic as the normalizing pass, so the same mask bit for bit, without reading the relu output).
+enum class Mask { none, stored, recomputed };
+
 // Zero where the fused relu's output is not positive: relu's backward, applied as the gradient is read.
 template <int V>
 __device__ __forceinline__ void mask_by_relu(float* grads, const float* relu_output) {
@@ -157,47 +162,22 @@ __device__ __forceinline__ void mask_by_relu(float* grads, const float* relu_out
   for (int k = 0; k < V; ++k) grads[k] = relu_output[k] > 0.0f ? grads[k] : 0.0f;
 }
 
-// Loads unit `unit` of the upstream gradient into `grads`, masked by the relu output with kMasked.
-template <typename T, int V, bool kMasked>
-__device__ __forceinline__ void load_gradient_unit(const T* grad_out, const T* relu_output, int64_t unit,
-                                                   float* grads) {
-  load_unit<T, V>(grad_out, unit, grads);
-  if constexpr (kMasked) {
-    float mask[V];
-    load_unit<T, V>(relu_output, unit, mask);
-    mask_by_relu<V>(grads, mask);
-  }
-}
-
 // What the backward passes read at one unit, as raw bits: the upstream gradient, the relu output (with
-// kMasked) and x; kStreams tensors.
-template <typename T, int V, bool kMasked>
+// Mask::stored) and x; kStreams tensors.
+template <typename T, int V, Mask M>
 struct RawGradientUnit {
-  static constexpr int kStreams = kMasked ? 3 : 2;
+  static constexpr int kStreams = M == Mask::stored ? 3 : 2;
   RawUnit<T, V> grad, mask, x;
 };
 
-template <typename T, int V, bool kMasked>
-__device__ __forceinline__ RawGradientUnit<T, V, kMasked> load_raw_gradient(const T* grad_out, const T* relu_output,
-                                                                            const T* x, int64_t unit) {
-  RawGradientUnit<T, V, kMasked> raw;
+template <typename T, int V, Mask M>
+__device__ __forceinline__ RawGradientUnit<T, V, M> load_raw_gradient(const T* grad_out, const T* relu_output,
+                                                                      const T* x, int64_t unit) {
+  RawGradientUnit<T, V, M> raw;
   raw.grad = load_raw<T, V>(grad_out, unit);
-  if constexpr (kMasked) raw.mask = load_raw<T, V>(relu_output, unit);
+  if constexpr (M == Mask::stored) raw.mask = load_raw<T, V>(relu_output, unit);
   raw.x = load_raw<T, V>(x, unit);
   return raw;
-}
-
-// The masked gradient into `grads` and x into `values`.
-template <typename T, int V, bool kMasked>
-__device__ __forceinline__ void unpack_gradient(const RawGradientUnit<T, V, kMasked>& raw, float* grads,
-                                                float* values) {
-  unpack<T, V>(raw.grad, grads);
-  if constexpr (kMasked) {
-    float mask[V];
-    unpack<T, V>(raw.mask, mask);
-    mask_by_relu<V>(grads, mask);
-  }
-  unpack<T, V>(raw.x, values);
 }
 
 // out = (x - center) * scale + shift with k = {center, scale, shift, unused}.
@@ -212,6 +192,44 @@ __device__ __forceinline__ float finish_normalized(float v, float residual) {
   if constexpr (kResidual) v = static_cast<float>(T(v)) + residual;
   if constexpr (kRelu || kResidual) v = v < 0.0f ? 0.0f : v;
   return v;
+}
+
+// The forward's coefficients {center, scale, shift, unused} of channel c from the saved statistics, gamma
+// and beta: the training forward normalizes with these, so the backward can recompute its values.
+struct NormalizeInputs {
+  const float *mean, *invstd, *gamma, *beta;
+};
+
+__device__ __forceinline__ float4 normalize_coefficients(float mean, float invstd, float gamma, float beta) {
+  return make_float4(mean, static_cast<float>(static_cast<double>(gamma) * static_cast<double>(invstd)), beta, 0.0f);
+}
+
+__device__ __forceinline__ float4 normalize_coefficients(const NormalizeInputs& in, int64_t channel) {
+  return normalize_coefficients(in.mean[channel], in.invstd[channel], in.gamma[channel], in.beta[channel]);
+}
+
+// Whether batch_norm_relu's output is positive at a value x of coefficients k: the normalizing pass's
+// arithmetic and rounding to T, repeated (a NaN fails, as relu_output > 0 does).
+template <typename T>
+__device__ __forceinline__ bool relu_output_positive(float x, const float4& k) {
+  return static_cast<float>(T(finish_normalized<T, true, false>(normalize_value(x, k), 0.0f))) > 0.0f;
+}
+
+// The masked gradient into `grads` and x into `values`; forward(k) gives value k's forward coefficients
+// (read with Mask::recomputed only).
+template <typename T, int V, Mask M, typename Forward>
+__device__ __forceinline__ void unpack_gradient(const RawGradientUnit<T, V, M>& raw, float* grads, float* values,
+                                                Forward forward) {
+  unpack<T, V>(raw.grad, grads);
+  unpack<T, V>(raw.x, values);
+  if constexpr (M == Mask::stored) {
+    float mask[V];
+    unpack<T, V>(raw.mask, mask);
+    mask_by_relu<V>(grads, mask);
+  } else if constexpr (M == Mask::recomputed) {
+#pragma unroll
+    for (int k = 0; k < V; ++k) grads[k] = relu_output_positive<T>(values[k], forward(k)) ? grads[k] : 0.0f;
+  }
 }
 
 // grad_input = k * (g - mean_grad) - slope * (x - mean) with k = {k, mean_grad, slope, mean}.

@@ -342,24 +342,21 @@ void CudaBackend::batch_norm_forward_eval(const Tensor& input, const Tensor& gam
 }
 
 void CudaBackend::batch_norm_backward(const Tensor& grad_out, const Tensor& relu_output, const Tensor& input,
-                                      const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
-                                      Tensor& grad_input, Tensor& grad_gamma, Tensor& grad_beta, Tensor& masked_grad,
-                                      bool accumulate_parameter_grads) {
+                                      const Tensor& gamma, const Tensor& beta, const Tensor& save_mean,
+                                      const Tensor& save_invstd, Tensor& grad_input, Tensor& grad_gamma,
+                                      Tensor& grad_beta, Tensor& masked_grad, bool accumulate_parameter_grads) {
   const char* kernel = "batch_norm_backward";
   OPSNN_CHECK_AS(ShapeError, input.dim() >= 2, "CUDA ", kernel, ": input must be [N, C, ...], got ", input.str());
   for (const Tensor* t : std::initializer_list<const Tensor*>{&grad_out, &input, &grad_input})
     require_dense_as(*t, input, input.device(), kernel);
   check_same_shape(input, grad_out, "CUDA batch_norm_backward");
   check_same_shape(input, grad_input, "CUDA batch_norm_backward");
-  if (relu_output.defined()) {
-    require_dense_as(relu_output, input, input.device(), kernel);
-    check_same_shape(input, relu_output, "CUDA batch_norm_backward");
-  }
+  check_relu_mask(grad_out, relu_output, beta, masked_grad, "CUDA batch_norm_backward");
+  if (relu_output.defined()) require_dense_as(relu_output, input, input.device(), kernel);
   for (const Tensor* t : std::initializer_list<const Tensor*>{&gamma, &save_mean, &save_invstd})
     check_channel_vector(*t, input, kernel);
-  if (grad_gamma.defined()) check_channel_vector(grad_gamma, input, kernel);
-  if (grad_beta.defined()) check_channel_vector(grad_beta, input, kernel);
-  check_masked_grad(grad_out, relu_output, masked_grad, "CUDA batch_norm_backward");
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&beta, &grad_gamma, &grad_beta})
+    if (t->defined()) check_channel_vector(*t, input, kernel);
   cuda::DeviceGuard guard(input.device().index);
   const cuda::ChannelLayout layout = channel_layout(input);
   const Storage workspace(cuda::batch_norm_workspace_bytes(layout), input.device());
@@ -367,8 +364,8 @@ void CudaBackend::batch_norm_backward(const Tensor& grad_out, const Tensor& relu
     using T = decltype(tag);
     cuda::launch_batch_norm_backward(
         grad_out.data<T>(), relu_output.defined() ? relu_output.data<T>() : nullptr, input.data<T>(),
-        gamma.data<float>(), save_mean.data<float>(), save_invstd.data<float>(), grad_input.data<T>(),
-        grad_gamma.defined() ? grad_gamma.data<float>() : nullptr,
+        gamma.data<float>(), beta.defined() ? beta.data<float>() : nullptr, save_mean.data<float>(),
+        save_invstd.data<float>(), grad_input.data<T>(), grad_gamma.defined() ? grad_gamma.data<float>() : nullptr,
         grad_beta.defined() ? grad_beta.data<float>() : nullptr,
         masked_grad.defined() ? masked_grad.data<T>() : nullptr, accumulate_parameter_grads, layout, workspace.data());
   });

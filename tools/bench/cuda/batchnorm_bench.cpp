@@ -89,8 +89,8 @@ int run(const std::vector<std::string>& args) {
     // x stands in for the upstream gradient: the kernels' cost does not depend on the values.
     const double backward_ms = mean_ms(
         [&] {
-          backend.batch_norm_backward(x, Tensor(), x, gamma, save_mean, save_invstd, grad_input, grad_gamma, grad_beta,
-                                      no_masked_grad, false);
+          backend.batch_norm_backward(x, Tensor(), x, gamma, Tensor(), save_mean, save_invstd, grad_input, grad_gamma,
+                                      grad_beta, no_masked_grad, false);
         },
         repeats);
     const double eval_ms = mean_ms(
