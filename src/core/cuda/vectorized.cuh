@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/multiprocessors.h"
 
 namespace opsnn::cuda {
 
@@ -73,10 +74,9 @@ unsigned resident_grid(int64_t work_items, int threads = kMapThreadsPerBlock) {
   OPSNN_CUDA_CHECK(cudaGetDevice(&device));
   int blocks = device < kCachedDevices ? cached_blocks[device].load(std::memory_order_relaxed) : 0;
   if (blocks == 0) {
-    int per_multiprocessor = 0, multiprocessors = 0;
+    int per_multiprocessor = 0;
     OPSNN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kKernel, threads, 0));
-    OPSNN_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
-    blocks = std::max(1, per_multiprocessor * multiprocessors);
+    blocks = std::max(1, per_multiprocessor * static_cast<int>(multiprocessor_count(device)));
     if (device < kCachedDevices) cached_blocks[device].store(blocks, std::memory_order_relaxed);
   }
   const int64_t needed = (work_items + threads - 1) / threads;

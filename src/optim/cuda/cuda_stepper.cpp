@@ -18,6 +18,7 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_guard.h"
+#include "core/cuda/multiprocessors.h"
 #include "opsnn/core/error.h"
 #include "opsnn/core/storage.h"
 #include "opsnn/core/tensor.h"
@@ -139,7 +140,8 @@ class CudaStepper final : public DeviceStepper {
     // The arena's chunks cut into tiles (the passes' work items); each segment's tiles are contiguous.
     int64_t elements = 0;
     for (int64_t c = 0; c < arena.chunk_count; ++c) elements += arena.chunks[c].end - arena.chunks[c].begin;
-    const int multiprocessors = multiprocessor_count(device.index);
+    // Passes size their grids as SMs x resident blocks per SM.
+    const int multiprocessors = static_cast<int>(opsnn::cuda::multiprocessor_count(device.index));
     int64_t tile_elements = constants.rule == UpdateRule::lamb ? kMinLambTileElements : kMinTileElements;
     while (tile_elements < kMaxTileElements && elements / tile_elements > 128 * static_cast<int64_t>(multiprocessors))
       tile_elements *= 2;

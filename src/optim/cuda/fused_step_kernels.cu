@@ -747,12 +747,6 @@ void dispatch(const LaunchArgs& a) {
 
 }  // namespace
 
-int multiprocessor_count(int device) {
-  int count = 0;
-  OPSNN_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-  return count;
-}
-
 void launch_grad_sum_of_squares(const FusedBuffers& b, cudaStream_t stream) {
   if (b.chunk_count == 0) return;
   dispatch<pass::GradSumOfSquares>(LaunchArgs{&b, nullptr, 0, stream});

@@ -53,9 +53,6 @@ inline constexpr int64_t kMaxTileElements = 16384;
 // readiness check, overhead that 2048-element items (one vector per thread) do not amortise (4096:
 // 0.27 ms for ResNet-50 shapes on an H200, vs 0.29 with 2048 and 0.30 with 16384).
 inline constexpr int64_t kMinLambTileElements = 4096;
-// Streaming multiprocessors of a device; passes size their grids as SMs x resident blocks per SM.
-int multiprocessor_count(int device);
-
 // Pass 1: chunk_sums[0][c] = sum of g^2 over chunk c (double), inf/NaN when it holds inf/NaN.
 void launch_grad_sum_of_squares(const FusedBuffers& b, cudaStream_t stream);
 // segment_sums[a][s] = sum of chunk_sums[a] over segment s's chunks (fixed order), for a < arrays.
