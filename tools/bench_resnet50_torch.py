@@ -8,7 +8,10 @@ torch.cuda.max_memory_allocated over the timed steps. With --opsnn PATH it then 
 `PATH resnet50` with the same batch, steps and precision and prints both with their ratio.
 --compile [MODES] also runs torch.compile of the model in its default mode and in max-autotune-no-cudagraphs
 (or the comma-separated MODES; a fresh model each; compile time, the first step, reported apart, not timed),
-so opsnn is compared with PyTorch's best; cudnn.benchmark is on for every PyTorch run.
+so opsnn is compared with PyTorch's best; cudnn.benchmark is on for every PyTorch run. --compile-log FILE
+sends what the first steps print (max-autotune's benchmark tables: hundreds of lines) to FILE instead;
+--inductor-cache DIR keeps Inductor's caches (compiled kernels, autotuning results) in DIR, so a later
+run given the same DIR compiles from them instead of benchmarking again.
 --profile then runs one more step of each PyTorch run under torch.profiler and prints its GPU kernel time by
 category (convolutions and GEMMs, Triton's fused reductions and element-wise kernels, ATen's own kernels),
 with the sum of kernel time beside the step's time: where PyTorch's step spends what opsnn's ncu profile
@@ -17,6 +20,7 @@ with the sum of kernel time beside the step's time: where PyTorch's step spends 
     python3 tools/bench_resnet50_torch.py --precision bf16 --compile --opsnn build-gpu/opsnn-bench
 """
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -74,7 +78,32 @@ def print_profile(label, profiled):
               f"{100 * milliseconds[category] / total:.1f}% |")
 
 
-def torch_throughput(batch, steps, warmup, precision, image_size, compile_mode=None, profiled=False):
+@contextlib.contextmanager
+def output_to(path):
+    """Sends this process's stdout and stderr (file descriptors 1 and 2, so Inductor's subprocesses and C++
+    logs too) to the file at path, appended, while the block runs; nothing changes for a path of None."""
+    if path is None:
+        yield
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with open(path, "a") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+
+
+def torch_throughput(batch, steps, warmup, precision, image_size, compile_mode=None, profiled=False,
+                     compile_log=None):
     torch.manual_seed(0)
     model = torchvision.models.resnet50().cuda().to(memory_format=torch.channels_last)
     forward = torch.compile(model, mode=compile_mode) if compile_mode else model
@@ -92,12 +121,13 @@ def torch_throughput(batch, steps, warmup, precision, image_size, compile_mode=N
         return loss
 
     compile_start = time.perf_counter()
-    step()  # the first step compiles (torch.compile) or runs the cuDNN search (cudnn.benchmark)
-    torch.cuda.synchronize()
-    first_step_s = time.perf_counter() - compile_start
-    for _ in range(warmup):
-        step()
-    torch.cuda.synchronize()
+    with output_to(compile_log if compile_mode else None):
+        step()  # the first step compiles (torch.compile) or runs the cuDNN search (cudnn.benchmark)
+        torch.cuda.synchronize()
+        first_step_s = time.perf_counter() - compile_start
+        for _ in range(warmup):  # a shape or mode first met here compiles here
+            step()
+        torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
@@ -127,6 +157,11 @@ def main(argv):
                         metavar="MODES",
                         help="also torch.compile, in each comma-separated mode (default: default and "
                              "max-autotune-no-cudagraphs; max-autotune spends minutes benchmarking kernels)")
+    parser.add_argument("--compile-log", metavar="FILE",
+                        help="send what the compiling steps print (autotuning tables) to FILE, appended")
+    parser.add_argument("--inductor-cache", metavar="DIR",
+                        help="Inductor's cache folder (TORCHINDUCTOR_CACHE_DIR): reuse compiled kernels and "
+                             "autotuning results a previous run left there")
     parser.add_argument("--profile", action="store_true",
                         help="after timing, one more step of each PyTorch run under torch.profiler: kernel time by category")
     args = parser.parse_args(argv)
@@ -134,6 +169,9 @@ def main(argv):
         print("bench_resnet50_torch: no CUDA device", file=sys.stderr)
         return 1
     torch.backends.cudnn.benchmark = True
+    if args.inductor_cache:  # read when Inductor first compiles, after this
+        os.makedirs(args.inductor_cache, exist_ok=True)
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.abspath(args.inductor_cache)
     ours = None
     if args.opsnn:  # opsnn first: both then run on a GPU that has done the same amount of work before
         with tempfile.TemporaryDirectory() as folder:
@@ -152,7 +190,7 @@ def main(argv):
     best = None
     for label, mode in runs:
         theirs = torch_throughput(args.batch, args.steps, args.warmup, args.precision, args.image_size, mode,
-                                  args.profile)
+                                  args.profile, args.compile_log)
         print(f"  {label:<36} {theirs['images_per_second']:7.0f} images/s, {theirs['ms_per_step']:6.1f} ms/step, "
               f"peak {theirs['peak_bytes'] / 2**30:.2f} GiB, first step (compile/search) {theirs['first_step_s']:.1f} s",
               flush=True)
