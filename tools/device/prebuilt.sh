@@ -8,6 +8,9 @@
 #           20 MB), and keeps of the staged Debian packages only the runtime ones below (the staging
 #           script also stages cmake, the -dev packages and their tools: 85 MB, over the 64 MiB a device
 #           call carries; what stays is about 57 MB)
+#   here:   bash tools/device/prebuilt.sh pack --no-dataset
+#           the same without the Fashion-MNIST package (31 MB), which only the quick start reads: the
+#           three binaries and the runtime libraries then fit the carry limit with room to spare
 #   there:  bash tools/device/prebuilt.sh unpack && source .device/env.sh   (carry [".device"])
 #           unpacks the staged Debian packages into /tmp/deps (runtime libraries, Fashion-MNIST), and
 #           the binaries into build-dev/ as the build left them: the tests find the tools through
@@ -19,6 +22,12 @@ runtime_debs=(dataset-fashion-mnist libdnnl2 libfmt9 libpng16-16 libspdlog1.10 l
               ocl-icd-libopencl1)
 case "${1:-}" in
   pack)
+    if [[ "${2:-}" == --no-dataset ]]; then
+      runtime_debs=("${runtime_debs[@]/dataset-fashion-mnist/}")
+    elif [[ -n "${2:-}" ]]; then
+      echo "prebuilt.sh: pack takes only --no-dataset, not '$2'" >&2
+      exit 2
+    fi
     [[ -d .device/debs ]] || { echo "prebuilt.sh: run the GPU staging script first (no .device/debs)" >&2; exit 2; }
     cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DOPSNN_WITH_CUDA=ON -DOPSNN_NATIVE=OFF \
       -DCMAKE_CUDA_ARCHITECTURES=90 > /dev/null
@@ -40,7 +49,7 @@ case "${1:-}" in
     deps=/tmp/deps
     mkdir -p "$deps" /usr/share/datasets build-dev/tests
     for f in .device/debs/*.deb; do dpkg -x "$f" "$deps"; done
-    [[ -e /usr/share/datasets/fashion-mnist ]] || ln -s "$deps/usr/share/datasets/fashion-mnist" /usr/share/datasets/fashion-mnist
+    [[ -e /usr/share/datasets/fashion-mnist || ! -e "$deps/usr/share/datasets/fashion-mnist" ]] || ln -s "$deps/usr/share/datasets/fashion-mnist" /usr/share/datasets/fashion-mnist
     for b in "${binaries[@]}"; do
       xz -dc ".device/bin/$(basename "$b").xz" > "build-dev/$b"
       chmod +x "build-dev/$b"
@@ -48,7 +57,7 @@ case "${1:-}" in
     echo "export LD_LIBRARY_PATH=$deps/usr/lib/x86_64-linux-gnu\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" > .device/env.sh
     ;;
   *)
-    echo "usage: bash tools/device/prebuilt.sh pack|unpack (see the comment at the top)" >&2
+    echo "usage: bash tools/device/prebuilt.sh pack [--no-dataset]|unpack (see the comment at the top)" >&2
     exit 2
     ;;
 esac
