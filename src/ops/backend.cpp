@@ -35,7 +35,21 @@ Backend& backend_for(Device device) {
   return *backend;
 }
 
-void check_batch_norm_residual(const Tensor& input, bool relu, const Tensor& residual, const char* what) {
+void check_batch_norm_residual(const Tensor& input, bool relu, const Tensor& residual, const char* what,
+                               const ResidualNormalization& residual_norm, bool has_out) {
+  OPSNN_CHECK(has_out || (!relu && !residual.defined()), what,
+              ": without an output (statistics only) there is no relu or residual to apply");
+  if (residual_norm.defined()) {
+    OPSNN_CHECK(residual.defined(), what, ": a residual normalization needs the residual it normalizes");
+    const int64_t channels = input.dim() >= 2 ? input.size(1) : -1;
+    for (const Tensor* t :
+         {&residual_norm.gamma, &residual_norm.beta, &residual_norm.save_mean, &residual_norm.save_invstd}) {
+      OPSNN_CHECK_AS(ShapeError, t->defined() && t->dim() == 1 && t->size(0) == channels, what,
+                     ": the residual normalization's per-channel tensors must be [", channels, "], got ",
+                     t->defined() ? t->str() : std::string("an undefined one"));
+      check_same_device(input, *t, what);
+    }
+  }
   if (!residual.defined()) return;
   OPSNN_CHECK(relu, what, ": a residual is added only before a relu (relu(batch norm + residual))");
   check_same_shape(input, residual, what);

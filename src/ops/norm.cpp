@@ -104,6 +104,65 @@ class BatchNormBackward final : public autograd::Node {
   bool residual_;
 };
 
+// dual_batch_norm_add_relu in training: relu(bn(input) + bn'(shortcut)). Inputs: input, gamma, beta,
+// shortcut, shortcut gamma, shortcut beta. The backward is the unfused pair's: batch norm's backward masked
+// by the output, whose sums pass stores the masked gradient, and the shortcut's batch-norm backward of
+// that masked gradient.
+class DualBatchNormAddReluBackward final : public autograd::Node {
+ public:
+  struct Saved {
+    Tensor input, gamma, save_mean, save_invstd;
+  };
+  DualBatchNormAddReluBackward(Saved main, Saved shortcut, Tensor relu_output)
+      : main_(std::move(main)), shortcut_(std::move(shortcut)), relu_output_(std::move(relu_output)) {}
+  std::string name() const override { return "DualBatchNormAddReluBackward"; }
+
+  std::vector<Tensor> backward(const Tensor& grad_output) override { return backward_into(grad_output, {}); }
+
+  bool accepts_accumulator(size_t input) const override { return input == 1 || input == 2 || input == 4 || input == 5; }
+
+  std::vector<Tensor> backward_into(const Tensor& grad_output, const std::vector<Tensor>& accumulators) override {
+    Tensor grad_out = internal::contiguous_grad(grad_output, main_.input.dtype());
+    Backend& backend = backend_for(grad_out.device());
+    std::vector<Tensor> grads(6);
+    Tensor masked = Tensor::empty(grad_out.shape(), grad_out.dtype(), grad_out.device());
+    run_backward(backend, grad_out, relu_output_, main_, 0, accumulators, masked, grads);
+    if (needs_grad(3) || needs_grad(4) || needs_grad(5)) {
+      Tensor no_masked_grad;
+      run_backward(backend, masked, Tensor(), shortcut_, 3, accumulators, no_masked_grad, grads);
+    }
+    return grads;
+  }
+  void release() override {
+    main_ = shortcut_ = Saved{};
+    relu_output_ = Tensor();
+  }
+
+ private:
+  // One batch norm's backward into grads[first] (its input) and grads[first + 1], [first + 2] (gamma and
+  // beta, added into the parameters' gradients where the engine offers both).
+  void run_backward(Backend& backend, const Tensor& grad_out, const Tensor& relu_output, const Saved& saved,
+                    size_t first, const std::vector<Tensor>& accumulators, Tensor& masked,
+                    std::vector<Tensor>& grads) const {
+    const auto usable = [&](size_t i) { return internal::usable_accumulator(accumulators, i, saved.gamma); };
+    const size_t g = first + 1, b = first + 2;
+    const bool in_place =
+        (needs_grad(g) || needs_grad(b)) && (!needs_grad(g) || usable(g)) && (!needs_grad(b) || usable(b));
+    for (size_t i : {g, b})
+      if (needs_grad(i))
+        grads[i] =
+            in_place ? accumulators[i] : Tensor::empty(saved.gamma.shape(), saved.gamma.dtype(), saved.gamma.device());
+    // The kernels always write the input gradient.
+    Tensor grad_input = Tensor::empty(saved.input.shape(), saved.input.dtype(), saved.input.device());
+    backend.batch_norm_backward(grad_out, relu_output, saved.input, saved.gamma, Tensor(), saved.save_mean,
+                                saved.save_invstd, grad_input, grads[g], grads[b], masked, in_place);
+    if (needs_grad(first)) grads[first] = grad_input;
+  }
+
+  Saved main_, shortcut_;
+  Tensor relu_output_;
+};
+
 // Eval mode: out = (x - running_mean) * invstd * gamma + beta with invstd = 1 / sqrt(running_var + eps)
 // constant, so grad_x = g * gamma * invstd, grad_gamma = sum g * (x - running_mean) * invstd and
 // grad_beta = sum g. These reuse the two batch-norm kernels: the eval forward applied to g with zero
@@ -200,9 +259,15 @@ class BatchNormInvstdBackward final : public autograd::Node {
 };
 
 // batch_norm, or batch_norm_relu with `relu`, or batch_norm_add_relu with a defined residual (and relu).
-Tensor batch_norm_maybe_relu(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
-                             Tensor& running_var, bool training, double momentum, double eps, bool relu,
-                             const Tensor& residual) {
+// One batch norm's checked operands as the kernels take them: the contiguous input, gamma and beta (1 and
+// 0 where undefined); in training also the buffers its running statistics update (throwaway ones without
+// running statistics, track_running_stats off) and those its saved statistics go to.
+struct Operands {
+  Tensor input, gamma, beta, mean_buffer, var_buffer, save_mean, save_invstd;
+};
+
+Operands checked_operands(const Tensor& input, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                          const Tensor& running_var, bool training, double momentum, double eps) {
   OPSNN_CHECK_AS(ShapeError, input.dim() >= 2 && input.numel() > 0,
                  "batch_norm: input must be a non-empty [N, C] or [N, C, ...], got ", input.str());
   check_channel_tensor(input, gamma, "gamma");
@@ -212,17 +277,33 @@ Tensor batch_norm_maybe_relu(const Tensor& input, const Tensor& gamma, const Ten
   OPSNN_CHECK_AS(ConfigError, eps >= 0.0, "batch_norm: eps must not be negative, got ", eps);
   OPSNN_CHECK_AS(ConfigError, momentum >= 0.0 && momentum <= 1.0, "batch_norm: momentum must lie in [0, 1], got ",
                  momentum);
-  const Tensor input_data = input.contiguous().detach();
+  Operands operands{
+      input.contiguous().detach(), defined_or(gamma, 1.0, input), defined_or(beta, 0.0, input), {}, {}, {}, {}};
+  if (!training) return operands;
+  const int64_t channels = input.size(1);
+  OPSNN_CHECK_AS(ShapeError, input.numel() / channels > 1,
+                 "batch_norm: training needs more than one value per channel, input ", shape_str(input.shape()));
+  const DType stats_dtype = channel_dtype(input);
+  operands.mean_buffer = running_mean.defined() ? running_mean : Tensor::zeros({channels}, stats_dtype, input.device());
+  operands.var_buffer = running_var.defined() ? running_var : Tensor::ones({channels}, stats_dtype, input.device());
+  operands.save_mean = Tensor::empty({channels}, stats_dtype, input.device());
+  operands.save_invstd = Tensor::empty({channels}, stats_dtype, input.device());
+  return operands;
+}
+
+Tensor batch_norm_maybe_relu(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
+                             Tensor& running_var, bool training, double momentum, double eps, bool relu,
+                             const Tensor& residual) {
+  Operands norm = checked_operands(input, gamma, beta, running_mean, running_var, training, momentum, eps);
+  const Tensor& input_data = norm.input;
+  const Tensor& gamma_data = norm.gamma;
+  const Tensor& beta_data = norm.beta;
   const Tensor residual_data = residual.defined() ? residual.contiguous().detach() : Tensor();
   const bool add = residual.defined();
   const std::vector<Tensor> inputs =
       add ? std::vector<Tensor>{input, gamma, beta, residual} : std::vector<Tensor>{input, gamma, beta};
-  // Without affine parameters the kernels see gamma = 1 and beta = 0.
-  const Tensor gamma_data = defined_or(gamma, 1.0, input);
-  const Tensor beta_data = defined_or(beta, 0.0, input);
   Backend& backend = backend_for(input.device());
   Tensor out = Tensor::empty(input.shape(), input.dtype(), input.device());
-  const int64_t channels = input.size(1);
 
   if (!training) {
     backend.batch_norm_forward_eval(input_data, gamma_data, beta_data, running_mean, running_var, eps, relu,
@@ -234,20 +315,12 @@ Tensor batch_norm_maybe_relu(const Tensor& input, const Tensor& gamma, const Ten
     return autograd::record(out, std::move(node), inputs);
   }
 
-  OPSNN_CHECK_AS(ShapeError, input.numel() / channels > 1,
-                 "batch_norm: training needs more than one value per channel, input ", shape_str(input.shape()));
-  // Without running statistics (track_running_stats off) the update goes to throwaway buffers.
-  const DType stats_dtype = channel_dtype(input);
-  Tensor mean_buffer = running_mean.defined() ? running_mean : Tensor::zeros({channels}, stats_dtype, input.device());
-  Tensor var_buffer = running_var.defined() ? running_var : Tensor::ones({channels}, stats_dtype, input.device());
-  Tensor save_mean = Tensor::empty({channels}, stats_dtype, input.device());
-  Tensor save_invstd = Tensor::empty({channels}, stats_dtype, input.device());
-  backend.batch_norm_forward_train(input_data, gamma_data, beta_data, mean_buffer, var_buffer, momentum, eps, relu,
-                                   residual_data, out, save_mean, save_invstd);
+  backend.batch_norm_forward_train(input_data, gamma_data, beta_data, norm.mean_buffer, norm.var_buffer, momentum, eps,
+                                   relu, residual_data, {}, out, norm.save_mean, norm.save_invstd);
   if (!autograd::any_requires_grad(inputs)) return out;
   // batch_norm_relu's backward recomputes the relu mask (beta); batch_norm_add_relu's reads its output.
   auto node = std::make_shared<BatchNormBackward>(input_data, gamma_data, relu && !add ? beta_data : Tensor(),
-                                                  save_mean, save_invstd, add ? out.detach() : Tensor(), add);
+                                                  norm.save_mean, norm.save_invstd, add ? out.detach() : Tensor(), add);
   return autograd::record(out, std::move(node), inputs);
 }
 
@@ -277,7 +350,59 @@ Tensor batch_norm_in_layout(const Tensor& input, const Tensor& gamma, const Tens
       input.shape());
 }
 
+// dual_batch_norm_add_relu's training forward on [N, C, ...] inputs (channels-last ones viewed as rows):
+// the shortcut's statistics alone, then one pass that normalizes both and writes the relu of the sum.
+Tensor dual_batch_norm_add_relu_training(const Tensor& input, const BatchNormArgs& norm, const Tensor& shortcut,
+                                         const BatchNormArgs& shortcut_norm) {
+  const Operands main = checked_operands(input, norm.gamma, norm.beta, norm.running_mean, norm.running_var, true,
+                                         norm.momentum, norm.eps);
+  Operands side = checked_operands(shortcut, shortcut_norm.gamma, shortcut_norm.beta, shortcut_norm.running_mean,
+                                   shortcut_norm.running_var, true, shortcut_norm.momentum, shortcut_norm.eps);
+  Backend& backend = backend_for(input.device());
+  Tensor no_out;
+  backend.batch_norm_forward_train(side.input, side.gamma, side.beta, side.mean_buffer, side.var_buffer,
+                                   shortcut_norm.momentum, shortcut_norm.eps, false, Tensor(), {}, no_out,
+                                   side.save_mean, side.save_invstd);
+  Tensor out = Tensor::empty(input.shape(), input.dtype(), input.device());
+  Tensor mean_buffer = main.mean_buffer, var_buffer = main.var_buffer, save_mean = main.save_mean,
+         save_invstd = main.save_invstd;
+  backend.batch_norm_forward_train(main.input, main.gamma, main.beta, mean_buffer, var_buffer, norm.momentum, norm.eps,
+                                   true, side.input, {side.gamma, side.beta, side.save_mean, side.save_invstd}, out,
+                                   save_mean, save_invstd);
+  const std::vector<Tensor> inputs{input, norm.gamma, norm.beta, shortcut, shortcut_norm.gamma, shortcut_norm.beta};
+  if (!autograd::any_requires_grad(inputs)) return out;
+  auto node = std::make_shared<DualBatchNormAddReluBackward>(
+      DualBatchNormAddReluBackward::Saved{main.input, main.gamma, save_mean, save_invstd},
+      DualBatchNormAddReluBackward::Saved{side.input, side.gamma, side.save_mean, side.save_invstd}, out.detach());
+  return autograd::record(out, std::move(node), inputs);
+}
+
 }  // namespace
+
+Tensor dual_batch_norm_add_relu(const Tensor& input, const BatchNormArgs& norm, const Tensor& shortcut,
+                                const BatchNormArgs& shortcut_norm, bool training, bool channels_last) {
+  OPSNN_CHECK(shortcut.defined(), "dual_batch_norm_add_relu: the shortcut is undefined");
+  OPSNN_CHECK_AS(ShapeError, shortcut.shape() == input.shape(), "dual_batch_norm_add_relu: shortcut ", shortcut.str(),
+                 " does not match input ", input.str());
+  OPSNN_CHECK_AS(TypeError, shortcut.dtype() == input.dtype(), "dual_batch_norm_add_relu: shortcut ", shortcut.str(),
+                 " must have the input's dtype (", dtype_name(input.dtype()), ")");
+  check_same_device(input, shortcut, "dual_batch_norm_add_relu input vs shortcut");
+  if (!training) {  // off the training path: the unfused pair
+    Tensor mean = shortcut_norm.running_mean, var = shortcut_norm.running_var;
+    const Tensor residual = batch_norm(shortcut, shortcut_norm.gamma, shortcut_norm.beta, mean, var, false,
+                                       shortcut_norm.momentum, shortcut_norm.eps, channels_last);
+    Tensor main_mean = norm.running_mean, main_var = norm.running_var;
+    return batch_norm_add_relu(input, residual, norm.gamma, norm.beta, main_mean, main_var, false, norm.momentum,
+                               norm.eps, channels_last);
+  }
+  if (!channels_last) return dual_batch_norm_add_relu_training(input, norm, shortcut, shortcut_norm);
+  OPSNN_CHECK_AS(ShapeError, input.dim() >= 2 && input.numel() > 0,
+                 "batch_norm: a channels_last input must be a non-empty [N, ..., C], got ", input.str());
+  const int64_t channels = input.size(-1);
+  return reshape(dual_batch_norm_add_relu_training(reshape(input, {-1, channels}), norm,
+                                                   reshape(shortcut, {-1, channels}), shortcut_norm),
+                 input.shape());
+}
 
 Tensor batch_norm(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
                   Tensor& running_var, bool training, double momentum, double eps, bool channels_last) {

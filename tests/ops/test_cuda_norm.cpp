@@ -159,7 +159,7 @@ Run run_on_gpu(const Inputs& in, int64_t shift = 0, bool relu = false) {
           Tensor::empty({channels}, DType::f32, kGpu),
           Tensor::empty({channels}, DType::f32, kGpu)};
   backend.batch_norm_forward_train(x, gamma, beta, run.running_mean, run.running_var, kMomentum, kEps, relu, Tensor(),
-                                   run.out, run.save_mean, run.save_invstd);
+                                   {}, run.out, run.save_mean, run.save_invstd);
   Tensor no_masked_grad;
   backend.batch_norm_backward(g, relu ? run.out : Tensor(), x, gamma, Tensor(), run.save_mean, run.save_invstd,
                               run.grad_input, run.grad_gamma, run.grad_beta, no_masked_grad, false);
@@ -492,7 +492,7 @@ TEST_CASE("CUDA batch_norm_relu matches its CPU twin", "[cuda][ops][batch_norm]"
                save_invstd = Tensor::empty({channels});
         Tensor running_mean = in.running_mean.clone(), running_var = in.running_var.clone();
         cpu.batch_norm_forward_train(x, in.gamma, in.beta, running_mean, running_var, kMomentum, kEps, true, Tensor(),
-                                     out, save_mean, save_invstd);
+                                     {}, out, save_mean, save_invstd);
         const double tolerance = dtype == DType::f32 ? 1e-5 : output_tolerance(dtype);
         require_scaled(gpu.out, out.to_vector<double>(), tolerance, name + " out");
         require_scaled(gpu.save_mean, save_mean.to_vector<double>(), kStatisticTolerance, name + " save_mean");

@@ -401,7 +401,7 @@ TEST_CASE("batch_norm_add_relu rejects a residual of another shape, dtype or an 
   Tensor ones = Tensor::ones({3}), zeros = Tensor::zeros({3});
   CHECK_THAT(require_throws<Error>([&] {
                ops::backend_for(kCPU).batch_norm_forward_train(input, ones, zeros, mean, var, 0.1, 1e-5, false,
-                                                               Tensor::zeros(input.shape()), out, save_mean,
+                                                               Tensor::zeros(input.shape()), {}, out, save_mean,
                                                                save_invstd);
              }),
              Catch::Contains("only before a relu"));
@@ -565,7 +565,7 @@ void check_recomputed_relu_mask(Device device, DType dtype, const Shape& shape, 
               Tensor::empty({channels}, channel_dtype, device), Tensor::empty({channels}, channel_dtype, device)};
     Tensor running_mean = Tensor::zeros({channels}, channel_dtype, device);
     Tensor running_var = Tensor::ones({channels}, channel_dtype, device);
-    backend.batch_norm_forward_train(x, gamma, beta, running_mean, running_var, 0.1, 1e-5, true, Tensor(), f.out,
+    backend.batch_norm_forward_train(x, gamma, beta, running_mean, running_var, 0.1, 1e-5, true, Tensor(), {}, f.out,
                                      f.save_mean, f.save_invstd);
     return f;
   };
@@ -667,4 +667,129 @@ TEST_CASE("batch_norm_invstd rejects what is not a 1-d f32 or f64 tensor and a n
              Catch::Contains("f32 or f64") && Catch::Contains("bf16"));
   CHECK_THAT(require_throws<ConfigError>([] { ops::batch_norm_invstd(Tensor::ones({3}), -1.0); }),
              Catch::Contains("eps"));
+}
+
+namespace {
+
+// A leaf copy of t on `device` that requires its gradient.
+Tensor leaf_on(const Tensor& t, Device device) {
+  Tensor leaf = t.to(device).clone();
+  leaf.set_requires_grad(true);
+  return leaf;
+}
+
+// dual_batch_norm_add_relu against batch_norm on the shortcut followed by batch_norm_add_relu: the output,
+// both layers' running statistics and all six gradients bit for bit (the two layers with different
+// momentum and eps).
+void check_dual_batch_norm(Device device, DType dtype, const Shape& shape, bool channels_last, bool training) {
+  const std::string what = device.str() + " " + shape_str(shape) + " " + std::string(dtype_name(dtype)) +
+                           (channels_last ? " channels_last" : "") + (training ? " training" : " eval");
+  INFO(what);
+  Generator generator(71);
+  const int64_t channels = channels_last ? shape.back() : shape[1];
+  const DType channel_dtype = dtype == DType::f64 ? DType::f64 : DType::f32;
+  const Tensor x = Tensor::normal(shape, 0.3, 1.0, generator, DType::f64).to(dtype);
+  const Tensor shortcut = Tensor::normal(shape, -0.2, 2.0, generator, DType::f64).to(dtype);
+  const Tensor upstream = Tensor::uniform(shape, -1.0, 1.0, generator, DType::f64).to(dtype).to(device);
+  std::vector<Tensor> per_channel;
+  for (int i = 0; i < 4; ++i) per_channel.push_back(Tensor::uniform({channels}, 0.5, 1.5, generator, channel_dtype));
+  for (int i = 0; i < 4; ++i) per_channel.push_back(Tensor::uniform({channels}, -0.5, 0.5, generator, channel_dtype));
+  const auto run = [&](bool fused) {
+    Tensor input = leaf_on(x, device), side = leaf_on(shortcut, device);
+    Tensor gamma = leaf_on(per_channel[0], device), side_gamma = leaf_on(per_channel[1], device);
+    Tensor beta = leaf_on(per_channel[4], device), side_beta = leaf_on(per_channel[5], device);
+    Tensor mean = per_channel[6].to(device).clone(), side_mean = per_channel[7].to(device).clone();
+    Tensor var = per_channel[2].to(device).clone(), side_var = per_channel[3].to(device).clone();
+    Tensor out;
+    if (fused) {
+      out = ops::dual_batch_norm_add_relu(input, {gamma, beta, mean, var, 0.1, 1e-5}, side,
+                                          {side_gamma, side_beta, side_mean, side_var, 0.2, 1e-3}, training,
+                                          channels_last);
+    } else {
+      const Tensor residual =
+          ops::batch_norm(side, side_gamma, side_beta, side_mean, side_var, training, 0.2, 1e-3, channels_last);
+      out = ops::batch_norm_add_relu(input, residual, gamma, beta, mean, var, training, 0.1, 1e-5, channels_last);
+    }
+    out.backward(upstream);
+    return std::vector<Tensor>{out,          mean,        var,         side_mean,         side_var,        input.grad(),
+                               gamma.grad(), beta.grad(), side.grad(), side_gamma.grad(), side_beta.grad()};
+  };
+  const std::vector<Tensor> fused = run(true), unfused = run(false);
+  const char* names[] = {
+      "out",        "running_mean", "running_var",   "shortcut running_mean", "shortcut running_var", "grad input",
+      "grad gamma", "grad beta",    "grad shortcut", "grad shortcut gamma",   "grad shortcut beta"};
+  for (size_t i = 0; i < fused.size(); ++i)
+    require_same_bits(fused[i].to(kCPU), unfused[i].to(kCPU), what + " " + names[i]);
+}
+
+}  // namespace
+
+TEST_CASE("dual_batch_norm_add_relu equals batch_norm then batch_norm_add_relu bit for bit, forward and gradients",
+          "[ops]") {
+  for (DType dtype : {DType::f32, DType::f64})
+    for (const Shape& shape : {Shape{8, 16, 17, 17}, Shape{6, 4}, Shape{4, 3, 5, 2}})
+      for (bool channels_last : {false, true})
+        for (bool training : {true, false}) check_dual_batch_norm(kCPU, dtype, shape, channels_last, training);
+}
+
+TEST_CASE("CUDA dual_batch_norm_add_relu equals batch_norm then batch_norm_add_relu bit for bit, both layouts",
+          "[cuda][ops][batch_norm]") {
+  if (gpu_missing("the CUDA dual batch-norm test")) return;
+  // NCHW planes that straddle vectors (17x17) and of whole vectors (14x14); channels-last batches of 64 and
+  // 13 channels (vectors and single values); training and eval.
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16})
+    for (const Shape& shape : {Shape{8, 16, 17, 17}, Shape{16, 6, 14, 14}, Shape{8, 7, 7, 64}, Shape{6, 5, 5, 13}})
+      for (bool training : {true, false}) {
+        check_dual_batch_norm(kGpu, dtype, shape, false, training);
+        check_dual_batch_norm(kGpu, dtype, shape, true, training);
+      }
+}
+
+TEST_CASE("dual_batch_norm_add_relu refuses a shortcut of another shape or dtype, and the backend its misuse",
+          "[ops]") {
+  Tensor input = Tensor::zeros({4, 3, 2, 2}), mean = Tensor::zeros({3}), var = Tensor::ones({3});
+  const ops::BatchNormArgs norm{Tensor(), Tensor(), mean, var, 0.1, 1e-5};
+  CHECK_THAT(require_throws<ShapeError>([&] {
+               ops::dual_batch_norm_add_relu(input, norm, Tensor::zeros({4, 3, 2, 3}), norm, true);
+             }),
+             Catch::Contains("shortcut f32[4, 3, 2, 3]") && Catch::Contains("input f32[4, 3, 2, 2]"));
+  CHECK_THAT(require_throws<TypeError>([&] {
+               ops::dual_batch_norm_add_relu(input, norm, Tensor::zeros({4, 3, 2, 2}, DType::f64), norm, true);
+             }),
+             Catch::Contains("input's dtype"));
+  CHECK_THAT(require_throws<Error>([&] { ops::dual_batch_norm_add_relu(input, norm, Tensor(), norm, true); }),
+             Catch::Contains("shortcut is undefined"));
+  // The shortcut's own per-channel tensors are checked as batch_norm's.
+  const ops::BatchNormArgs short_gamma{Tensor::ones({2}), Tensor(), mean, var, 0.1, 1e-5};
+  CHECK_THAT(require_throws<ShapeError>([&] {
+               ops::dual_batch_norm_add_relu(input, norm, Tensor::zeros({4, 3, 2, 2}), short_gamma, true);
+             }),
+             Catch::Contains("gamma [2] does not match input [4, 3, 2, 2]"));
+  // The backend: no output with a relu or residual; a residual normalization without its residual or with
+  // per-channel tensors of another size.
+  ops::Backend& cpu = ops::backend_for(kCPU);
+  Tensor ones = Tensor::ones({3}), zeros = Tensor::zeros({3}), save_mean = Tensor::empty({3}),
+         save_invstd = Tensor::empty({3}), no_out, out = Tensor::empty(input.shape());
+  CHECK_THAT(require_throws<Error>([&] {
+               cpu.batch_norm_forward_train(input, ones, zeros, mean, var, 0.1, 1e-5, true, Tensor(), {}, no_out,
+                                            save_mean, save_invstd);
+             }),
+             Catch::Contains("without an output"));
+  CHECK_THAT(require_throws<Error>([&] {
+               cpu.batch_norm_forward_train(input, ones, zeros, mean, var, 0.1, 1e-5, true, Tensor(),
+                                            {ones, zeros, zeros, ones}, out, save_mean, save_invstd);
+             }),
+             Catch::Contains("needs the residual"));
+  CHECK_THAT(require_throws<ShapeError>([&] {
+               cpu.batch_norm_forward_train(input, ones, zeros, mean, var, 0.1, 1e-5, true, input,
+                                            {ones, zeros, Tensor::zeros({2}), ones}, out, save_mean, save_invstd);
+             }),
+             Catch::Contains("must be [3]") && Catch::Contains("f32[2]"));
+  // Statistics only: the running statistics move, no output is written.
+  Tensor stats_mean = Tensor::zeros({3}), stats_var = Tensor::ones({3});
+  Generator generator(5);
+  cpu.batch_norm_forward_train(Tensor::normal({4, 3, 2, 2}, 1.0, 1.0, generator), ones, zeros, stats_mean, stats_var,
+                               0.5, 1e-5, false, Tensor(), {}, no_out, save_mean, save_invstd);
+  CHECK(!no_out.defined());
+  for (double v : stats_mean.to_vector<double>()) CHECK(v != 0.0);
 }

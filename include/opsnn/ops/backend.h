@@ -29,6 +29,16 @@ struct Pool2dGeometry {
   bool count_include_pad = true;  // average pooling: divide by the full window (PyTorch's default)
 };
 
+// A residual that batch_norm_forward_train normalizes itself: the residual tensor is then the input of
+// another batch norm, whose training statistics were saved by its own batch_norm_forward_train with an
+// undefined out, and what is added is that batch norm's output, the dtype's rounding of
+// (r - save_mean) * (gamma * save_invstd) + beta as its normalizing pass computes it (bit for bit), which is
+// never stored. All four undefined: the residual is added as it is.
+struct ResidualNormalization {
+  Tensor gamma, beta, save_mean, save_invstd;
+  bool defined() const { return gamma.defined(); }
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -71,11 +81,14 @@ class Backend {
   // With `relu` both forwards write relu(batch norm) instead, fused into the normalizing pass. residual:
   // undefined, or (with relu only) a contiguous tensor of the input's shape and dtype added before the relu,
   // relu(batch norm + residual), the normalized value rounded to the dtype first: what batch norm followed
-  // by add_relu stores (a ResNet block's last batch norm, its shortcut and the relu in one pass).
+  // by add_relu stores (a ResNet block's last batch norm, its shortcut and the relu in one pass). With
+  // residual_norm defined the training forward normalizes the residual first (a downsampling shortcut's
+  // batch norm in the same pass). An undefined out (training, without relu and residual): the statistics
+  // and the running-stat update only, no normalizing pass.
   virtual void batch_norm_forward_train(const Tensor& input, const Tensor& gamma, const Tensor& beta,
                                         Tensor& running_mean, Tensor& running_var, double momentum, double eps,
-                                        bool relu, const Tensor& residual, Tensor& out, Tensor& save_mean,
-                                        Tensor& save_invstd) = 0;
+                                        bool relu, const Tensor& residual, const ResidualNormalization& residual_norm,
+                                        Tensor& out, Tensor& save_mean, Tensor& save_invstd) = 0;
   virtual void batch_norm_forward_eval(const Tensor& input, const Tensor& gamma, const Tensor& beta,
                                        const Tensor& running_mean, const Tensor& running_var, double eps, bool relu,
                                        const Tensor& residual, Tensor& out) = 0;
@@ -169,8 +182,10 @@ void register_backend(DeviceType type, std::unique_ptr<Backend> backend);
 Backend& backend_for(Device device);
 
 // What the batch-norm forwards require of a defined residual (`what` names the caller): relu set, and the
-// input's shape, dtype and device, contiguous.
-void check_batch_norm_residual(const Tensor& input, bool relu, const Tensor& residual, const char* what);
+// input's shape, dtype and device, contiguous; of a defined residual_norm: a residual, and four tensors of
+// one value per channel on the input's device; of an undefined out: no relu, no residual.
+void check_batch_norm_residual(const Tensor& input, bool relu, const Tensor& residual, const char* what,
+                               const ResidualNormalization& residual_norm = {}, bool has_out = true);
 // What batch_norm_backward requires of its relu mask: relu_output and beta not both defined; a defined
 // relu_output of grad_out's shape and dtype; a defined masked_grad only with relu_output, of grad_out's
 // shape, dtype and device, contiguous.

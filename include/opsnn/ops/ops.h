@@ -79,6 +79,19 @@ Tensor batch_norm_relu(const Tensor& input, const Tensor& gamma, const Tensor& b
 Tensor batch_norm_add_relu(const Tensor& input, const Tensor& residual, const Tensor& gamma, const Tensor& beta,
                            Tensor& running_mean, Tensor& running_var, bool training, double momentum = 0.1,
                            double eps = 1e-5, bool channels_last = false);
+// A batch norm's parameters, running statistics and settings as batch_norm takes them (gamma / beta
+// undefined: 1 and 0; the running statistics are updated in place in training).
+struct BatchNormArgs {
+  Tensor gamma, beta, running_mean, running_var;
+  double momentum = 0.1, eps = 1e-5;
+};
+// relu(batch_norm(input, norm) + batch_norm(shortcut, shortcut_norm)), the shortcut of the input's shape,
+// dtype and device: a ResNet block's end with its downsampling shortcut's batch norm folded into the same
+// pass, so the shortcut's normalized values are never stored (its statistics take a pass of their own).
+// Equal bit for bit to batch_norm on the shortcut followed by batch_norm_add_relu, forward, running
+// statistics and every gradient; eval mode computes it that way.
+Tensor dual_batch_norm_add_relu(const Tensor& input, const BatchNormArgs& norm, const Tensor& shortcut,
+                                const BatchNormArgs& shortcut_norm, bool training, bool channels_last = false);
 // 1 / sqrt(var + eps) element by element for a 1-d tensor of per-channel variances (>= 0), on batch norm's
 // own kernels; the gradient is -0.5 * invstd^3. What a batch norm composed from ops (nn::sync_batch_norm)
 // normalises with.

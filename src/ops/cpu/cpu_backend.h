@@ -28,7 +28,8 @@ class CpuBackend final : public Backend {
                               const Conv2dGeometry& geometry) override;
   void batch_norm_forward_train(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
                                 Tensor& running_var, double momentum, double eps, bool relu, const Tensor& residual,
-                                Tensor& out, Tensor& save_mean, Tensor& save_invstd) override;
+                                const ResidualNormalization& residual_norm, Tensor& out, Tensor& save_mean,
+                                Tensor& save_invstd) override;
   void batch_norm_forward_eval(const Tensor& input, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                                const Tensor& running_var, double eps, bool relu, const Tensor& residual,
                                Tensor& out) override;

@@ -36,15 +36,16 @@ Coefficients<T> training_coefficients(T mean, T invstd, T gamma, T beta) {
 
 // out = k(x) over channel `channel`. With `relu`, relu of that, `v < 0 ? 0 : v` on the rounded value as
 // CpuBackend::relu computes it, so the fused op equals batch norm followed by relu bit for bit; with a
-// residual too, relu(value + residual) as CpuBackend::add_relu computes it.
+// residual too, relu(value + residual) as CpuBackend::add_relu computes it, the residual first normalized
+// by residual_k where that is given (another batch norm's output, computed as its own pass would).
 template <typename T>
 void normalize_channel(const T* x, const T* residual, T* out, const ChannelLayout& layout, int64_t channel,
-                       const Coefficients<T>& k, bool relu) {
+                       const Coefficients<T>& k, bool relu, const Coefficients<T>* residual_k = nullptr) {
   for (int64_t n = 0; n < layout.batch; ++n) {
     const int64_t start = layout.start(n, channel);
     if (residual != nullptr) {
       for (int64_t i = start; i < start + layout.inner; ++i) {
-        const T sum = k(x[i]) + residual[i];
+        const T sum = k(x[i]) + (residual_k != nullptr ? (*residual_k)(residual[i]) : residual[i]);
         out[i] = sum < T(0) ? T(0) : sum;
       }
     } else if (relu) {
@@ -61,13 +62,19 @@ void normalize_channel(const T* x, const T* residual, T* out, const ChannelLayou
 template <typename T>
 void forward_train_typed(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
                          Tensor& running_var, double momentum, double eps, bool relu, const Tensor& residual,
-                         Tensor& out, Tensor& save_mean, Tensor& save_invstd) {
+                         const ResidualNormalization& residual_norm, Tensor& out, Tensor& save_mean,
+                         Tensor& save_invstd) {
   const ChannelLayout layout(input);
   const T* x = input.data<T>();
   const T* shortcut = residual.defined() ? residual.data<T>() : nullptr;
   const T* weight = gamma.data<T>();
   const T* bias = beta.data<T>();
-  T* y = out.data<T>();
+  T* y = out.defined() ? out.data<T>() : nullptr;  // undefined: the statistics only
+  const bool normalized_residual = residual_norm.defined();
+  const T* residual_gamma = normalized_residual ? residual_norm.gamma.data<T>() : nullptr;
+  const T* residual_beta = normalized_residual ? residual_norm.beta.data<T>() : nullptr;
+  const T* residual_mean = normalized_residual ? residual_norm.save_mean.data<T>() : nullptr;
+  const T* residual_invstd = normalized_residual ? residual_norm.save_invstd.data<T>() : nullptr;
   T* mean_out = save_mean.data<T>();
   T* invstd_out = save_invstd.data<T>();
   T* run_mean = running_mean.data<T>();
@@ -94,8 +101,14 @@ void forward_train_typed(const Tensor& input, const Tensor& gamma, const Tensor&
     const double invstd = 1.0 / std::sqrt(variance + eps);
     mean_out[c] = static_cast<T>(mean);
     invstd_out[c] = static_cast<T>(invstd);
-    normalize_channel(x, shortcut, y, layout, c, training_coefficients(mean_out[c], invstd_out[c], weight[c], bias[c]),
-                      relu);
+    if (y != nullptr) {
+      Coefficients<T> residual_k{};
+      if (normalized_residual)
+        residual_k = training_coefficients(residual_mean[c], residual_invstd[c], residual_gamma[c], residual_beta[c]);
+      normalize_channel(x, shortcut, y, layout, c,
+                        training_coefficients(mean_out[c], invstd_out[c], weight[c], bias[c]), relu,
+                        normalized_residual ? &residual_k : nullptr);
+    }
     // Running variance takes the unbiased estimate, as PyTorch does.
     run_mean[c] = static_cast<T>((1.0 - momentum) * static_cast<double>(run_mean[c]) + momentum * mean);
     run_var[c] =
@@ -183,12 +196,12 @@ void backward_typed(const Tensor& grad_out, const Tensor& relu_output, const Ten
 
 void CpuBackend::batch_norm_forward_train(const Tensor& input, const Tensor& gamma, const Tensor& beta,
                                           Tensor& running_mean, Tensor& running_var, double momentum, double eps,
-                                          bool relu, const Tensor& residual, Tensor& out, Tensor& save_mean,
-                                          Tensor& save_invstd) {
-  check_batch_norm_residual(input, relu, residual, "CPU batch_norm_forward_train");
+                                          bool relu, const Tensor& residual, const ResidualNormalization& residual_norm,
+                                          Tensor& out, Tensor& save_mean, Tensor& save_invstd) {
+  check_batch_norm_residual(input, relu, residual, "CPU batch_norm_forward_train", residual_norm, out.defined());
   cpu::visit_floating(input.dtype(), "batch_norm_forward_train", [&](auto tag) {
     forward_train_typed<decltype(tag)>(input, gamma, beta, running_mean, running_var, momentum, eps, relu, residual,
-                                       out, save_mean, save_invstd);
+                                       residual_norm, out, save_mean, save_invstd);
   });
 }
 

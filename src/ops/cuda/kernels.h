@@ -65,12 +65,18 @@ void launch_sum(const T* x, T* out, const ReduceLayout& layout, int64_t out_coun
 struct ChannelLayout {
   int64_t batch, channels, inner;
 };
+// What a training forward's coefficients come from: saved statistics, gamma and beta (device pointers).
+struct NormalizeInputs {
+  const float *mean, *invstd, *gamma, *beta;
+};
 size_t batch_norm_workspace_bytes(const ChannelLayout& layout);
+// A null out: the statistics and running stats only. A non-null residual_norm (with residual): the residual
+// is another batch norm's input, normalized with those inputs before it is added (its output bit for bit).
 template <typename T>
 void launch_batch_norm_forward_train(const T* x, const float* gamma, const float* beta, float* running_mean,
                                      float* running_var, double momentum, double eps, bool relu, const T* residual,
-                                     T* out, float* save_mean, float* save_invstd, const ChannelLayout& layout,
-                                     void* workspace);
+                                     const NormalizeInputs* residual_norm, T* out, float* save_mean, float* save_invstd,
+                                     const ChannelLayout& layout, void* workspace);
 template <typename T>
 void launch_batch_norm_forward_eval(const T* x, const float* gamma, const float* beta, const float* running_mean,
                                     const float* running_var, double eps, bool relu, const T* residual, T* out,

@@ -263,11 +263,13 @@ __global__ void __launch_bounds__(kReduceThreads)
 }
 
 // Merges each channel's partial moments; writes the statistics, the running-stat update and the
-// coefficients {center, scale, shift} of out = (x - center) * scale + shift.
+// coefficients {center, scale, shift} of out = (x - center) * scale + shift, and with a non-null
+// residual_coefficients a normalized residual's coefficients from residual_norm.
 __global__ void __launch_bounds__(kFinalizeThreads)
     finalize_forward_kernel(const Moments* partials, int64_t splits, int64_t channels, const float* gamma,
                             const float* beta, float* running_mean, float* running_var, double momentum, double eps,
-                            float* save_mean, float* save_invstd, float4* coefficients) {
+                            float* save_mean, float* save_invstd, float4* coefficients, NormalizeInputs residual_norm,
+                            float4* residual_coefficients) {
   for (int64_t channel = blockIdx.x; channel < channels; channel += gridDim.x) {
     Moments m{0.0, 0.0, 0.0};
     for (int64_t split = threadIdx.x; split < splits; split += blockDim.x)
@@ -287,6 +289,8 @@ __global__ void __launch_bounds__(kFinalizeThreads)
                                               momentum * m.m2 / (m.count - 1.0));
     // From the saved statistics, so that the backward can recompute the values (the fused relu's mask).
     coefficients[channel] = normalize_coefficients(mean_f, invstd_f, gamma[channel], beta[channel]);
+    if (residual_coefficients != nullptr)
+      residual_coefficients[channel] = normalize_coefficients(residual_norm, channel);
   }
 }
 
@@ -300,22 +304,26 @@ __global__ void eval_coefficients_kernel(const float* gamma, const float* beta, 
 }
 
 // out = (x - center) * scale + shift with each value's channel's coefficients, finished by
-// finish_normalized (relu with kRelu; relu of that plus the residual with kResidual).
-template <typename T, int V, bool kRelu, bool kResidual>
+// finish_normalized (relu with kRelu; relu of that plus the residual, as R says, with a residual: the
+// normalized residual's coefficients are residual_coefficients).
+template <typename T, int V, bool kRelu, Residual R>
 __global__ void __launch_bounds__(kMapThreads)
-    normalize_kernel(const T* x, const T* residual, T* out, const float4* coefficients, MapGeometry g) {
+    normalize_kernel(const T* x, const T* residual, T* out, const float4* coefficients,
+                     const float4* residual_coefficients, MapGeometry g) {
+  constexpr bool kResidual = R != Residual::none;
   const int64_t start = global_thread_index();
   TensorWalk walk = start_tensor_walk(start * V, g);
   for (int64_t vector = start; vector < g.vectors; vector += kUnroll<V> * g.stride) {
     float values[kUnroll<V> * V];
     float added[kResidual ? kUnroll<V> * V : 1];
-    VectorCoefficients k[kUnroll<V>];
+    VectorCoefficients k[kUnroll<V>], residual_k[kUnroll<V>];
 #pragma unroll
     for (int u = 0; u < kUnroll<V>; ++u) {
       if (vector + u * g.stride < g.vectors) {
         load_unit<T, V>(x, vector + u * g.stride, values + u * V);
         if constexpr (kResidual) load_unit<T, V>(residual, vector + u * g.stride, added + u * V);
         k[u] = coefficients_at<V>(coefficients, walk, g);
+        if constexpr (R == Residual::normalized) residual_k[u] = coefficients_at<V>(residual_coefficients, walk, g);
       }
       advance(walk, g);
     }
@@ -324,16 +332,23 @@ __global__ void __launch_bounds__(kMapThreads)
       if (vector + u * g.stride >= g.vectors) continue;
       float* v = values + u * V;
 #pragma unroll
-      for (int e = 0; e < V; ++e)
-        v[e] = finish_normalized<T, kRelu, kResidual>(normalize_value(v[e], pick(k[u], e)),
-                                                      kResidual ? added[kResidual ? u * V + e : 0] : 0.0f);
+      for (int e = 0; e < V; ++e) {
+        float r = 0.0f;
+        if constexpr (kResidual) r = residual_value<T, R>(added[u * V + e], pick(residual_k[u], e));
+        v[e] = finish_normalized<T, kRelu, kResidual>(normalize_value(v[e], pick(k[u], e)), r);
+      }
       store_unit<T, V>(out, vector + u * g.stride, v);
     }
   }
   if (start != 0) return;
   for (int64_t i = g.vectors * V; i < g.values; ++i) {
-    const float v = normalize_value(static_cast<float>(x[i]), coefficients[channel_of(i, g)]);
-    out[i] = T(finish_normalized<T, kRelu, kResidual>(v, kResidual ? static_cast<float>(residual[i]) : 0.0f));
+    const int64_t channel = channel_of(i, g);
+    const float v = normalize_value(static_cast<float>(x[i]), coefficients[channel]);
+    float r = 0.0f;
+    if constexpr (kResidual)
+      r = residual_value<T, R>(static_cast<float>(residual[i]),
+                               R == Residual::normalized ? residual_coefficients[channel] : float4{});
+    out[i] = T(finish_normalized<T, kRelu, kResidual>(v, r));
   }
 }
 
@@ -469,11 +484,11 @@ int64_t split_count(const ChannelLayout& layout) {
   return std::clamp<int64_t>(wanted, 1, most);
 }
 
-// The workspace: the elementwise pass's per-channel coefficients and the backward's mask coefficients
-// (float4 each, first, so every part stays 16-byte aligned), then the partials of every (split, channel)
-// block.
+// The workspace: the elementwise pass's per-channel coefficients and a second set (the backward's mask
+// coefficients, or the forward's normalized residual's; float4 each, first, so every part stays 16-byte
+// aligned), then the partials of every (split, channel) block.
 struct Workspace {
-  float4 *coefficients, *mask_coefficients;
+  float4 *coefficients, *second_coefficients;
   void* partials;
 };
 
@@ -528,12 +543,13 @@ MapGeometry map_geometry(const ChannelLayout& layout, unsigned& blocks) {
           values,       stride,          {step % layout.inner, (step / layout.inner) % layout.channels}};
 }
 
-// residual: null, or (with relu) added before it.
+// residual: null, or (with relu) added before it, normalized first with residual_coefficients where those
+// are not null.
 template <typename T>
-void launch_normalize(const T* x, const T* residual, T* out, const float4* coefficients, const ChannelLayout& layout,
-                      bool relu) {
+void launch_normalize(const T* x, const T* residual, const float4* residual_coefficients, T* out,
+                      const float4* coefficients, const ChannelLayout& layout, bool relu) {
   if (layout.inner == 1) {
-    launch_row_normalize(x, residual, out, coefficients, layout.batch, layout.channels, relu);
+    launch_row_normalize(x, residual, residual_coefficients, out, coefficients, layout.batch, layout.channels, relu);
     return;
   }
   // A null residual passes the alignment tests.
@@ -541,12 +557,18 @@ void launch_normalize(const T* x, const T* residual, T* out, const float4* coeff
     constexpr int V = decltype(width)::value;
     unsigned blocks = 0;
     const MapGeometry geometry = map_geometry<V>(layout, blocks);
-    if (residual != nullptr)
-      normalize_kernel<T, V, true, true><<<blocks, kMapThreads>>>(x, residual, out, coefficients, geometry);
+    if (residual != nullptr && residual_coefficients != nullptr)
+      normalize_kernel<T, V, true, Residual::normalized>
+          <<<blocks, kMapThreads>>>(x, residual, out, coefficients, residual_coefficients, geometry);
+    else if (residual != nullptr)
+      normalize_kernel<T, V, true, Residual::given>
+          <<<blocks, kMapThreads>>>(x, residual, out, coefficients, nullptr, geometry);
     else if (relu)
-      normalize_kernel<T, V, true, false><<<blocks, kMapThreads>>>(x, residual, out, coefficients, geometry);
+      normalize_kernel<T, V, true, Residual::none>
+          <<<blocks, kMapThreads>>>(x, residual, out, coefficients, nullptr, geometry);
     else
-      normalize_kernel<T, V, false, false><<<blocks, kMapThreads>>>(x, residual, out, coefficients, geometry);
+      normalize_kernel<T, V, false, Residual::none>
+          <<<blocks, kMapThreads>>>(x, residual, out, coefficients, nullptr, geometry);
   });
 }
 
@@ -554,7 +576,7 @@ void launch_normalize(const T* x, const T* residual, T* out, const float4* coeff
 template <typename T, Mask M>
 void launch_backward_passes_input(const T* grad_out, const T* relu_output, const T* x, T* grad_input,
                                   const ChannelLayout& layout, const Workspace& space) {
-  const float4* mask_coefficients = M == Mask::recomputed ? space.mask_coefficients : nullptr;
+  const float4* mask_coefficients = M == Mask::recomputed ? space.second_coefficients : nullptr;
   if (layout.inner == 1) {
     launch_row_grad_input(grad_out, relu_output, x, grad_input, space.coefficients, mask_coefficients, layout.batch,
                           layout.channels);
@@ -589,7 +611,7 @@ void launch_backward_passes(const T* grad_out, const T* relu_output, const T* x,
   }
   finalize_backward_kernel<<<finalize_blocks(layout.channels), kFinalizeThreads>>>(
       partials, splits, layout.channels, static_cast<double>(layout.batch * layout.inner), forward, grad_gamma,
-      grad_beta, accumulate, space.coefficients, M == Mask::recomputed ? space.mask_coefficients : nullptr);
+      grad_beta, accumulate, space.coefficients, M == Mask::recomputed ? space.second_coefficients : nullptr);
   if constexpr (kStore)
     launch_backward_passes_input<T, Mask::none>(masked_grad, nullptr, x, grad_input, layout, space);
   else
@@ -608,8 +630,8 @@ size_t batch_norm_workspace_bytes(const ChannelLayout& layout) {
 template <typename T>
 void launch_batch_norm_forward_train(const T* x, const float* gamma, const float* beta, float* running_mean,
                                      float* running_var, double momentum, double eps, bool relu, const T* residual,
-                                     T* out, float* save_mean, float* save_invstd, const ChannelLayout& layout,
-                                     void* workspace) {
+                                     const NormalizeInputs* residual_norm, T* out, float* save_mean, float* save_invstd,
+                                     const ChannelLayout& layout, void* workspace) {
   if (layout.channels == 0 || layout.batch * layout.inner == 0) return;
   const int64_t splits = split_count(layout);
   const Workspace space = carve(workspace, layout);
@@ -623,10 +645,14 @@ void launch_batch_norm_forward_train(const T* x, const float* gamma, const float
           <<<split_grid(layout, splits), kReduceThreads>>>(x, split_geometry(layout, V, splits), partials);
     });
   }
+  const bool normalized_residual = residual != nullptr && residual_norm != nullptr;
   finalize_forward_kernel<<<finalize_blocks(layout.channels), kFinalizeThreads>>>(
       partials, splits, layout.channels, gamma, beta, running_mean, running_var, momentum, eps, save_mean, save_invstd,
-      space.coefficients);
-  launch_normalize(x, residual, out, space.coefficients, layout, relu);
+      space.coefficients, normalized_residual ? *residual_norm : NormalizeInputs{},
+      normalized_residual ? space.second_coefficients : nullptr);
+  if (out != nullptr)
+    launch_normalize(x, residual, normalized_residual ? space.second_coefficients : nullptr, out, space.coefficients,
+                     layout, relu);
 }
 
 template <typename T>
@@ -637,7 +663,7 @@ void launch_batch_norm_forward_eval(const T* x, const float* gamma, const float*
   const Workspace space = carve(workspace, layout);
   eval_coefficients_kernel<<<blocks_for(layout.channels), kThreadsPerBlock>>>(gamma, beta, running_mean, running_var,
                                                                               eps, layout.channels, space.coefficients);
-  launch_normalize(x, residual, out, space.coefficients, layout, relu);
+  launch_normalize(x, residual, static_cast<const float4*>(nullptr), out, space.coefficients, layout, relu);
 }
 
 template <typename T>
@@ -664,14 +690,14 @@ void launch_batch_norm_backward(const T* grad_out, const T* relu_output, const T
                                                  nullptr, add, layout, splits, space);
 }
 
-#define OPSNN_INSTANTIATE_BATCH_NORM(T)                                                                               \
-  template void launch_batch_norm_forward_train<T>(const T*, const float*, const float*, float*, float*, double,      \
-                                                   double, bool, const T*, T*, float*, float*, const ChannelLayout&,  \
-                                                   void*);                                                            \
-  template void launch_batch_norm_forward_eval<T>(const T*, const float*, const float*, const float*, const float*,   \
-                                                  double, bool, const T*, T*, const ChannelLayout&, void*);           \
-  template void launch_batch_norm_backward<T>(const T*, const T*, const T*, const float*, const float*, const float*, \
-                                              const float*, T*, float*, float*, T*, bool, const ChannelLayout&,       \
+#define OPSNN_INSTANTIATE_BATCH_NORM(T)                                                                                \
+  template void launch_batch_norm_forward_train<T>(const T*, const float*, const float*, float*, float*, double,       \
+                                                   double, bool, const T*, const NormalizeInputs*, T*, float*, float*, \
+                                                   const ChannelLayout&, void*);                                       \
+  template void launch_batch_norm_forward_eval<T>(const T*, const float*, const float*, const float*, const float*,    \
+                                                  double, bool, const T*, T*, const ChannelLayout&, void*);            \
+  template void launch_batch_norm_backward<T>(const T*, const T*, const T*, const float*, const float*, const float*,  \
+                                              const float*, T*, float*, float*, T*, bool, const ChannelLayout&,        \
                                               void*);
 OPSNN_FOR_EACH_FLOATING_TYPE(OPSNN_INSTANTIATE_BATCH_NORM)
 

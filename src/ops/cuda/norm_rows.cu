@@ -223,20 +223,25 @@ __global__ void __launch_bounds__(kRowThreads, 2)
 }
 
 // out = (x - center) * scale + shift with each value's channel's coefficients, which a thread loads once,
-// finished by finish_normalized (relu with kRelu; relu of that plus the residual with kResidual): its rows
-// are blockIdx.y * blockDim.y + threadIdx.y and every grid's worth of rows on. U rows of x (and of the
-// residual) are loaded as raw bits before any becomes floats: with the residual's loads too, floats
-// would take the registers that keep those loads in flight.
-template <typename T, int V, bool kRelu, bool kResidual>
+// finished by finish_normalized (relu with kRelu; relu of that plus the residual, as R says, with a
+// residual: normalized first by residual_coefficients): its rows are blockIdx.y * blockDim.y + threadIdx.y
+// and every grid's worth of rows on. U rows of x (and of the residual) are loaded as raw bits before any
+// becomes floats: with the residual's loads too, floats would take the registers that keep those loads in
+// flight.
+template <typename T, int V, bool kRelu, Residual R>
 __global__ void __launch_bounds__(kRowThreads)
-    row_normalize_kernel(const T* x, const T* residual, T* out, const float4* coefficients, int64_t rows,
-                         int64_t units) {
+    row_normalize_kernel(const T* x, const T* residual, T* out, const float4* coefficients,
+                         const float4* residual_coefficients, int64_t rows, int64_t units) {
   constexpr int U = kRowUnroll<V>;
+  constexpr bool kResidual = R != Residual::none;
   const int64_t unit = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (unit >= units) return;
-  float4 k[V];
+  float4 k[V], residual_k[V];
 #pragma unroll
-  for (int c = 0; c < V; ++c) k[c] = coefficients[unit * V + c];
+  for (int c = 0; c < V; ++c) {
+    k[c] = coefficients[unit * V + c];
+    if constexpr (R == Residual::normalized) residual_k[c] = residual_coefficients[unit * V + c];
+  }
   const int64_t stride = static_cast<int64_t>(gridDim.y) * blockDim.y;
   for (int64_t row = blockIdx.y * static_cast<int64_t>(blockDim.y) + threadIdx.y; row < rows; row += U * stride) {
     RawUnit<T, V> raw[U], raw_added[kResidual ? U : 1];
@@ -254,7 +259,8 @@ __global__ void __launch_bounds__(kRowThreads)
       if constexpr (kResidual) unpack<T, V>(raw_added[u], added);
 #pragma unroll
       for (int c = 0; c < V; ++c)
-        v[c] = finish_normalized<T, kRelu, kResidual>(normalize_value(v[c], k[c]), kResidual ? added[c] : 0.0f);
+        v[c] = finish_normalized<T, kRelu, kResidual>(normalize_value(v[c], k[c]),
+                                                      kResidual ? residual_value<T, R>(added[c], residual_k[c]) : 0.0f);
       store_unit<T, V>(out, (row + u * stride) * units + unit, v);
     }
   }
@@ -361,18 +367,24 @@ void launch_row_gradient_sums(const T* grad_out, const T* relu_output, const T* 
 }
 
 template <typename T>
-void launch_row_normalize(const T* x, const T* residual, T* out, const float4* coefficients, int64_t rows,
-                          int64_t channels, bool relu) {
+void launch_row_normalize(const T* x, const T* residual, const float4* residual_coefficients, T* out,
+                          const float4* coefficients, int64_t rows, int64_t channels, bool relu) {
   with_width<kVectorWidth<T>>(row_width<T>(channels, {x, residual, out}), [&](auto width) {
     constexpr int V = decltype(width)::value;
     const RowBlock block = row_block(channels, V);
     const dim3 grid = map_grid(block, rows), threads(block.across, block.down);
-    if (residual != nullptr)
-      row_normalize_kernel<T, V, true, true><<<grid, threads>>>(x, residual, out, coefficients, rows, block.units);
+    if (residual != nullptr && residual_coefficients != nullptr)
+      row_normalize_kernel<T, V, true, Residual::normalized>
+          <<<grid, threads>>>(x, residual, out, coefficients, residual_coefficients, rows, block.units);
+    else if (residual != nullptr)
+      row_normalize_kernel<T, V, true, Residual::given>
+          <<<grid, threads>>>(x, residual, out, coefficients, nullptr, rows, block.units);
     else if (relu)
-      row_normalize_kernel<T, V, true, false><<<grid, threads>>>(x, residual, out, coefficients, rows, block.units);
+      row_normalize_kernel<T, V, true, Residual::none>
+          <<<grid, threads>>>(x, residual, out, coefficients, nullptr, rows, block.units);
     else
-      row_normalize_kernel<T, V, false, false><<<grid, threads>>>(x, residual, out, coefficients, rows, block.units);
+      row_normalize_kernel<T, V, false, Residual::none>
+          <<<grid, threads>>>(x, residual, out, coefficients, nullptr, rows, block.units);
   });
 }
 
@@ -396,12 +408,12 @@ void launch_row_grad_input(const T* grad_out, const T* relu_output, const T* x, 
   });
 }
 
-#define OPSNN_INSTANTIATE_ROW_BATCH_NORM(T)                                                                         \
-  template void launch_row_moments<T>(const T*, int64_t, int64_t, int64_t, Moments*);                               \
-  template void launch_row_gradient_sums<T>(const T*, const T*, const T*, const NormalizeInputs&, int64_t, int64_t, \
-                                            int64_t, double2*, T*);                                                 \
-  template void launch_row_normalize<T>(const T*, const T*, T*, const float4*, int64_t, int64_t, bool);             \
-  template void launch_row_grad_input<T>(const T*, const T*, const T*, T*, const float4*, const float4*, int64_t,   \
+#define OPSNN_INSTANTIATE_ROW_BATCH_NORM(T)                                                                            \
+  template void launch_row_moments<T>(const T*, int64_t, int64_t, int64_t, Moments*);                                  \
+  template void launch_row_gradient_sums<T>(const T*, const T*, const T*, const NormalizeInputs&, int64_t, int64_t,    \
+                                            int64_t, double2*, T*);                                                    \
+  template void launch_row_normalize<T>(const T*, const T*, const float4*, T*, const float4*, int64_t, int64_t, bool); \
+  template void launch_row_grad_input<T>(const T*, const T*, const T*, T*, const float4*, const float4*, int64_t,      \
                                          int64_t);
 OPSNN_FOR_EACH_FLOATING_TYPE(OPSNN_INSTANTIATE_ROW_BATCH_NORM)
 

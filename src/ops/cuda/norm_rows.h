@@ -25,10 +25,11 @@ template <typename T>
 void launch_row_gradient_sums(const T* grad_out, const T* relu_output, const T* x, const NormalizeInputs& forward,
                               int64_t rows, int64_t channels, int64_t splits, double2* partials, T* masked_out);
 // out = finish_normalized(normalize_value(x, coefficients[channel]), residual): relu'd with `relu`, the
-// residual (null, or with relu) added before the relu.
+// residual (null, or with relu) added before the relu, normalized first with residual_coefficients[channel]
+// where those are not null.
 template <typename T>
-void launch_row_normalize(const T* x, const T* residual, T* out, const float4* coefficients, int64_t rows,
-                          int64_t channels, bool relu);
+void launch_row_normalize(const T* x, const T* residual, const float4* residual_coefficients, T* out,
+                          const float4* coefficients, int64_t rows, int64_t channels, bool relu);
 // grad_input = grad_input_value(g, x, coefficients[channel]) (g masked by relu_output where not null; else,
 // with mask_coefficients not null, by relu_output_positive(x, mask_coefficients[channel])).
 template <typename T>

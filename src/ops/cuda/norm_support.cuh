@@ -13,6 +13,7 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/multiprocessors.h"
+#include "ops/cuda/kernels.h"
 #include "opsnn/core/half.h"
 
 namespace opsnn::cuda::norm {
@@ -194,12 +195,21 @@ __device__ __forceinline__ float finish_normalized(float v, float residual) {
   return v;
 }
 
-// The forward's coefficients {center, scale, shift, unused} of channel c from the saved statistics, gamma
-// and beta: the training forward normalizes with these, so the backward can recompute its values.
-struct NormalizeInputs {
-  const float *mean, *invstd, *gamma, *beta;
-};
+// What the normalizing pass adds before its relu: nothing, the residual as given, or the residual
+// normalized by another batch norm's coefficients first (a downsampling shortcut's batch norm).
+enum class Residual { none, given, normalized };
 
+// The residual value r to add, as R says: with Residual::normalized, another batch norm's output at r with
+// its coefficients k, rounded to T as that batch norm's own normalizing pass stores it.
+template <typename T, Residual R>
+__device__ __forceinline__ float residual_value(float r, const float4& k) {
+  if constexpr (R == Residual::normalized) return static_cast<float>(T(normalize_value(r, k)));
+  return r;
+}
+
+// The forward's coefficients {center, scale, shift, unused} of channel c from the saved statistics, gamma
+// and beta (NormalizeInputs, kernels.h): the training forward normalizes with these, so the backward can
+// recompute its values and a residual's batch norm can be applied inside another's pass.
 __device__ __forceinline__ float4 normalize_coefficients(float mean, float invstd, float gamma, float beta) {
   return make_float4(mean, static_cast<float>(static_cast<double>(gamma) * static_cast<double>(invstd)), beta, 0.0f);
 }

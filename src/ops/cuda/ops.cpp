@@ -294,26 +294,39 @@ void CudaBackend::sum(const Tensor& x, const std::vector<int64_t>& reduce_dims, 
 
 void CudaBackend::batch_norm_forward_train(const Tensor& input, const Tensor& gamma, const Tensor& beta,
                                            Tensor& running_mean, Tensor& running_var, double momentum, double eps,
-                                           bool relu, const Tensor& residual, Tensor& out, Tensor& save_mean,
+                                           bool relu, const Tensor& residual,
+                                           const ResidualNormalization& residual_norm, Tensor& out, Tensor& save_mean,
                                            Tensor& save_invstd) {
   const char* kernel = "batch_norm_forward_train";
   OPSNN_CHECK_AS(ShapeError, input.dim() >= 2, "CUDA ", kernel, ": input must be [N, C, ...], got ", input.str());
   require_dense_as(input, input, input.device(), kernel);
-  require_dense_as(out, input, input.device(), kernel);
-  check_same_shape(input, out, "CUDA batch_norm_forward_train");
-  check_batch_norm_residual(input, relu, residual, "CUDA batch_norm_forward_train");
+  if (out.defined()) {
+    require_dense_as(out, input, input.device(), kernel);
+    check_same_shape(input, out, "CUDA batch_norm_forward_train");
+  }
+  check_batch_norm_residual(input, relu, residual, "CUDA batch_norm_forward_train", residual_norm, out.defined());
   for (const Tensor* t :
        std::initializer_list<const Tensor*>{&gamma, &beta, &running_mean, &running_var, &save_mean, &save_invstd})
     check_channel_vector(*t, input, kernel);
+  if (residual_norm.defined())
+    for (const Tensor* t :
+         {&residual_norm.gamma, &residual_norm.beta, &residual_norm.save_mean, &residual_norm.save_invstd})
+      check_channel_vector(*t, input, kernel);
   cuda::DeviceGuard guard(input.device().index);
   const cuda::ChannelLayout layout = channel_layout(input);
   const Storage workspace(cuda::batch_norm_workspace_bytes(layout), input.device());
+  const cuda::NormalizeInputs residual_inputs =
+      residual_norm.defined()
+          ? cuda::NormalizeInputs{residual_norm.save_mean.data<float>(), residual_norm.save_invstd.data<float>(),
+                                  residual_norm.gamma.data<float>(), residual_norm.beta.data<float>()}
+          : cuda::NormalizeInputs{};
   dispatch_floating(input.dtype(), kernel, [&](auto tag) {
     using T = decltype(tag);
-    cuda::launch_batch_norm_forward_train(input.data<T>(), gamma.data<float>(), beta.data<float>(),
-                                          running_mean.data<float>(), running_var.data<float>(), momentum, eps, relu,
-                                          residual.defined() ? residual.data<T>() : nullptr, out.data<T>(),
-                                          save_mean.data<float>(), save_invstd.data<float>(), layout, workspace.data());
+    cuda::launch_batch_norm_forward_train(
+        input.data<T>(), gamma.data<float>(), beta.data<float>(), running_mean.data<float>(), running_var.data<float>(),
+        momentum, eps, relu, residual.defined() ? residual.data<T>() : nullptr,
+        residual_norm.defined() ? &residual_inputs : nullptr, out.defined() ? out.data<T>() : nullptr,
+        save_mean.data<float>(), save_invstd.data<float>(), layout, workspace.data());
   });
   check_launch();
 }

@@ -82,8 +82,8 @@ int run(const std::vector<std::string>& args) {
     Tensor no_masked_grad;
     const double train_ms = mean_ms(
         [&] {
-          backend.batch_norm_forward_train(x, gamma, beta, running_mean, running_var, 0.1, 1e-5, false, Tensor(), out,
-                                           save_mean, save_invstd);
+          backend.batch_norm_forward_train(x, gamma, beta, running_mean, running_var, 0.1, 1e-5, false, Tensor(), {},
+                                           out, save_mean, save_invstd);
         },
         repeats);
     // x stands in for the upstream gradient: the kernels' cost does not depend on the values.
