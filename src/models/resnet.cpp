@@ -3,8 +3,8 @@
 // checkpoint maps onto torchvision's state dict). Stems: imagenet (7x7/2 conv + 3x3/2 max-pool) or cifar
 // (3x3/1 conv, no pool) for small images. ResNet-50 with the imagenet stem and 1000 classes has exactly
 // 25,557,032 parameters. Every relu is fused into what precedes it: batch norm (BatchNorm2d::forward_relu), or
-// a block's last batch norm and its residual add together (BatchNorm2d::forward_add_relu); modules and parameter
-// names are those of the unfused network.
+// a block's last batch norm and its residual add together (BatchNorm2d::forward_add_relu), with a projection
+// shortcut's batch norm in that same pass; modules and parameter names are those of the unfused network.
 // With channels_last the residual stages run on NHWC activations (their convolutions and batch norms
 // channels-last, the weights unchanged): the stem's output is permuted to NHWC before layer1, and the global
 // average pool reads layer4's NHWC output where it lies (the same sums as over NCHW planes), so the outputs
@@ -41,6 +41,30 @@ std::shared_ptr<nn::Sequential> projection(int64_t in, int64_t out, int64_t stri
   return shortcut;
 }
 
+// A block's projection shortcut as the block's forward uses it: the registered "downsample" Sequential
+// (its parameter and checkpoint names) and its two layers, whose batch norm the block's last batch norm
+// takes into its own pass (BatchNorm2d::forward_add_relu with the shortcut's batch norm).
+struct Projection {
+  std::shared_ptr<nn::Sequential> modules;
+  std::shared_ptr<nn::Conv2d> conv;
+  std::shared_ptr<nn::BatchNorm2d> norm;
+  explicit operator bool() const { return modules != nullptr; }
+  void set(std::shared_ptr<nn::Sequential> registered) {
+    modules = std::move(registered);
+    conv = std::dynamic_pointer_cast<nn::Conv2d>((*modules)[0]);
+    norm = std::dynamic_pointer_cast<nn::BatchNorm2d>((*modules)[1]);
+    OPSNN_CHECK(conv != nullptr && norm != nullptr, "ResNet: a projection shortcut is a conv and a batch norm");
+  }
+  // relu(last_norm(main) + shortcut(input)), the shortcut's conv run before `main`'s producer as the
+  // unfused block ran it: main_producer() makes main.
+  template <typename Producer>
+  Tensor end(nn::BatchNorm2d& last_norm, const Tensor& input, Producer&& main_producer) const {
+    if (!modules) return last_norm.forward_add_relu(main_producer(), input);
+    const Tensor shortcut = conv->forward(input);
+    return last_norm.forward_add_relu(main_producer(), *norm, shortcut);
+  }
+};
+
 class BasicBlock : public nn::Module {
  public:
   static constexpr int64_t kExpansion = 1;
@@ -53,18 +77,17 @@ class BasicBlock : public nn::Module {
     bn2_ = register_module("bn2", batch_norm(planes, channels_last));
     if (zero_init_residual) nn::init::zeros_(bn2_->weight());
     if (stride != 1 || in != planes)
-      downsample_ = register_module("downsample", projection(in, planes, stride, channels_last, generator));
+      downsample_.set(register_module("downsample", projection(in, planes, stride, channels_last, generator)));
   }
   Tensor forward(const Tensor& input) override {
-    Tensor out = bn1_->forward_relu(conv1_->forward(input));
-    const Tensor identity = downsample_ ? downsample_->forward(input) : input;
-    return bn2_->forward_add_relu(conv2_->forward(out), identity);
+    const Tensor out = bn1_->forward_relu(conv1_->forward(input));
+    return downsample_.end(*bn2_, input, [&] { return conv2_->forward(out); });
   }
 
  private:
   std::shared_ptr<nn::Conv2d> conv1_, conv2_;
   std::shared_ptr<nn::BatchNorm2d> bn1_, bn2_;
-  std::shared_ptr<nn::Sequential> downsample_;
+  Projection downsample_;
 };
 
 class Bottleneck : public nn::Module {
@@ -81,20 +104,19 @@ class Bottleneck : public nn::Module {
     bn3_ = register_module("bn3", batch_norm(planes * kExpansion, channels_last));
     if (zero_init_residual) nn::init::zeros_(bn3_->weight());
     if (stride != 1 || in != planes * kExpansion)
-      downsample_ =
-          register_module("downsample", projection(in, planes * kExpansion, stride, channels_last, generator));
+      downsample_.set(
+          register_module("downsample", projection(in, planes * kExpansion, stride, channels_last, generator)));
   }
   Tensor forward(const Tensor& input) override {
     Tensor out = bn1_->forward_relu(conv1_->forward(input));
     out = bn2_->forward_relu(conv2_->forward(out));
-    const Tensor identity = downsample_ ? downsample_->forward(input) : input;
-    return bn3_->forward_add_relu(conv3_->forward(out), identity);
+    return downsample_.end(*bn3_, input, [&] { return conv3_->forward(out); });
   }
 
  private:
   std::shared_ptr<nn::Conv2d> conv1_, conv2_, conv3_;
   std::shared_ptr<nn::BatchNorm2d> bn1_, bn2_, bn3_;
-  std::shared_ptr<nn::Sequential> downsample_;
+  Projection downsample_;
 };
 
 class ResNet : public nn::Module {

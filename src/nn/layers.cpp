@@ -157,6 +157,22 @@ Tensor BatchNorm2d::forward_add_relu(const Tensor& input, const Tensor& residual
                                   options_.momentum(), options_.eps(), options_.channels_last());
 }
 
+Tensor BatchNorm2d::forward_add_relu(const Tensor& input, BatchNorm2d& shortcut_norm, const Tensor& shortcut) {
+  const bool fusable = is_training() == shortcut_norm.is_training() &&
+                       options_.channels_last() == shortcut_norm.options_.channels_last() &&
+                       !(is_training() && (reducer_ || shortcut_norm.reducer_));
+  if (!fusable) return forward_add_relu(input, shortcut_norm.forward(shortcut));
+  check_input(input);
+  shortcut_norm.check_input(shortcut);
+  const auto args = [](const BatchNorm2d& layer) {
+    return ops::BatchNormArgs{
+        layer.weight_,       layer.bias_, layer.running_mean_, layer.running_var_, layer.options_.momentum(),
+        layer.options_.eps()};
+  };
+  return ops::dual_batch_norm_add_relu(input, args(*this), shortcut, args(shortcut_norm), is_training(),
+                                       options_.channels_last());
+}
+
 void BatchNorm2d::set_reducer(std::shared_ptr<BatchStatisticsReducer> reducer, std::string name) {
   reducer_ = std::move(reducer);
   reducer_name_ = std::move(name);

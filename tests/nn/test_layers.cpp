@@ -140,6 +140,29 @@ TEST_CASE("Conv2d and BatchNorm2d with channels_last take and give [N, H, W, C]"
   CHECK_THROWS_WITH(norm(Tensor::zeros({2, 5, 4, 4})), Catch::Contains("expected input [N, ..., 5]"));
 }
 
+TEST_CASE("BatchNorm2d folds a shortcut's batch norm into its add-relu pass where both layers agree", "[nn]") {
+  Generator generator(13);
+  BatchNorm2d last(BatchNorm2dOptions(4)), shortcut_norm(BatchNorm2dOptions(4).momentum(0.3));
+  const Tensor input = Tensor::normal({3, 4, 5, 5}, 0.0, 1.0, generator);
+  const Tensor shortcut = Tensor::normal({3, 4, 5, 5}, 1.0, 2.0, generator);
+  // Training, both layers alike: one fused node, and both layers' running statistics move.
+  Tensor fused = last.forward_add_relu(input, shortcut_norm, shortcut);
+  CHECK(fused.grad_fn()->name() == "DualBatchNormAddReluBackward");
+  CHECK(shortcut_norm.running_mean().to_vector<float>() != std::vector<float>(4, 0.0f));
+  CHECK(last.running_mean().to_vector<float>() != std::vector<float>(4, 0.0f));
+  ops::sum(fused).backward();
+  CHECK(shortcut_norm.weight().grad().defined());
+  CHECK(last.bias().grad().defined());
+  // Layers in different modes (or layouts, or with synchronised statistics) run apart: the shortcut's batch
+  // norm in eval here, then the add-relu.
+  shortcut_norm.eval();
+  Tensor apart = last.forward_add_relu(input, shortcut_norm, shortcut);
+  CHECK(apart.grad_fn()->name() == "BatchNormAddReluBackward");
+  // Both in eval: the unfused pair too (dual_batch_norm_add_relu's eval mode).
+  last.eval();
+  CHECK(last.forward_add_relu(input, shortcut_norm, shortcut).grad_fn()->name() == "BatchNormAddReluEvalBackward");
+}
+
 TEST_CASE("ReLU, pooling, GlobalAvgPool and Flatten", "[nn]") {
   Tensor input = Tensor::from_vector(ramp(16, -4.0f), {1, 1, 4, 4});  // -4 .. 11
   CHECK(ReLU()(input).to_vector<float>()[0] == 0.0f);

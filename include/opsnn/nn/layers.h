@@ -94,6 +94,10 @@ class BatchNorm2d : public Module {
   Tensor forward_relu(const Tensor& input);
   // relu(forward(input) + residual) in one pass (ops::batch_norm_add_relu): a ResNet block's end.
   Tensor forward_add_relu(const Tensor& input, const Tensor& residual);
+  // relu(forward(input) + shortcut_norm.forward(shortcut)) with the shortcut's batch norm folded into the
+  // same pass (ops::dual_batch_norm_add_relu): a ResNet block's end with a downsampling shortcut. The two
+  // computed apart where the layers differ in mode or layout or synchronise their statistics.
+  Tensor forward_add_relu(const Tensor& input, BatchNorm2d& shortcut_norm, const Tensor& shortcut);
   void reset_parameters();
   std::string extra_repr() const override;
   const BatchNorm2dOptions& options() const { return options_; }
