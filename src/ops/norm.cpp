@@ -50,6 +50,35 @@ Tensor defined_or(const Tensor& tensor, double fill, const Tensor& input) {
   return Tensor::full({input.size(1)}, fill, channel_dtype(input), input.device());
 }
 
+// What one training batch norm's backward saves: its input, gamma and saved statistics.
+struct SavedBatchNorm {
+  Tensor input, gamma, save_mean, save_invstd;
+};
+
+// One training batch norm's backward for `node`, whose inputs first, first + 1 and first + 2 are the batch
+// norm's input, gamma and beta: their gradients into grads at those places. gamma's and beta's are added
+// into the parameters' own gradients in place where the engine offers both accumulators (one kernel flag:
+// both or neither), else written to temporaries the engine then adds. relu_output, beta and masked as
+// Backend::batch_norm_backward takes them.
+void batch_norm_backward_into(const autograd::Node& node, const Tensor& grad_out, const Tensor& relu_output,
+                              const Tensor& beta, const SavedBatchNorm& saved, size_t first,
+                              const std::vector<Tensor>& accumulators, Tensor& masked, std::vector<Tensor>& grads) {
+  const size_t g = first + 1, b = first + 2;
+  const auto usable = [&](size_t i) { return internal::usable_accumulator(accumulators, i, saved.gamma); };
+  const bool in_place = (node.needs_grad(g) || node.needs_grad(b)) && (!node.needs_grad(g) || usable(g)) &&
+                        (!node.needs_grad(b) || usable(b));
+  for (size_t i : {g, b})
+    if (node.needs_grad(i))
+      grads[i] =
+          in_place ? accumulators[i] : Tensor::empty(saved.gamma.shape(), saved.gamma.dtype(), saved.gamma.device());
+  // The kernels always write the input gradient; the per-channel sums are cheap next to it.
+  Tensor grad_input = Tensor::empty(saved.input.shape(), saved.input.dtype(), saved.input.device());
+  backend_for(grad_out.device())
+      .batch_norm_backward(grad_out, relu_output, saved.input, saved.gamma, beta, saved.save_mean, saved.save_invstd,
+                           grad_input, grads[g], grads[b], masked, in_place);
+  if (node.needs_grad(first)) grads[first] = grad_input;
+}
+
 // Training mode: gradients through the batch statistics. The relu mask: for batch_norm_relu, `beta` is
 // defined and the kernels recompute the mask from the input; for batch_norm_add_relu (`residual`),
 // relu_output is its output, and the masked gradient is also the residual's gradient (input 3): the sums
@@ -57,15 +86,8 @@ Tensor defined_or(const Tensor& tensor, double fill, const Tensor& input) {
 // undefined for batch_norm.
 class BatchNormBackward final : public autograd::Node {
  public:
-  BatchNormBackward(Tensor input, Tensor gamma, Tensor beta, Tensor save_mean, Tensor save_invstd, Tensor relu_output,
-                    bool residual)
-      : input_(std::move(input)),
-        gamma_(std::move(gamma)),
-        beta_(std::move(beta)),
-        save_mean_(std::move(save_mean)),
-        save_invstd_(std::move(save_invstd)),
-        relu_output_(std::move(relu_output)),
-        residual_(residual) {}
+  BatchNormBackward(SavedBatchNorm saved, Tensor beta, Tensor relu_output, bool residual)
+      : saved_(std::move(saved)), beta_(std::move(beta)), relu_output_(std::move(relu_output)), residual_(residual) {}
   std::string name() const override {
     if (residual_) return "BatchNormAddReluBackward";
     return beta_.defined() ? "BatchNormReluBackward" : "BatchNormBackward";
@@ -78,29 +100,22 @@ class BatchNormBackward final : public autograd::Node {
   bool accepts_accumulator(size_t input) const override { return input == 1 || input == 2; }
 
   std::vector<Tensor> backward_into(const Tensor& grad_output, const std::vector<Tensor>& accumulators) override {
-    Tensor grad_out = internal::contiguous_grad(grad_output, input_.dtype());
-    Backend& backend = backend_for(grad_out.device());
+    const Tensor grad_out = internal::contiguous_grad(grad_output, saved_.input.dtype());
     std::vector<Tensor> grads(residual_ ? 4 : 3);
     Tensor masked;
     if (residual_) masked = Tensor::empty(grad_out.shape(), grad_out.dtype(), grad_out.device());
-    // The kernel always writes grad_input; the per-channel sums are cheap next to it.
-    grads[0] = Tensor::empty(input_.shape(), input_.dtype(), input_.device());
-    const auto usable = [&](size_t i) { return internal::usable_accumulator(accumulators, i, gamma_); };
-    const bool in_place =
-        (needs_grad(1) || needs_grad(2)) && (!needs_grad(1) || usable(1)) && (!needs_grad(2) || usable(2));
-    for (size_t i : {size_t{1}, size_t{2}})
-      if (needs_grad(i))
-        grads[i] = in_place ? accumulators[i] : Tensor::empty(gamma_.shape(), gamma_.dtype(), gamma_.device());
-    backend.batch_norm_backward(grad_out, relu_output_, input_, gamma_, beta_, save_mean_, save_invstd_, grads[0],
-                                grads[1], grads[2], masked, in_place);
+    batch_norm_backward_into(*this, grad_out, relu_output_, beta_, saved_, 0, accumulators, masked, grads);
     if (residual_ && needs_grad(3)) grads[3] = masked;
-    if (!needs_grad(0)) grads[0] = Tensor();
     return grads;
   }
-  void release() override { input_ = gamma_ = beta_ = save_mean_ = save_invstd_ = relu_output_ = Tensor(); }
+  void release() override {
+    saved_ = SavedBatchNorm{};
+    beta_ = relu_output_ = Tensor();
+  }
 
  private:
-  Tensor input_, gamma_, beta_, save_mean_, save_invstd_, relu_output_;
+  SavedBatchNorm saved_;
+  Tensor beta_, relu_output_;
   bool residual_;
 };
 
@@ -110,10 +125,7 @@ class BatchNormBackward final : public autograd::Node {
 // that masked gradient.
 class DualBatchNormAddReluBackward final : public autograd::Node {
  public:
-  struct Saved {
-    Tensor input, gamma, save_mean, save_invstd;
-  };
-  DualBatchNormAddReluBackward(Saved main, Saved shortcut, Tensor relu_output)
+  DualBatchNormAddReluBackward(SavedBatchNorm main, SavedBatchNorm shortcut, Tensor relu_output)
       : main_(std::move(main)), shortcut_(std::move(shortcut)), relu_output_(std::move(relu_output)) {}
   std::string name() const override { return "DualBatchNormAddReluBackward"; }
 
@@ -122,44 +134,23 @@ class DualBatchNormAddReluBackward final : public autograd::Node {
   bool accepts_accumulator(size_t input) const override { return input == 1 || input == 2 || input == 4 || input == 5; }
 
   std::vector<Tensor> backward_into(const Tensor& grad_output, const std::vector<Tensor>& accumulators) override {
-    Tensor grad_out = internal::contiguous_grad(grad_output, main_.input.dtype());
-    Backend& backend = backend_for(grad_out.device());
+    const Tensor grad_out = internal::contiguous_grad(grad_output, main_.input.dtype());
     std::vector<Tensor> grads(6);
     Tensor masked = Tensor::empty(grad_out.shape(), grad_out.dtype(), grad_out.device());
-    run_backward(backend, grad_out, relu_output_, main_, 0, accumulators, masked, grads);
+    batch_norm_backward_into(*this, grad_out, relu_output_, Tensor(), main_, 0, accumulators, masked, grads);
     if (needs_grad(3) || needs_grad(4) || needs_grad(5)) {
       Tensor no_masked_grad;
-      run_backward(backend, masked, Tensor(), shortcut_, 3, accumulators, no_masked_grad, grads);
+      batch_norm_backward_into(*this, masked, Tensor(), Tensor(), shortcut_, 3, accumulators, no_masked_grad, grads);
     }
     return grads;
   }
   void release() override {
-    main_ = shortcut_ = Saved{};
+    main_ = shortcut_ = SavedBatchNorm{};
     relu_output_ = Tensor();
   }
 
  private:
-  // One batch norm's backward into grads[first] (its input) and grads[first + 1], [first + 2] (gamma and
-  // beta, added into the parameters' gradients where the engine offers both).
-  void run_backward(Backend& backend, const Tensor& grad_out, const Tensor& relu_output, const Saved& saved,
-                    size_t first, const std::vector<Tensor>& accumulators, Tensor& masked,
-                    std::vector<Tensor>& grads) const {
-    const auto usable = [&](size_t i) { return internal::usable_accumulator(accumulators, i, saved.gamma); };
-    const size_t g = first + 1, b = first + 2;
-    const bool in_place =
-        (needs_grad(g) || needs_grad(b)) && (!needs_grad(g) || usable(g)) && (!needs_grad(b) || usable(b));
-    for (size_t i : {g, b})
-      if (needs_grad(i))
-        grads[i] =
-            in_place ? accumulators[i] : Tensor::empty(saved.gamma.shape(), saved.gamma.dtype(), saved.gamma.device());
-    // The kernels always write the input gradient.
-    Tensor grad_input = Tensor::empty(saved.input.shape(), saved.input.dtype(), saved.input.device());
-    backend.batch_norm_backward(grad_out, relu_output, saved.input, saved.gamma, Tensor(), saved.save_mean,
-                                saved.save_invstd, grad_input, grads[g], grads[b], masked, in_place);
-    if (needs_grad(first)) grads[first] = grad_input;
-  }
-
-  Saved main_, shortcut_;
+  SavedBatchNorm main_, shortcut_;
   Tensor relu_output_;
 };
 
@@ -319,43 +310,52 @@ Tensor batch_norm_maybe_relu(const Tensor& input, const Tensor& gamma, const Ten
                                    relu, residual_data, {}, out, norm.save_mean, norm.save_invstd);
   if (!autograd::any_requires_grad(inputs)) return out;
   // batch_norm_relu's backward recomputes the relu mask (beta); batch_norm_add_relu's reads its output.
-  auto node = std::make_shared<BatchNormBackward>(input_data, gamma_data, relu && !add ? beta_data : Tensor(),
-                                                  norm.save_mean, norm.save_invstd, add ? out.detach() : Tensor(), add);
+  auto node =
+      std::make_shared<BatchNormBackward>(SavedBatchNorm{input_data, gamma_data, norm.save_mean, norm.save_invstd},
+                                          relu && !add ? beta_data : Tensor(), add ? out.detach() : Tensor(), add);
   return autograd::record(out, std::move(node), inputs);
 }
 
-// Both layouts of the three ops; a channels-last input (and residual) is viewed as [rows, C] (reshape
-// records the view for autograd).
+// What an op adding `added` (named `what`) to the batch norm of `input` requires of it: the input's shape,
+// dtype and device. Checked in the caller's layout: a channels-last tensor of another shape may still view
+// as the input's rows.
+void check_added(const Tensor& input, const Tensor& added, const char* op, const char* what) {
+  OPSNN_CHECK_AS(ShapeError, added.shape() == input.shape(), op, ": ", what, " ", added.str(), " does not match input ",
+                 input.str());
+  OPSNN_CHECK_AS(TypeError, added.dtype() == input.dtype(), op, ": ", what, " ", added.str(),
+                 " must have the input's dtype (", dtype_name(input.dtype()), ")");
+  check_same_device(input, added, (std::string(op) + " input vs " + what).c_str());
+}
+
+// The channel count of a channels-last input [N, ..., C], which the ops view as [rows, C] (reshape records
+// the view for autograd).
+int64_t channels_last_channels(const Tensor& input) {
+  OPSNN_CHECK_AS(ShapeError, input.dim() >= 2 && input.numel() > 0,
+                 "batch_norm: a channels_last input must be a non-empty [N, ..., C], got ", input.str());
+  return input.size(-1);
+}
+
+// Both layouts of the three ops.
 Tensor batch_norm_in_layout(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
                             Tensor& running_var, bool training, double momentum, double eps, bool relu,
                             const Tensor& residual, bool channels_last) {
-  // Checked in the caller's layout: a channels-last residual of another shape may still view as the input's
-  // rows.
-  if (residual.defined()) {
-    OPSNN_CHECK_AS(ShapeError, residual.shape() == input.shape(), "batch_norm_add_relu: residual ", residual.str(),
-                   " does not match input ", input.str());
-    OPSNN_CHECK_AS(TypeError, residual.dtype() == input.dtype(), "batch_norm_add_relu: residual ", residual.str(),
-                   " must have the input's dtype (", dtype_name(input.dtype()), ")");
-    check_same_device(input, residual, "batch_norm_add_relu input vs residual");
-  }
+  if (residual.defined()) check_added(input, residual, "batch_norm_add_relu", "residual");
   if (!channels_last)
     return batch_norm_maybe_relu(input, gamma, beta, running_mean, running_var, training, momentum, eps, relu,
                                  residual);
-  OPSNN_CHECK_AS(ShapeError, input.dim() >= 2 && input.numel() > 0,
-                 "batch_norm: a channels_last input must be a non-empty [N, ..., C], got ", input.str());
-  const Tensor rows = reshape(input, {-1, input.size(-1)});
-  const Tensor residual_rows = residual.defined() ? reshape(residual, {-1, input.size(-1)}) : Tensor();
-  return reshape(
-      batch_norm_maybe_relu(rows, gamma, beta, running_mean, running_var, training, momentum, eps, relu, residual_rows),
-      input.shape());
+  const int64_t channels = channels_last_channels(input);
+  const Tensor residual_rows = residual.defined() ? reshape(residual, {-1, channels}) : Tensor();
+  return reshape(batch_norm_maybe_relu(reshape(input, {-1, channels}), gamma, beta, running_mean, running_var, training,
+                                       momentum, eps, relu, residual_rows),
+                 input.shape());
 }
 
 // dual_batch_norm_add_relu's training forward on [N, C, ...] inputs (channels-last ones viewed as rows):
 // the shortcut's statistics alone, then one pass that normalizes both and writes the relu of the sum.
 Tensor dual_batch_norm_add_relu_training(const Tensor& input, const BatchNormArgs& norm, const Tensor& shortcut,
                                          const BatchNormArgs& shortcut_norm) {
-  const Operands main = checked_operands(input, norm.gamma, norm.beta, norm.running_mean, norm.running_var, true,
-                                         norm.momentum, norm.eps);
+  Operands main = checked_operands(input, norm.gamma, norm.beta, norm.running_mean, norm.running_var, true,
+                                   norm.momentum, norm.eps);
   Operands side = checked_operands(shortcut, shortcut_norm.gamma, shortcut_norm.beta, shortcut_norm.running_mean,
                                    shortcut_norm.running_var, true, shortcut_norm.momentum, shortcut_norm.eps);
   Backend& backend = backend_for(input.device());
@@ -364,16 +364,14 @@ Tensor dual_batch_norm_add_relu_training(const Tensor& input, const BatchNormArg
                                    shortcut_norm.momentum, shortcut_norm.eps, false, Tensor(), {}, no_out,
                                    side.save_mean, side.save_invstd);
   Tensor out = Tensor::empty(input.shape(), input.dtype(), input.device());
-  Tensor mean_buffer = main.mean_buffer, var_buffer = main.var_buffer, save_mean = main.save_mean,
-         save_invstd = main.save_invstd;
-  backend.batch_norm_forward_train(main.input, main.gamma, main.beta, mean_buffer, var_buffer, norm.momentum, norm.eps,
-                                   true, side.input, {side.gamma, side.beta, side.save_mean, side.save_invstd}, out,
-                                   save_mean, save_invstd);
+  backend.batch_norm_forward_train(
+      main.input, main.gamma, main.beta, main.mean_buffer, main.var_buffer, norm.momentum, norm.eps, true, side.input,
+      {side.gamma, side.beta, side.save_mean, side.save_invstd}, out, main.save_mean, main.save_invstd);
   const std::vector<Tensor> inputs{input, norm.gamma, norm.beta, shortcut, shortcut_norm.gamma, shortcut_norm.beta};
   if (!autograd::any_requires_grad(inputs)) return out;
   auto node = std::make_shared<DualBatchNormAddReluBackward>(
-      DualBatchNormAddReluBackward::Saved{main.input, main.gamma, save_mean, save_invstd},
-      DualBatchNormAddReluBackward::Saved{side.input, side.gamma, side.save_mean, side.save_invstd}, out.detach());
+      SavedBatchNorm{main.input, main.gamma, main.save_mean, main.save_invstd},
+      SavedBatchNorm{side.input, side.gamma, side.save_mean, side.save_invstd}, out.detach());
   return autograd::record(out, std::move(node), inputs);
 }
 
@@ -382,11 +380,7 @@ Tensor dual_batch_norm_add_relu_training(const Tensor& input, const BatchNormArg
 Tensor dual_batch_norm_add_relu(const Tensor& input, const BatchNormArgs& norm, const Tensor& shortcut,
                                 const BatchNormArgs& shortcut_norm, bool training, bool channels_last) {
   OPSNN_CHECK(shortcut.defined(), "dual_batch_norm_add_relu: the shortcut is undefined");
-  OPSNN_CHECK_AS(ShapeError, shortcut.shape() == input.shape(), "dual_batch_norm_add_relu: shortcut ", shortcut.str(),
-                 " does not match input ", input.str());
-  OPSNN_CHECK_AS(TypeError, shortcut.dtype() == input.dtype(), "dual_batch_norm_add_relu: shortcut ", shortcut.str(),
-                 " must have the input's dtype (", dtype_name(input.dtype()), ")");
-  check_same_device(input, shortcut, "dual_batch_norm_add_relu input vs shortcut");
+  check_added(input, shortcut, "dual_batch_norm_add_relu", "shortcut");
   if (!training) {  // off the training path: the unfused pair
     Tensor mean = shortcut_norm.running_mean, var = shortcut_norm.running_var;
     const Tensor residual = batch_norm(shortcut, shortcut_norm.gamma, shortcut_norm.beta, mean, var, false,
@@ -396,9 +390,7 @@ Tensor dual_batch_norm_add_relu(const Tensor& input, const BatchNormArgs& norm, 
                                norm.eps, channels_last);
   }
   if (!channels_last) return dual_batch_norm_add_relu_training(input, norm, shortcut, shortcut_norm);
-  OPSNN_CHECK_AS(ShapeError, input.dim() >= 2 && input.numel() > 0,
-                 "batch_norm: a channels_last input must be a non-empty [N, ..., C], got ", input.str());
-  const int64_t channels = input.size(-1);
+  const int64_t channels = channels_last_channels(input);
   return reshape(dual_batch_norm_add_relu_training(reshape(input, {-1, channels}), norm,
                                                    reshape(shortcut, {-1, channels}), shortcut_norm),
                  input.shape());
