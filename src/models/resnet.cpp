@@ -28,42 +28,35 @@ std::shared_ptr<nn::Conv2d> conv(int64_t in, int64_t out, int64_t kernel, int64_
   return layer;
 }
 
-// The projection shortcut: 1x1 conv with the block's stride + BatchNorm, named "downsample.0/1".
 std::shared_ptr<nn::BatchNorm2d> batch_norm(int64_t channels, bool channels_last) {
   return std::make_shared<nn::BatchNorm2d>(nn::BatchNorm2dOptions(channels).channels_last(channels_last));
 }
 
-std::shared_ptr<nn::Sequential> projection(int64_t in, int64_t out, int64_t stride, bool channels_last,
-                                           Generator& generator) {
-  auto shortcut = std::make_shared<nn::Sequential>();
-  shortcut->push_back(conv(in, out, 1, stride, channels_last, generator));
-  shortcut->push_back(batch_norm(out, channels_last));
-  return shortcut;
-}
-
-// A block's projection shortcut as the block's forward uses it: the registered "downsample" Sequential
-// (its parameter and checkpoint names) and its two layers, whose batch norm the block's last batch norm
-// takes into its own pass (BatchNorm2d::forward_add_relu with the shortcut's batch norm).
-struct Projection {
-  std::shared_ptr<nn::Sequential> modules;
+// A block's shortcut: the identity, or the projection (a 1x1 conv with the block's stride and a batch norm,
+// registered as the Sequential "downsample" for torchvision's names), whose batch norm the block's last
+// batch norm takes into its own pass (BatchNorm2d::forward_add_relu with the shortcut's batch norm).
+struct Shortcut {
+  std::shared_ptr<nn::Sequential> modules;  // null: the identity
   std::shared_ptr<nn::Conv2d> conv;
   std::shared_ptr<nn::BatchNorm2d> norm;
-  explicit operator bool() const { return modules != nullptr; }
-  void set(std::shared_ptr<nn::Sequential> registered) {
-    modules = std::move(registered);
-    conv = std::dynamic_pointer_cast<nn::Conv2d>((*modules)[0]);
-    norm = std::dynamic_pointer_cast<nn::BatchNorm2d>((*modules)[1]);
-    OPSNN_CHECK(conv != nullptr && norm != nullptr, "ResNet: a projection shortcut is a conv and a batch norm");
-  }
-  // relu(last_norm(main) + shortcut(input)), the shortcut's conv run before `main`'s producer as the
+  // relu(last_norm(main) + shortcut(input)), the projection's conv run before `main`'s producer as the
   // unfused block ran it: main_producer() makes main.
   template <typename Producer>
   Tensor end(nn::BatchNorm2d& last_norm, const Tensor& input, Producer&& main_producer) const {
     if (!modules) return last_norm.forward_add_relu(main_producer(), input);
-    const Tensor shortcut = conv->forward(input);
-    return last_norm.forward_add_relu(main_producer(), *norm, shortcut);
+    const Tensor projected = conv->forward(input);
+    return last_norm.forward_add_relu(main_producer(), *norm, projected);
   }
 };
+
+// The projection shortcut, "downsample.0" and "downsample.1" in the block.
+Shortcut projection(int64_t in, int64_t out, int64_t stride, bool channels_last, Generator& generator) {
+  Shortcut shortcut{std::make_shared<nn::Sequential>(), conv(in, out, 1, stride, channels_last, generator),
+                    batch_norm(out, channels_last)};
+  shortcut.modules->push_back(shortcut.conv);
+  shortcut.modules->push_back(shortcut.norm);
+  return shortcut;
+}
 
 class BasicBlock : public nn::Module {
  public:
@@ -76,8 +69,10 @@ class BasicBlock : public nn::Module {
     conv2_ = register_module("conv2", conv(planes, planes, 3, 1, channels_last, generator));
     bn2_ = register_module("bn2", batch_norm(planes, channels_last));
     if (zero_init_residual) nn::init::zeros_(bn2_->weight());
-    if (stride != 1 || in != planes)
-      downsample_.set(register_module("downsample", projection(in, planes, stride, channels_last, generator)));
+    if (stride != 1 || in != planes) {
+      downsample_ = projection(in, planes, stride, channels_last, generator);
+      register_module("downsample", downsample_.modules);
+    }
   }
   Tensor forward(const Tensor& input) override {
     const Tensor out = bn1_->forward_relu(conv1_->forward(input));
@@ -87,7 +82,7 @@ class BasicBlock : public nn::Module {
  private:
   std::shared_ptr<nn::Conv2d> conv1_, conv2_;
   std::shared_ptr<nn::BatchNorm2d> bn1_, bn2_;
-  Projection downsample_;
+  Shortcut downsample_;
 };
 
 class Bottleneck : public nn::Module {
@@ -103,9 +98,10 @@ class Bottleneck : public nn::Module {
     conv3_ = register_module("conv3", conv(planes, planes * kExpansion, 1, 1, channels_last, generator));
     bn3_ = register_module("bn3", batch_norm(planes * kExpansion, channels_last));
     if (zero_init_residual) nn::init::zeros_(bn3_->weight());
-    if (stride != 1 || in != planes * kExpansion)
-      downsample_.set(
-          register_module("downsample", projection(in, planes * kExpansion, stride, channels_last, generator)));
+    if (stride != 1 || in != planes * kExpansion) {
+      downsample_ = projection(in, planes * kExpansion, stride, channels_last, generator);
+      register_module("downsample", downsample_.modules);
+    }
   }
   Tensor forward(const Tensor& input) override {
     Tensor out = bn1_->forward_relu(conv1_->forward(input));
@@ -116,7 +112,7 @@ class Bottleneck : public nn::Module {
  private:
   std::shared_ptr<nn::Conv2d> conv1_, conv2_, conv3_;
   std::shared_ptr<nn::BatchNorm2d> bn1_, bn2_, bn3_;
-  Projection downsample_;
+  Shortcut downsample_;
 };
 
 class ResNet : public nn::Module {
