@@ -1,7 +1,8 @@
 // The CUDA DeviceServices: stream-ordered allocation from each device's default memory pool (with a
 // release threshold so freed memory is reused, not returned to the driver), copies and the primitive
 // kernels of device_kernels.cu, page-locked host memory and copy streams (copy_stream.cpp). All work but
-// a copy stream's goes to the legacy default stream of the current device.
+// a copy stream's goes to the thread's current stream (current_stream.h): the legacy default stream of the
+// current device unless a capture set another.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -12,6 +13,7 @@
 
 #include "core/cuda/copy_stream.h"
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/current_stream.h"
 #include "core/cuda/device_guard.h"
 #include "core/cuda/device_kernels.h"
 #include "opsnn/core/storage.h"
@@ -31,7 +33,7 @@ class CudaServices final : public DeviceServices {
     DeviceGuard guard(index);
     configure_pool(index);
     void* pointer = nullptr;
-    cudaError_t status = cudaMallocAsync(&pointer, bytes, nullptr);
+    cudaError_t status = cudaMallocAsync(&pointer, bytes, cuda::current_stream());
     if (status != cudaSuccess) {
       cudaGetLastError();
       throw OutOfMemoryError(detail::concat("out of GPU memory on cuda:", index, " allocating ", bytes, " bytes (",
@@ -41,7 +43,7 @@ class CudaServices final : public DeviceServices {
   }
   void deallocate(void* pointer, size_t, int index) override {
     DeviceGuard guard(index);
-    cudaFreeAsync(pointer, nullptr);
+    cudaFreeAsync(pointer, cuda::current_stream());
   }
   void copy_to_host(void* host_destination, const void* source, size_t bytes, int index) override {
     DeviceGuard guard(index);
@@ -53,7 +55,7 @@ class CudaServices final : public DeviceServices {
   }
   void copy_within(void* destination, const void* source, size_t bytes, int index) override {
     DeviceGuard guard(index);
-    OPSNN_CUDA_CHECK(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDeviceToDevice, nullptr));
+    OPSNN_CUDA_CHECK(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDeviceToDevice, cuda::current_stream()));
   }
   void strided_copy(void* destination, DType destination_dtype, const void* source, DType source_dtype, int dim,
                     const int64_t* shape, const int64_t* source_strides, int index) override {
@@ -61,25 +63,26 @@ class CudaServices final : public DeviceServices {
                 cuda::kMaxDims, ")");
     DeviceGuard guard(index);
     cuda::launch_strided_copy(destination, destination_dtype, source, source_dtype, dim, shape, source_strides,
-                              nullptr);
+                              cuda::current_stream());
     OPSNN_CUDA_CHECK(cudaGetLastError());
   }
   void fill(void* destination, DType dtype, double value, int64_t count, int index) override {
     DeviceGuard guard(index);
-    cuda::launch_fill(destination, dtype, value, count, nullptr);
+    cuda::launch_fill(destination, dtype, value, count, cuda::current_stream());
     OPSNN_CUDA_CHECK(cudaGetLastError());
   }
   void accumulate(void* destination, const void* source, DType dtype, double alpha, int64_t count, int index) override {
     OPSNN_CHECK_AS(TypeError, is_floating(dtype), "gradient accumulation needs a floating dtype, got ",
                    dtype_name(dtype));
     DeviceGuard guard(index);
-    cuda::launch_accumulate(destination, source, dtype, alpha, count, nullptr);
+    cuda::launch_accumulate(destination, source, dtype, alpha, count, cuda::current_stream());
     OPSNN_CUDA_CHECK(cudaGetLastError());
   }
   bool accumulate_converted(void* destination, DType destination_dtype, const void* source, DType source_dtype,
                             int64_t count, int index) override {
     DeviceGuard guard(index);
-    if (!cuda::launch_accumulate_converted(destination, destination_dtype, source, source_dtype, count, nullptr))
+    if (!cuda::launch_accumulate_converted(destination, destination_dtype, source, source_dtype, count,
+                                           cuda::current_stream()))
       return false;
     OPSNN_CUDA_CHECK(cudaGetLastError());
     return true;

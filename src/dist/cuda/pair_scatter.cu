@@ -2,6 +2,7 @@
 // indices are distinct, so plain read-modify-writes suffice and the result is deterministic.
 #include <cstdint>
 
+#include "core/cuda/current_stream.h"
 #include "dist/cuda/pair_scatter_cuda.h"
 #include "opsnn/core/error.h"
 
@@ -24,7 +25,8 @@ void cuda_pair_scatter_add(int device_index, float* dense, const int64_t* indice
   if (previous != device_index) cudaSetDevice(device_index);
   constexpr int kThreads = 256;
   const int64_t blocks = (count + kThreads - 1) / kThreads;
-  pair_scatter_add_kernel<<<static_cast<unsigned>(blocks), kThreads>>>(dense, indices, values, count);
+  pair_scatter_add_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, ::opsnn::cuda::current_stream()>>>(
+      dense, indices, values, count);
   const cudaError_t status = cudaGetLastError();
   if (previous != device_index) cudaSetDevice(previous);
   OPSNN_CHECK(status == cudaSuccess, "CUDA error '", cudaGetErrorString(status),

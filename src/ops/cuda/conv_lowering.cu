@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "core/cuda/current_stream.h"
 #include "core/cuda/fast_divide.h"
 #include "core/cuda/vectorized.cuh"
 #include "ops/cuda/kernels.h"
@@ -208,7 +209,7 @@ void im2col_with(const T* x, T* columns, const Im2colLayout& layout) {
   for (int64_t first = 0; first < layout.images; first += images_per_launch) {
     const int64_t images = std::min(images_per_launch, layout.images - first);
     const auto vectors = static_cast<uint32_t>(images * vectors_per_image);
-    im2col_kernel<T, V><<<blocks_for_vectors(vectors), kColumnThreads>>>(
+    im2col_kernel<T, V><<<blocks_for_vectors(vectors), kColumnThreads, 0, current_stream()>>>(
         x + first * layout.channels * layout.in_h * layout.in_w,
         columns + first * layout.rows_padded * layout.out_h * layout.out_w, layout, decode, vectors);
   }
@@ -228,7 +229,7 @@ void unsubsample_with(const T* columns, T* x, const Im2colLayout& layout) {
   for (int64_t first = 0; first < planes; first += planes_per_launch) {
     const int64_t count = std::min(planes_per_launch, planes - first);
     const auto vectors = static_cast<uint32_t>(count * vectors_per_plane);
-    unsubsample_kernel<T, V><<<blocks_for_vectors(vectors), kColumnThreads>>>(
+    unsubsample_kernel<T, V><<<blocks_for_vectors(vectors), kColumnThreads, 0, current_stream()>>>(
         columns + first * layout.out_h * layout.out_w, x + first * layout.in_h * layout.in_w, layout, decode, vectors);
   }
 }
@@ -278,15 +279,15 @@ void launch_col2im(const TC* columns, T* x, const Im2colLayout& layout) {
       return;
     }
   }
-  col2im_kernel<TC, T><<<grid_for(positions, planes), kColumnThreads>>>(
+  col2im_kernel<TC, T><<<grid_for(positions, planes), kColumnThreads, 0, current_stream()>>>(
       columns, x, layout, FastDivider(static_cast<uint32_t>(layout.in_w)));
 }
 
 void launch_sum_partials(const float* partials, int64_t count, int64_t rows, int64_t cols, int64_t cols_padded,
                          float* out, bool accumulate) {
   if (rows * cols == 0) return;
-  sum_partials_kernel<<<blocks_for(rows * cols), kThreadsPerBlock>>>(partials, count, rows, cols, cols_padded, out,
-                                                                     accumulate);
+  sum_partials_kernel<<<blocks_for(rows * cols), kThreadsPerBlock, 0, current_stream()>>>(partials, count, rows, cols,
+                                                                                          cols_padded, out, accumulate);
 }
 
 bool launch_batched_transpose(const void* src, void* dst, int64_t batches, int64_t rows, int64_t cols,
@@ -307,15 +308,15 @@ bool launch_batched_transpose(const void* src, void* dst, int64_t batches, int64
   const int st = static_cast<int>(stride);
   switch (element_bytes) {
     case 2:
-      batched_transpose_kernel<uint16_t><<<blocks, kThreadsPerBlock, shared_bytes>>>(
+      batched_transpose_kernel<uint16_t><<<blocks, kThreadsPerBlock, shared_bytes, current_stream()>>>(
           static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), batches, by_rows, by_cols, st);
       break;
     case 4:
-      batched_transpose_kernel<uint32_t><<<blocks, kThreadsPerBlock, shared_bytes>>>(
+      batched_transpose_kernel<uint32_t><<<blocks, kThreadsPerBlock, shared_bytes, current_stream()>>>(
           static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst), batches, by_rows, by_cols, st);
       break;
     default:
-      batched_transpose_kernel<uint64_t><<<blocks, kThreadsPerBlock, shared_bytes>>>(
+      batched_transpose_kernel<uint64_t><<<blocks, kThreadsPerBlock, shared_bytes, current_stream()>>>(
           static_cast<const uint64_t*>(src), static_cast<uint64_t*>(dst), batches, by_rows, by_cols, st);
   }
   return true;

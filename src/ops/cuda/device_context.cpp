@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/current_stream.h"
 
 namespace opsnn::cuda {
 namespace {
@@ -34,7 +35,15 @@ LibraryHandles& handles_for(int index) {
   if (!slot) {
     auto created = std::make_unique<LibraryHandles>();
     OPSNN_CUBLAS_CHECK(cublasCreate(&created->cublas));
+    // cuBLAS's own workspace pool may allocate inside a graph capture; a buffer of the size cuBLAS
+    // recommends (32 MiB from Hopper on, 4 MiB before) is given instead, once, and again after every
+    // stream change (cublasSetStream resets it). Never freed, like the handles.
+    int major = 0;
+    OPSNN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index));
+    created->cublas_workspace_bytes = (major >= 9 ? size_t{32} : size_t{4}) << 20;
+    OPSNN_CUDA_CHECK(cudaMalloc(&created->cublas_workspace, created->cublas_workspace_bytes));
     OPSNN_CUBLAS_CHECK(cublasSetStream(created->cublas, nullptr));
+    OPSNN_CUBLAS_CHECK(cublasSetWorkspace(created->cublas, created->cublas_workspace, created->cublas_workspace_bytes));
     // Default math: no TF32 tensor ops for f32 GEMMs through cublasSgemm, so they keep full f32 products
     // and match the CPU to rounding; the tf32 setting asks for TF32 per call (gemm.cpp).
     OPSNN_CUBLAS_CHECK(cublasSetMathMode(created->cublas, CUBLAS_DEFAULT_MATH));
@@ -43,7 +52,15 @@ LibraryHandles& handles_for(int index) {
     OPSNN_CUDNN_CHECK(cudnnSetStream(created->cudnn, nullptr));
     slot = std::move(created);
   }
-  return *slot;
+  LibraryHandles& library = *slot;
+  const cudaStream_t stream = current_stream();
+  if (library.stream != stream) {  // a capture began or ended on this thread
+    OPSNN_CUBLAS_CHECK(cublasSetStream(library.cublas, stream));
+    OPSNN_CUBLAS_CHECK(cublasSetWorkspace(library.cublas, library.cublas_workspace, library.cublas_workspace_bytes));
+    OPSNN_CUDNN_CHECK(cudnnSetStream(library.cudnn, stream));
+    library.stream = stream;
+  }
+  return library;
 }
 
 void require_f32(const Tensor& t, const char* kernel) {

@@ -1,5 +1,5 @@
 // Per-device state of the CUDA compute backend: the cuBLAS and cuDNN handles (created once per device,
-// lazily, bound to the legacy default stream, with TF32 tensor-op math off so f32 results match the
+// lazily, bound to the thread's current stream, with TF32 tensor-op math off so f32 results match the
 // CPU), and the checks every CUDA Backend method starts with.
 #pragma once
 
@@ -14,9 +14,13 @@ namespace opsnn::cuda {
 struct LibraryHandles {
   cublasHandle_t cublas = nullptr;
   cudnnHandle_t cudnn = nullptr;
+  void* cublas_workspace = nullptr;  // cuBLAS's workspace, ours (cublasSetWorkspace)
+  size_t cublas_workspace_bytes = 0;
+  cudaStream_t stream = nullptr;  // the stream both handles are bound to
 };
 
-// The handles of device `index`; the caller has made that device current (DeviceGuard).
+// The handles of device `index`, bound to the thread's current stream (core/cuda/current_stream.h); the
+// caller has made that device current (DeviceGuard).
 LibraryHandles& handles_for(int index);
 
 // Throws TypeError unless t is f32 (the loss and embedding kernels, which mixed precision keeps in f32).

@@ -3,6 +3,7 @@
 // rounding on the store). The contiguous cases run through launch_map (16-byte vector steps, core/cuda/vectorized.cuh).
 // The CPU twins are in src/ops/cpu/elementwise.cpp.
 #include "core/cuda/conversions.cuh"
+#include "core/cuda/current_stream.h"
 #include "core/cuda/vectorized.cuh"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/launch_support.cuh"
@@ -82,9 +83,9 @@ void launch_binary_typed(const T* a, const T* b, T* out, const BinaryLayout& lay
   // Both operands contiguous with out's shape (the residual add): vector steps, no index arithmetic.
   const bool dense = layout.dim == 1 && layout.a_strides[0] == 1 && layout.b_strides[0] == 1;
   if (dense)
-    launch_map(BinaryOp<kKind>{}, count, nullptr, out, a, b);
+    launch_map(BinaryOp<kKind>{}, count, current_stream(), out, a, b);
   else
-    binary_kernel<kKind, T><<<blocks_for(count), kThreadsPerBlock>>>(a, b, out, layout, count);
+    binary_kernel<kKind, T><<<blocks_for(count), kThreadsPerBlock, 0, current_stream()>>>(a, b, out, layout, count);
 }
 
 }  // namespace
@@ -110,22 +111,22 @@ void launch_binary(BinaryKind kind, const T* a, const T* b, T* out, const Binary
 
 template <typename T>
 void launch_affine(const T* x, float scale, float shift, T* out, int64_t count) {
-  launch_map(AffineOp{scale, shift}, count, nullptr, out, x);
+  launch_map(AffineOp{scale, shift}, count, current_stream(), out, x);
 }
 
 template <typename T>
 void launch_relu(const T* x, T* out, int64_t count) {
-  launch_map(ReluOp{}, count, nullptr, out, x);
+  launch_map(ReluOp{}, count, current_stream(), out, x);
 }
 
 template <typename T>
 void launch_relu_backward(const T* grad_out, const T* x, T* grad_in, int64_t count) {
-  launch_map(ReluBackwardOp{}, count, nullptr, grad_in, grad_out, x);
+  launch_map(ReluBackwardOp{}, count, current_stream(), grad_in, grad_out, x);
 }
 
 template <typename T>
 void launch_add_relu(const T* a, const T* b, T* out, int64_t count) {
-  launch_map(AddReluOp{}, count, nullptr, out, a, b);
+  launch_map(AddReluOp{}, count, current_stream(), out, a, b);
 }
 
 #define OPSNN_INSTANTIATE_ELEMENTWISE(T)                                                            \

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/current_stream.h"
 #include "core/cuda/device_guard.h"
 #include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/device_context.h"
@@ -33,7 +34,7 @@ void CudaBackend::gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool 
   cuda::DeviceGuard guard(out.device().index);
   if (inner_a == 0) {  // an empty sum: out = beta * out, never reading out when beta is 0
     if (beta == 0.0)
-      OPSNN_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, out.nbytes(), nullptr));
+      OPSNN_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, out.nbytes(), cuda::current_stream()));
     else
       cuda::dispatch_floating(out.dtype(), "gemm", [&](auto tag) {
         using T = decltype(tag);

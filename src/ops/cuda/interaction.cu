@@ -4,6 +4,7 @@
 // (sample, feature, component), no atomics.
 #include <cmath>
 
+#include "core/cuda/current_stream.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/launch_support.cuh"
 
@@ -58,15 +59,15 @@ __global__ void dot_interaction_backward_kernel(const float* grad_out, const flo
 void launch_dot_interaction_forward(const float* x, float* out, int64_t batch, int64_t features, int64_t width) {
   const int64_t pairs = features * (features - 1) / 2;
   if (batch * pairs == 0) return;
-  dot_interaction_forward_kernel<<<blocks_for(batch * pairs), kThreadsPerBlock>>>(x, out, batch, features, width,
-                                                                                  pairs);
+  dot_interaction_forward_kernel<<<blocks_for(batch * pairs), kThreadsPerBlock, 0, current_stream()>>>(
+      x, out, batch, features, width, pairs);
 }
 
 void launch_dot_interaction_backward(const float* grad_out, const float* x, float* grad_x, int64_t batch,
                                      int64_t features, int64_t width) {
   const int64_t pairs = features * (features - 1) / 2;
   if (batch * features * width == 0) return;
-  dot_interaction_backward_kernel<<<blocks_for(batch * features * width), kThreadsPerBlock>>>(
+  dot_interaction_backward_kernel<<<blocks_for(batch * features * width), kThreadsPerBlock, 0, current_stream()>>>(
       grad_out, x, grad_x, batch, features, width, pairs);
 }
 

@@ -3,6 +3,7 @@
 // (src/ops/cpu/loss.cpp); the loss sums its rows in a fixed order in one block, so it is reproducible.
 #include <cmath>
 
+#include "core/cuda/current_stream.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/launch_support.cuh"
 
@@ -77,28 +78,29 @@ unsigned row_blocks(int64_t rows) { return static_cast<unsigned>(rows < 65535 * 
 
 void launch_log_softmax_forward(const float* logits, float* out, int64_t rows, int64_t classes) {
   if (rows == 0 || classes == 0) return;
-  log_softmax_forward_kernel<<<row_blocks(rows), kRowThreads>>>(logits, out, rows, classes);
+  log_softmax_forward_kernel<<<row_blocks(rows), kRowThreads, 0, current_stream()>>>(logits, out, rows, classes);
 }
 
 void launch_log_softmax_backward(const float* grad_out, const float* out, float* grad_logits, int64_t rows,
                                  int64_t classes) {
   if (rows == 0 || classes == 0) return;
-  log_softmax_backward_kernel<<<row_blocks(rows), kRowThreads>>>(grad_out, out, grad_logits, rows, classes);
+  log_softmax_backward_kernel<<<row_blocks(rows), kRowThreads, 0, current_stream()>>>(grad_out, out, grad_logits, rows,
+                                                                                      classes);
 }
 
 void launch_nll_loss_forward(const float* log_probs, const int64_t* target, double label_smoothing, float* out,
                              int64_t rows, int64_t classes) {
   if (rows == 0) return;
-  nll_loss_forward_kernel<<<1, kLossThreads>>>(log_probs, target, 1.0 - label_smoothing,
-                                               label_smoothing / static_cast<double>(classes), out, rows, classes);
+  nll_loss_forward_kernel<<<1, kLossThreads, 0, current_stream()>>>(
+      log_probs, target, 1.0 - label_smoothing, label_smoothing / static_cast<double>(classes), out, rows, classes);
 }
 
 void launch_nll_loss_backward(float uniform_grad, float target_grad, const int64_t* target, float* grad, int64_t rows,
                               int64_t classes) {
   const int64_t total = rows * classes;
   if (total == 0) return;
-  nll_loss_backward_kernel<<<blocks_for(total), kThreadsPerBlock>>>(uniform_grad, target_grad, target, grad, rows,
-                                                                    classes);
+  nll_loss_backward_kernel<<<blocks_for(total), kThreadsPerBlock, 0, current_stream()>>>(uniform_grad, target_grad,
+                                                                                         target, grad, rows, classes);
 }
 
 }  // namespace opsnn::cuda

@@ -39,6 +39,7 @@
 #include <type_traits>
 
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/current_stream.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/launch_support.cuh"
 #include "ops/cuda/norm_rows.h"
@@ -558,17 +559,17 @@ void launch_normalize(const T* x, const T* residual, const float4* residual_coef
     unsigned blocks = 0;
     const MapGeometry geometry = map_geometry<V>(layout, blocks);
     if (residual != nullptr && residual_coefficients != nullptr)
-      normalize_kernel<T, V, true, Residual::normalized>
-          <<<blocks, kMapThreads>>>(x, residual, out, coefficients, residual_coefficients, geometry);
+      normalize_kernel<T, V, true, Residual::normalized><<<blocks, kMapThreads, 0, current_stream()>>>(
+          x, residual, out, coefficients, residual_coefficients, geometry);
     else if (residual != nullptr)
       normalize_kernel<T, V, true, Residual::given>
-          <<<blocks, kMapThreads>>>(x, residual, out, coefficients, nullptr, geometry);
+          <<<blocks, kMapThreads, 0, current_stream()>>>(x, residual, out, coefficients, nullptr, geometry);
     else if (relu)
       normalize_kernel<T, V, true, Residual::none>
-          <<<blocks, kMapThreads>>>(x, residual, out, coefficients, nullptr, geometry);
+          <<<blocks, kMapThreads, 0, current_stream()>>>(x, residual, out, coefficients, nullptr, geometry);
     else
       normalize_kernel<T, V, false, Residual::none>
-          <<<blocks, kMapThreads>>>(x, residual, out, coefficients, nullptr, geometry);
+          <<<blocks, kMapThreads, 0, current_stream()>>>(x, residual, out, coefficients, nullptr, geometry);
   });
 }
 
@@ -586,8 +587,8 @@ void launch_backward_passes_input(const T* grad_out, const T* relu_output, const
     constexpr int V = decltype(width)::value;
     unsigned blocks = 0;
     const MapGeometry geometry = map_geometry<V>(layout, blocks);
-    grad_input_kernel<T, V, M><<<blocks, kMapThreads>>>(grad_out, relu_output, x, grad_input, space.coefficients,
-                                                        mask_coefficients, geometry);
+    grad_input_kernel<T, V, M><<<blocks, kMapThreads, 0, current_stream()>>>(
+        grad_out, relu_output, x, grad_input, space.coefficients, mask_coefficients, geometry);
   });
 }
 
@@ -605,11 +606,11 @@ void launch_backward_passes(const T* grad_out, const T* relu_output, const T* x,
     // A null relu_output (or masked_grad) passes the alignment tests.
     with_width<kVectorWidth<T>>(reduce_width<T>(layout, {grad_out, relu_output, x, masked_grad}), [&](auto width) {
       constexpr int V = decltype(width)::value;
-      gradient_sums_kernel<T, V, M, kStore><<<split_grid(layout, splits), kReduceThreads>>>(
+      gradient_sums_kernel<T, V, M, kStore><<<split_grid(layout, splits), kReduceThreads, 0, current_stream()>>>(
           grad_out, relu_output, x, forward, split_geometry(layout, V, splits), partials, masked_grad);
     });
   }
-  finalize_backward_kernel<<<finalize_blocks(layout.channels), kFinalizeThreads>>>(
+  finalize_backward_kernel<<<finalize_blocks(layout.channels), kFinalizeThreads, 0, current_stream()>>>(
       partials, splits, layout.channels, static_cast<double>(layout.batch * layout.inner), forward, grad_gamma,
       grad_beta, accumulate, space.coefficients, M == Mask::recomputed ? space.second_coefficients : nullptr);
   if constexpr (kStore)
@@ -641,12 +642,12 @@ void launch_batch_norm_forward_train(const T* x, const float* gamma, const float
   } else {
     with_width<kVectorWidth<T>>(reduce_width<T>(layout, {x}), [&](auto width) {
       constexpr int V = decltype(width)::value;
-      moments_kernel<T, V>
-          <<<split_grid(layout, splits), kReduceThreads>>>(x, split_geometry(layout, V, splits), partials);
+      moments_kernel<T, V><<<split_grid(layout, splits), kReduceThreads, 0, current_stream()>>>(
+          x, split_geometry(layout, V, splits), partials);
     });
   }
   const bool normalized_residual = residual != nullptr && residual_norm != nullptr;
-  finalize_forward_kernel<<<finalize_blocks(layout.channels), kFinalizeThreads>>>(
+  finalize_forward_kernel<<<finalize_blocks(layout.channels), kFinalizeThreads, 0, current_stream()>>>(
       partials, splits, layout.channels, gamma, beta, running_mean, running_var, momentum, eps, save_mean, save_invstd,
       space.coefficients, normalized_residual ? *residual_norm : NormalizeInputs{},
       normalized_residual ? space.second_coefficients : nullptr);
@@ -661,8 +662,8 @@ void launch_batch_norm_forward_eval(const T* x, const float* gamma, const float*
                                     const ChannelLayout& layout, void* workspace) {
   if (layout.channels == 0 || layout.batch * layout.inner == 0) return;
   const Workspace space = carve(workspace, layout);
-  eval_coefficients_kernel<<<blocks_for(layout.channels), kThreadsPerBlock>>>(gamma, beta, running_mean, running_var,
-                                                                              eps, layout.channels, space.coefficients);
+  eval_coefficients_kernel<<<blocks_for(layout.channels), kThreadsPerBlock, 0, current_stream()>>>(
+      gamma, beta, running_mean, running_var, eps, layout.channels, space.coefficients);
   launch_normalize(x, residual, static_cast<const float4*>(nullptr), out, space.coefficients, layout, relu);
 }
 

@@ -16,6 +16,7 @@
 // split count depends only on the shape and the device, so equal inputs give bit-identical results.
 #include <algorithm>
 
+#include "core/cuda/current_stream.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/norm_rows.h"
 
@@ -338,7 +339,7 @@ void launch_row_moments(const T* x, int64_t rows, int64_t channels, int64_t spli
   with_width<kVectorWidth<T>>(row_width<T>(channels, {x}), [&](auto width) {
     constexpr int V = decltype(width)::value;
     const RowBlock block = row_block(channels, V);
-    row_moments_kernel<T, V><<<reduce_grid(block, splits), dim3(block.across, block.down)>>>(
+    row_moments_kernel<T, V><<<reduce_grid(block, splits), dim3(block.across, block.down), 0, current_stream()>>>(
         x, rows, block.units, ceil_div(rows, splits), partials);
   });
 }
@@ -352,17 +353,17 @@ void launch_row_gradient_sums(const T* grad_out, const T* relu_output, const T* 
     const dim3 grid = reduce_grid(block, splits), threads(block.across, block.down);
     const int64_t chunk = ceil_div(rows, splits);
     if (relu_output != nullptr && masked_out != nullptr)
-      row_gradient_sums_kernel<T, V, Mask::stored, true>
-          <<<grid, threads>>>(grad_out, relu_output, x, forward, rows, block.units, chunk, partials, masked_out);
+      row_gradient_sums_kernel<T, V, Mask::stored, true><<<grid, threads, 0, current_stream()>>>(
+          grad_out, relu_output, x, forward, rows, block.units, chunk, partials, masked_out);
     else if (relu_output != nullptr)
-      row_gradient_sums_kernel<T, V, Mask::stored, false>
-          <<<grid, threads>>>(grad_out, relu_output, x, forward, rows, block.units, chunk, partials, nullptr);
+      row_gradient_sums_kernel<T, V, Mask::stored, false><<<grid, threads, 0, current_stream()>>>(
+          grad_out, relu_output, x, forward, rows, block.units, chunk, partials, nullptr);
     else if (forward.beta != nullptr)
-      row_gradient_sums_kernel<T, V, Mask::recomputed, false>
-          <<<grid, threads>>>(grad_out, nullptr, x, forward, rows, block.units, chunk, partials, nullptr);
+      row_gradient_sums_kernel<T, V, Mask::recomputed, false><<<grid, threads, 0, current_stream()>>>(
+          grad_out, nullptr, x, forward, rows, block.units, chunk, partials, nullptr);
     else
-      row_gradient_sums_kernel<T, V, Mask::none, false>
-          <<<grid, threads>>>(grad_out, nullptr, x, forward, rows, block.units, chunk, partials, nullptr);
+      row_gradient_sums_kernel<T, V, Mask::none, false><<<grid, threads, 0, current_stream()>>>(
+          grad_out, nullptr, x, forward, rows, block.units, chunk, partials, nullptr);
   });
 }
 
@@ -374,17 +375,17 @@ void launch_row_normalize(const T* x, const T* residual, const float4* residual_
     const RowBlock block = row_block(channels, V);
     const dim3 grid = map_grid(block, rows), threads(block.across, block.down);
     if (residual != nullptr && residual_coefficients != nullptr)
-      row_normalize_kernel<T, V, true, Residual::normalized>
-          <<<grid, threads>>>(x, residual, out, coefficients, residual_coefficients, rows, block.units);
+      row_normalize_kernel<T, V, true, Residual::normalized><<<grid, threads, 0, current_stream()>>>(
+          x, residual, out, coefficients, residual_coefficients, rows, block.units);
     else if (residual != nullptr)
       row_normalize_kernel<T, V, true, Residual::given>
-          <<<grid, threads>>>(x, residual, out, coefficients, nullptr, rows, block.units);
+          <<<grid, threads, 0, current_stream()>>>(x, residual, out, coefficients, nullptr, rows, block.units);
     else if (relu)
       row_normalize_kernel<T, V, true, Residual::none>
-          <<<grid, threads>>>(x, residual, out, coefficients, nullptr, rows, block.units);
+          <<<grid, threads, 0, current_stream()>>>(x, residual, out, coefficients, nullptr, rows, block.units);
     else
       row_normalize_kernel<T, V, false, Residual::none>
-          <<<grid, threads>>>(x, residual, out, coefficients, nullptr, rows, block.units);
+          <<<grid, threads, 0, current_stream()>>>(x, residual, out, coefficients, nullptr, rows, block.units);
   });
 }
 
@@ -397,14 +398,14 @@ void launch_row_grad_input(const T* grad_out, const T* relu_output, const T* x, 
     const RowBlock block = row_block(channels, V);
     const dim3 grid = map_grid(block, rows), threads(block.across, block.down);
     if (relu_output != nullptr)
-      row_grad_input_kernel<T, V, Mask::stored>
-          <<<grid, threads>>>(grad_out, relu_output, x, grad_input, coefficients, nullptr, rows, block.units);
+      row_grad_input_kernel<T, V, Mask::stored><<<grid, threads, 0, current_stream()>>>(
+          grad_out, relu_output, x, grad_input, coefficients, nullptr, rows, block.units);
     else if (mask_coefficients != nullptr)
-      row_grad_input_kernel<T, V, Mask::recomputed>
-          <<<grid, threads>>>(grad_out, nullptr, x, grad_input, coefficients, mask_coefficients, rows, block.units);
+      row_grad_input_kernel<T, V, Mask::recomputed><<<grid, threads, 0, current_stream()>>>(
+          grad_out, nullptr, x, grad_input, coefficients, mask_coefficients, rows, block.units);
     else
-      row_grad_input_kernel<T, V, Mask::none>
-          <<<grid, threads>>>(grad_out, nullptr, x, grad_input, coefficients, nullptr, rows, block.units);
+      row_grad_input_kernel<T, V, Mask::none><<<grid, threads, 0, current_stream()>>>(
+          grad_out, nullptr, x, grad_input, coefficients, nullptr, rows, block.units);
   });
 }
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/current_stream.h"
 #include "core/cuda/fast_divide.h"
 #include "core/cuda/vectorized.cuh"
 #include "ops/cuda/kernels.h"
@@ -317,11 +318,14 @@ void launch_max_pool_forward(const T* x, T* out, int32_t* indices, const PoolLay
     const unsigned blocks =
         std::min(blocks_for(total, kPoolThreads), resident_grid<max_forward_kernel<T, 3>>(total, kPoolThreads));
     if (square && layout.kernel_h == 3)
-      max_forward_kernel<T, 3><<<blocks, kPoolThreads>>>(in, run_out, run_indices, geometry, decode, total);
+      max_forward_kernel<T, 3>
+          <<<blocks, kPoolThreads, 0, current_stream()>>>(in, run_out, run_indices, geometry, decode, total);
     else if (square && layout.kernel_h == 2)
-      max_forward_kernel<T, 2><<<blocks, kPoolThreads>>>(in, run_out, run_indices, geometry, decode, total);
+      max_forward_kernel<T, 2>
+          <<<blocks, kPoolThreads, 0, current_stream()>>>(in, run_out, run_indices, geometry, decode, total);
     else
-      max_forward_kernel<T, 0><<<blocks, kPoolThreads>>>(in, run_out, run_indices, geometry, decode, total);
+      max_forward_kernel<T, 0>
+          <<<blocks, kPoolThreads, 0, current_stream()>>>(in, run_out, run_indices, geometry, decode, total);
   });
 }
 
@@ -338,17 +342,17 @@ void launch_max_pool_backward(const T* grad_out, const int32_t* indices, T* grad
     over_plane_runs(layout.planes, blocks_h * blocks_w, "max_pool2d_backward", [&](int64_t first, uint32_t total) {
       const unsigned blocks =
           std::min(blocks_for(total, kPoolThreads), resident_grid<max_backward_stride2_kernel<T>>(total, kPoolThreads));
-      max_backward_stride2_kernel<T><<<blocks, kPoolThreads>>>(grad_out + first * out_plane,
-                                                               indices + first * out_plane,
-                                                               grad_input + first * in_plane, geometry, decode, total);
+      max_backward_stride2_kernel<T>
+          <<<blocks, kPoolThreads, 0, current_stream()>>>(grad_out + first * out_plane, indices + first * out_plane,
+                                                          grad_input + first * in_plane, geometry, decode, total);
     });
     return;
   }
   const PositionDecoder decode(in_plane, layout.in_w);
   over_plane_runs(layout.planes, in_plane, "max_pool2d_backward", [&](int64_t first, uint32_t total) {
     const MaxShare<T> share{grad_out + first * out_plane, indices + first * out_plane};
-    gather_backward_kernel<<<blocks_for(total, kPoolThreads), kPoolThreads>>>(grad_input + first * in_plane, geometry,
-                                                                              decode, total, share);
+    gather_backward_kernel<<<blocks_for(total, kPoolThreads), kPoolThreads, 0, current_stream()>>>(
+        grad_input + first * in_plane, geometry, decode, total, share);
   });
 }
 
@@ -360,7 +364,7 @@ void launch_avg_pool_forward(const T* x, T* out, const PoolLayout& layout) {
   const Geometry32 geometry(layout);
   const PositionDecoder decode(out_plane, layout.out_w);
   over_plane_runs(layout.planes, out_plane, "avg_pool2d_forward", [&](int64_t first, uint32_t total) {
-    avg_forward_kernel<T><<<blocks_for(total, kPoolThreads), kPoolThreads>>>(
+    avg_forward_kernel<T><<<blocks_for(total, kPoolThreads), kPoolThreads, 0, current_stream()>>>(
         x + first * in_plane, out + first * out_plane, geometry, decode, total);
   });
 }
@@ -372,8 +376,8 @@ void launch_avg_pool_backward(const T* grad_out, T* grad_input, const PoolLayout
   const PositionDecoder decode(in_plane, layout.in_w);
   over_plane_runs(layout.planes, in_plane, "avg_pool2d_backward", [&](int64_t first, uint32_t total) {
     const AverageShare<T> share{grad_out + first * out_plane};
-    gather_backward_kernel<<<blocks_for(total, kPoolThreads), kPoolThreads>>>(grad_input + first * in_plane, geometry,
-                                                                              decode, total, share);
+    gather_backward_kernel<<<blocks_for(total, kPoolThreads), kPoolThreads, 0, current_stream()>>>(
+        grad_input + first * in_plane, geometry, decode, total, share);
   });
 }
 

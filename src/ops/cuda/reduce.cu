@@ -2,6 +2,7 @@
 // thread, or one block with a fixed reduction tree, per output), so results are reproducible run to
 // run; the result is rounded once to the storage type (f32, f16 or bf16). The CPU twin is
 // src/ops/cpu/reduce.cpp.
+#include "core/cuda/current_stream.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/launch_support.cuh"
 
@@ -54,10 +55,12 @@ template <typename T>
 void launch_sum(const T* x, T* out, const ReduceLayout& layout, int64_t out_count, int64_t reduced_count) {
   if (out_count == 0) return;
   if (reduced_count <= kThreadPerOutputMaxTerms) {
-    sum_thread_per_output_kernel<<<blocks_for(out_count), kThreadsPerBlock>>>(x, out, layout, out_count, reduced_count);
+    sum_thread_per_output_kernel<<<blocks_for(out_count), kThreadsPerBlock, 0, current_stream()>>>(
+        x, out, layout, out_count, reduced_count);
   } else {
     const unsigned blocks = static_cast<unsigned>(out_count < 65535 * 8 ? out_count : 65535 * 8);
-    sum_block_per_output_kernel<<<blocks, kThreadsPerBlock>>>(x, out, layout, out_count, reduced_count);
+    sum_block_per_output_kernel<<<blocks, kThreadsPerBlock, 0, current_stream()>>>(x, out, layout, out_count,
+                                                                                   reduced_count);
   }
 }
 

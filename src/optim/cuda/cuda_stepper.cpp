@@ -1,5 +1,6 @@
 // The CUDA DeviceStepper: owns the device tables and scratch of one optimizer's fused step and enqueues
-// the fused step pipeline (src/optim/README.md) on the default stream (or, while capturing, on a private stream):
+// the fused step pipeline (src/optim/README.md) on the thread's current stream (or on a private one while
+// capture() records):
 //   two-pass: grad sums of squares -> segment sums -> prologue (norm, clip, skip, schedule, scaler)
 //             -> update -> epilogue (parameter check)
 //   single pass (no clipping, no loss scaling, on_nonfinite = warn): prologue -> update with the gradient
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/current_stream.h"
 #include "core/cuda/device_guard.h"
 #include "core/cuda/multiprocessors.h"
 #include "opsnn/core/error.h"
@@ -244,7 +246,7 @@ class CudaStepper final : public DeviceStepper {
                   sparse_sums->size(), " values for ", buffers_.segment_count, " segments");
       std::copy(sparse_sums->begin(), sparse_sums->end(), pinned_sparse_.get());
       OPSNN_CUDA_CHECK(cudaMemcpyAsync(sparse_sums_device_, pinned_sparse_.get(), sparse_sums->size() * sizeof(double),
-                                       cudaMemcpyHostToDevice, stream_));
+                                       cudaMemcpyHostToDevice, stream()));
       buffers_.sparse_sums = sparse_sums_device_;
     }
     enqueue_step();
@@ -284,8 +286,8 @@ class CudaStepper final : public DeviceStepper {
     CurrentDevice guard(device_.index);
     // One copy: the state and the report lie side by side.
     OPSNN_CUDA_CHECK(
-        cudaMemcpyAsync(pinned_status_.get(), status_->data(), sizeof(StepStatus), cudaMemcpyDeviceToHost, stream_));
-    OPSNN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        cudaMemcpyAsync(pinned_status_.get(), status_->data(), sizeof(StepStatus), cudaMemcpyDeviceToHost, stream()));
+    OPSNN_CUDA_CHECK(cudaStreamSynchronize(stream()));
     state = pinned_status_[0].state;
     report = pinned_status_[0].report;
   }
@@ -349,7 +351,7 @@ class CudaStepper final : public DeviceStepper {
  private:
   // The step's kernels, with buffers_.sparse_sums / sparse_stats set by the enqueue() that calls it.
   void enqueue_step() {
-    cudaStream_t stream = stream_;
+    const cudaStream_t stream = this->stream();
     const FusedBuffers& b = buffers_;
     const StepConstants& k = constants_;
     auto update = [&](bool with_stats) {
@@ -401,6 +403,9 @@ class CudaStepper final : public DeviceStepper {
     launch_lamb(phase, constants_, false, stream);
   }
 
+  // Where the step's work goes: the private stream while capture() records, else the thread's current one.
+  cudaStream_t stream() const { return stream_ != nullptr ? stream_ : ::opsnn::cuda::current_stream(); }
+
   std::unique_ptr<Storage> allocate(size_t bytes) {
     return std::make_unique<Storage>(std::max<size_t>(bytes, 16), device_);
   }
@@ -420,7 +425,7 @@ class CudaStepper final : public DeviceStepper {
   std::unique_ptr<StepStatus[], PinnedDeleter<StepStatus>> pinned_status_;
   std::unique_ptr<double[], PinnedDeleter<double>> pinned_sparse_;
   std::vector<int32_t> tile_first_, tile_count_;
-  cudaStream_t stream_ = nullptr;  // the legacy default stream, except while capturing
+  cudaStream_t stream_ = nullptr;  // set while capture() records
 };
 
 std::unique_ptr<DeviceStepper> make_cuda_stepper(Device device, const StepConstants& constants,

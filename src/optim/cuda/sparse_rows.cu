@@ -11,6 +11,7 @@
 #include <cub/device/device_select.cuh>
 
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/current_stream.h"
 #include "opsnn/core/error.h"
 #include "optim/cuda/sparse_rows_kernels.h"
 
@@ -456,53 +457,57 @@ void with_state_type(DType dtype, Fn&& fn) {
 namespace {
 // Levels two and three of the sum of squares over the row sums at the start of `squares`.
 void launch_block_squares(int64_t capacity_rows, CoalesceHeader* header, double* squares) {
-  block_squares_kernel<<<blocks_for(capacity_rows / kCoalesceSquaresBlockRows + 1, kWarpsPerBlock), kThreads>>>(
-      squares, header, squares + capacity_rows);
+  block_squares_kernel<<<blocks_for(capacity_rows / kCoalesceSquaresBlockRows + 1, kWarpsPerBlock), kThreads, 0,
+                         ::opsnn::cuda::current_stream()>>>(squares, header, squares + capacity_rows);
   OPSNN_CUDA_CHECK(cudaGetLastError());
 }
 }  // namespace
 
 void launch_clear_row_slots(int* row_slots, int64_t num_rows) {
-  clear_row_slots_kernel<<<blocks_for(num_rows, kThreads), kThreads>>>(row_slots, num_rows);
+  clear_row_slots_kernel<<<blocks_for(num_rows, kThreads), kThreads, 0, ::opsnn::cuda::current_stream()>>>(row_slots,
+                                                                                                           num_rows);
   OPSNN_CUDA_CHECK(cudaGetLastError());
 }
 
-void launch_coalesce_begin(CoalesceHeader* header) { coalesce_begin_kernel<<<1, 1>>>(header); }
+void launch_coalesce_begin(CoalesceHeader* header) {
+  coalesce_begin_kernel<<<1, 1, 0, ::opsnn::cuda::current_stream()>>>(header);
+}
 
 void launch_claim_rows(const int64_t* indices, int64_t count, int64_t position_base, int64_t num_rows, int* row_slots,
                        int64_t* unique_rows, CoalesceHeader* header) {
   if (count == 0) return;
-  claim_rows_kernel<<<blocks_for(count, kThreads), kThreads>>>(indices, count, position_base, num_rows, row_slots,
-                                                               unique_rows, header);
+  claim_rows_kernel<<<blocks_for(count, kThreads), kThreads, 0, ::opsnn::cuda::current_stream()>>>(
+      indices, count, position_base, num_rows, row_slots, unique_rows, header);
   OPSNN_CUDA_CHECK(cudaGetLastError());
 }
 
 void launch_assign_slots(const int64_t* unique_rows, const CoalesceHeader* header, int64_t capacity_rows, int64_t width,
                          int* row_slots, float* values) {
-  assign_slots_kernel<<<blocks_for(capacity_rows * width, kThreads), kThreads>>>(unique_rows, header, width, row_slots,
-                                                                                 values);
+  assign_slots_kernel<<<blocks_for(capacity_rows * width, kThreads), kThreads, 0, ::opsnn::cuda::current_stream()>>>(
+      unique_rows, header, width, row_slots, values);
   OPSNN_CUDA_CHECK(cudaGetLastError());
 }
 
 void launch_scatter_rows(const int64_t* indices, const float* rows, int64_t count, int64_t width, int64_t num_rows,
                          const int* row_slots, float* values) {
   if (count == 0) return;
-  scatter_rows_kernel<<<blocks_for(count * width, kThreads), kThreads>>>(indices, rows, count, width, num_rows,
-                                                                         row_slots, values);
+  scatter_rows_kernel<<<blocks_for(count * width, kThreads), kThreads, 0, ::opsnn::cuda::current_stream()>>>(
+      indices, rows, count, width, num_rows, row_slots, values);
   OPSNN_CUDA_CHECK(cudaGetLastError());
 }
 
 void launch_finalize_rows(const int64_t* unique_rows, CoalesceHeader* header, int64_t capacity_rows, int64_t width,
                           float scale, float* values, int* row_slots, double* squares) {
-  finalize_rows_kernel<<<blocks_for(capacity_rows * width, kThreads), kThreads>>>(unique_rows, header, width, scale,
-                                                                                  values, row_slots);
+  finalize_rows_kernel<<<blocks_for(capacity_rows * width, kThreads), kThreads, 0, ::opsnn::cuda::current_stream()>>>(
+      unique_rows, header, width, scale, values, row_slots);
   OPSNN_CUDA_CHECK(cudaGetLastError());
   launch_coalesced_squares(values, capacity_rows, width, header, squares);
 }
 
 void launch_coalesced_squares(const float* values, int64_t capacity_rows, int64_t width, CoalesceHeader* header,
                               double* squares) {
-  row_squares_kernel<<<blocks_for(capacity_rows, kWarpsPerBlock), kThreads>>>(values, width, header, squares);
+  row_squares_kernel<<<blocks_for(capacity_rows, kWarpsPerBlock), kThreads, 0, ::opsnn::cuda::current_stream()>>>(
+      values, width, header, squares);
   OPSNN_CUDA_CHECK(cudaGetLastError());
   launch_block_squares(capacity_rows, header, squares);
 }
@@ -523,7 +528,8 @@ void launch_sorted_coalesce(const int64_t* indices, const float* rows, int64_t t
               " needed");
   carve_scratch(static_cast<char*>(scratch), total, scratch_bytes - fixed, s);
   const int count = static_cast<int>(total);
-  number_occurrences_kernel<<<blocks_for(total, kThreads), kThreads>>>(total, s.positions, header);
+  number_occurrences_kernel<<<blocks_for(total, kThreads), kThreads, 0, ::opsnn::cuda::current_stream()>>>(
+      total, s.positions, header);
   OPSNN_CUDA_CHECK(cudaGetLastError());
   // Radix sort is stable: equal row ids keep their occurrence order. Bits above the table's are all zero
   // for in-range ids (out-of-range ones are reported and their sums never used).
@@ -534,13 +540,13 @@ void launch_sorted_coalesce(const int64_t* indices, const float* rows, int64_t t
   cub_bytes = s.cub_bytes;
   OPSNN_CUDA_CHECK(cub::DeviceSelect::If(s.cub_storage, cub_bytes, thrust::counting_iterator<int>(0), s.run_starts,
                                          &header->row_count, count, RunStart{s.sorted_rows}));
-  sum_sorted_rows_kernel<<<blocks_for(total, kWarpsPerBlock), kThreads>>>(
+  sum_sorted_rows_kernel<<<blocks_for(total, kWarpsPerBlock), kThreads, 0, ::opsnn::cuda::current_stream()>>>(
       s.sorted_rows, s.sorted_positions, s.run_starts, rows, total, num_rows, width, scale, header, unique_rows, values,
       s.hot_rows, squares);
   OPSNN_CUDA_CHECK(cudaGetLastError());
   if (total > kCoalesceHotRowOccurrences) {
     const int hot_blocks = static_cast<int>(std::min<int64_t>(total / kCoalesceHotRowOccurrences + 1, 1024));
-    sum_hot_rows_kernel<<<hot_blocks, dim3(32, kCoalesceSquaresLanes)>>>(
+    sum_hot_rows_kernel<<<hot_blocks, dim3(32, kCoalesceSquaresLanes), 0, ::opsnn::cuda::current_stream()>>>(
         s.sorted_positions, s.run_starts, rows, total, width, scale, header, s.hot_rows, values, squares);
     OPSNN_CUDA_CHECK(cudaGetLastError());
   }
@@ -553,7 +559,7 @@ void launch_sparse_sgd(float* param, void* momentum_buffer, DType state_dtype, u
   const DeviceStepInputs inputs = device != nullptr ? *device : DeviceStepInputs{};
   with_state_type(state_dtype, [&](auto tag) {
     using State = decltype(tag);
-    sparse_sgd_kernel<State><<<blocks_for(row_count, kWarpsPerBlock), kThreads>>>(
+    sparse_sgd_kernel<State><<<blocks_for(row_count, kWarpsPerBlock), kThreads, 0, ::opsnn::cuda::current_stream()>>>(
         param, static_cast<State*>(momentum_buffer), row_initialized, width, rows, grad_rows, row_count, scalars,
         grad_multiplier, inputs);
     OPSNN_CUDA_CHECK(cudaGetLastError());
@@ -566,7 +572,7 @@ void launch_lazy_adam(float* param, void* exp_avg, void* exp_avg_sq, void* max_e
   const DeviceStepInputs inputs = device != nullptr ? *device : DeviceStepInputs{};
   with_state_type(state_dtype, [&](auto tag) {
     using State = decltype(tag);
-    lazy_adam_kernel<State><<<blocks_for(row_count, kWarpsPerBlock), kThreads>>>(
+    lazy_adam_kernel<State><<<blocks_for(row_count, kWarpsPerBlock), kThreads, 0, ::opsnn::cuda::current_stream()>>>(
         param, static_cast<State*>(exp_avg), static_cast<State*>(exp_avg_sq), static_cast<State*>(max_exp_avg_sq),
         width, rows, grad_rows, row_count, scalars, grad_multiplier, inputs);
     OPSNN_CUDA_CHECK(cudaGetLastError());
@@ -581,10 +587,11 @@ void launch_sparse_rule(UpdateRule rule, float* param, void* const* states, DTyp
     using State = decltype(tag);
     State* typed[3] = {static_cast<State*>(states[0]), static_cast<State*>(states[1]), static_cast<State*>(states[2])};
     switch (rule) {
-#define OPSNN_RULE_CASE(name, Rule)                                                                                \
-  case UpdateRule::name:                                                                                           \
-    sparse_rule_kernel<Rule, State><<<blocks_for(row_count, kWarpsPerBlock), kThreads>>>(                          \
-        param, typed[0], typed[1], typed[2], width, rows, grad_rows, row_count, scalars, grad_multiplier, inputs); \
+#define OPSNN_RULE_CASE(name, Rule)                                                                                    \
+  case UpdateRule::name:                                                                                               \
+    sparse_rule_kernel<Rule, State>                                                                                    \
+        <<<blocks_for(row_count, kWarpsPerBlock), kThreads, 0, ::opsnn::cuda::current_stream()>>>(                     \
+            param, typed[0], typed[1], typed[2], width, rows, grad_rows, row_count, scalars, grad_multiplier, inputs); \
     break;
       OPSNN_ELEMENTWISE_RULES(OPSNN_RULE_CASE)
 #undef OPSNN_RULE_CASE

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/current_stream.h"
 #include "optim/cuda/topk_kernels.h"
 
 namespace opsnn::optim::cuda {
@@ -164,15 +165,16 @@ __global__ void send_everything_kernel(float* gradient, float* accumulator, floa
 
 void launch_topk_accumulate(const float* gradient, float* accumulator, float* variance, float* velocity, int64_t n,
                             const TopKAccumulateScalars& scalars) {
-  accumulate_kernel<<<blocks_for(n), kThreads>>>(gradient, accumulator, variance, velocity, n, scalars);
+  accumulate_kernel<<<blocks_for(n), kThreads, 0, ::opsnn::cuda::current_stream()>>>(gradient, accumulator, variance,
+                                                                                     velocity, n, scalars);
   OPSNN_CUDA_CHECK(cudaGetLastError());
 }
 
 void topk_sample_scores(uint64_t seed, int64_t step, int64_t n, int64_t sample_size, const float* accumulator,
                         const float* variance, double* scores) {
   DeviceScratch device_scores(static_cast<size_t>(sample_size) * sizeof(double));
-  sample_scores_kernel<<<blocks_for(sample_size), kThreads>>>(seed, step, n, sample_size, accumulator, variance,
-                                                              device_scores.as<double>());
+  sample_scores_kernel<<<blocks_for(sample_size), kThreads, 0, ::opsnn::cuda::current_stream()>>>(
+      seed, step, n, sample_size, accumulator, variance, device_scores.as<double>());
   OPSNN_CUDA_CHECK(cudaGetLastError());
   OPSNN_CUDA_CHECK(cudaMemcpy(scores, device_scores.as<double>(), static_cast<size_t>(sample_size) * sizeof(double),
                               cudaMemcpyDeviceToHost));
@@ -187,8 +189,8 @@ void topk_count_blocks(const float* accumulator, const float* variance, int64_t 
   DeviceScratch counts(static_cast<size_t>(2 * blocks) * sizeof(unsigned long long));
   unsigned long long* greater = counts.as<unsigned long long>();
   OPSNN_CUDA_CHECK(cudaMemsetAsync(greater, 0, static_cast<size_t>(2 * blocks) * sizeof(unsigned long long), 0));
-  count_kernel<<<dim3(16, static_cast<unsigned>(blocks)), kThreads>>>(accumulator, variance, n, threshold, greater,
-                                                                      greater + blocks);
+  count_kernel<<<dim3(16, static_cast<unsigned>(blocks)), kThreads, 0, ::opsnn::cuda::current_stream()>>>(
+      accumulator, variance, n, threshold, greater, greater + blocks);
   OPSNN_CUDA_CHECK(cudaGetLastError());
   std::vector<unsigned long long> host(static_cast<size_t>(2 * blocks));
   OPSNN_CUDA_CHECK(cudaMemcpy(host.data(), greater, host.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
@@ -205,7 +207,8 @@ void topk_kth_largest(const float* accumulator, const float* variance, int64_t n
                                " elements exceeds the sort's limit of ", INT_MAX));
   const size_t bytes = static_cast<size_t>(n) * sizeof(double);
   DeviceScratch scores(bytes), sorted(bytes);
-  clamped_scores_kernel<<<blocks_for(n), kThreads>>>(accumulator, variance, n, scores.as<double>());
+  clamped_scores_kernel<<<blocks_for(n), kThreads, 0, ::opsnn::cuda::current_stream()>>>(accumulator, variance, n,
+                                                                                         scores.as<double>());
   OPSNN_CUDA_CHECK(cudaGetLastError());
   size_t temp_bytes = 0;
   OPSNN_CUDA_CHECK(cub::DeviceRadixSort::SortKeysDescending(nullptr, temp_bytes, scores.as<double>(),
@@ -224,7 +227,8 @@ int64_t topk_tie_position(const float* accumulator, const float* variance, int64
   DeviceScratch position(sizeof(int64_t));
   const int64_t none = -1;
   OPSNN_CUDA_CHECK(cudaMemcpy(position.as<int64_t>(), &none, sizeof(none), cudaMemcpyHostToDevice));
-  tie_position_kernel<<<1, kScanThreads>>>(accumulator, variance, begin, end, threshold, rank, position.as<int64_t>());
+  tie_position_kernel<<<1, kScanThreads, 0, ::opsnn::cuda::current_stream()>>>(accumulator, variance, begin, end,
+                                                                               threshold, rank, position.as<int64_t>());
   OPSNN_CUDA_CHECK(cudaGetLastError());
   int64_t result = -1;
   OPSNN_CUDA_CHECK(cudaMemcpy(&result, position.as<int64_t>(), sizeof(result), cudaMemcpyDeviceToHost));
@@ -241,7 +245,7 @@ void launch_topk_write_selected(float* gradient, float* accumulator, const float
   DeviceScratch device_first(static_cast<size_t>(blocks) * sizeof(int64_t));
   OPSNN_CUDA_CHECK(cudaMemcpy(device_first.as<int64_t>(), block_first, static_cast<size_t>(blocks) * sizeof(int64_t),
                               cudaMemcpyHostToDevice));
-  write_selected_kernel<<<static_cast<unsigned>(blocks), kScanThreads>>>(
+  write_selected_kernel<<<static_cast<unsigned>(blocks), kScanThreads, 0, ::opsnn::cuda::current_stream()>>>(
       gradient, accumulator, variance, velocity, n, threshold, tie_cutoff, device_first.as<int64_t>(), selected_indices,
       selected_values);
   OPSNN_CUDA_CHECK(cudaGetLastError());
@@ -249,8 +253,8 @@ void launch_topk_write_selected(float* gradient, float* accumulator, const float
 
 void launch_topk_send_everything(float* gradient, float* accumulator, float* velocity, int64_t n,
                                  int64_t* selected_indices, float* selected_values) {
-  send_everything_kernel<<<blocks_for(n), kThreads>>>(gradient, accumulator, velocity, n, selected_indices,
-                                                      selected_values);
+  send_everything_kernel<<<blocks_for(n), kThreads, 0, ::opsnn::cuda::current_stream()>>>(
+      gradient, accumulator, velocity, n, selected_indices, selected_values);
   OPSNN_CUDA_CHECK(cudaGetLastError());
 }
 
