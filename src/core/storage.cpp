@@ -48,6 +48,16 @@ void* DeviceServices::allocate_pinned_host(size_t) {
 }
 void DeviceServices::deallocate_pinned_host(void*) {}  // allocate_pinned_host never succeeded
 
+std::unique_ptr<CapturedGraph> DeviceServices::capture_graph(const std::function<void()>&, int) {
+  throw DeviceError("capture_graph: graphs record CUDA work; this device type has none");
+}
+
+std::unique_ptr<CapturedGraph> capture_graph(Device device, const std::function<void()>& work) {
+  OPSNN_CHECK_AS(UsageError, static_cast<bool>(work), "capture_graph: no work given");
+  OPSNN_CHECK_AS(DeviceError, device_available(device), "capture_graph: device ", device.str(), " is not available");
+  return device_services(device).capture_graph(work, device.index);
+}
+
 // The services that page-lock host memory: those of the GPU backend, when it has a device.
 static DeviceServices* pinned_memory_services() {
   DeviceServices* services = registry().by_type[static_cast<size_t>(DeviceType::cuda)].get();

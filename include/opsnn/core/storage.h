@@ -4,10 +4,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "opsnn/core/device.h"
 #include "opsnn/core/dtype.h"
+#include "opsnn/core/graph.h"
 
 namespace opsnn {
 
@@ -78,6 +80,8 @@ class DeviceServices {
   virtual bool is_page_locked(const void* host_pointer) { return false; }
   // A new copy stream to device `device_index`, or nullptr where copies cannot overlap compute (the CPU).
   virtual std::unique_ptr<CopyStream> make_copy_stream(int device_index) { return nullptr; }
+  // capture_graph (opsnn/core/graph.h) on device `device_index`; the default throws DeviceError.
+  virtual std::unique_ptr<CapturedGraph> capture_graph(const std::function<void()>& work, int device_index);
 };
 
 // Registry: the CPU services are always present; others register when their backend is compiled in.

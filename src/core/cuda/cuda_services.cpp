@@ -1,8 +1,8 @@
 // The CUDA DeviceServices: stream-ordered allocation from each device's default memory pool (with a
 // release threshold so freed memory is reused, not returned to the driver), copies and the primitive
-// kernels of device_kernels.cu, page-locked host memory and copy streams (copy_stream.cpp). All work but
-// a copy stream's goes to the thread's current stream (current_stream.h): the legacy default stream of the
-// current device unless a capture set another.
+// kernels of device_kernels.cu, page-locked host memory, copy streams (copy_stream.cpp) and graph capture
+// (capture.cpp). All work but a copy stream's goes to the thread's current stream (current_stream.h): the
+// legacy default stream of the current device, or a capture's stream.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -11,6 +11,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/cuda/capture.h"
 #include "core/cuda/copy_stream.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/current_stream.h"
@@ -39,11 +40,16 @@ class CudaServices final : public DeviceServices {
       throw OutOfMemoryError(detail::concat("out of GPU memory on cuda:", index, " allocating ", bytes, " bytes (",
                                             cudaGetErrorString(status), ")"));
     }
+    if (cuda::GraphCapture* capture = cuda::active_capture()) capture->allocated(pointer);
     return pointer;
   }
+  // During a capture, a buffer allocated before it is kept by the graph instead (its kernels read it).
   void deallocate(void* pointer, size_t, int index) override {
     DeviceGuard guard(index);
-    cudaFreeAsync(pointer, cuda::current_stream());
+    if (cuda::GraphCapture* capture = cuda::active_capture(); capture != nullptr && !capture->release(pointer)) return;
+    // Cannot fail for a buffer of ours, except one of a failed capture's graph (never launched): the error
+    // is cleared so that no later launch check reports it.
+    if (cudaFreeAsync(pointer, cuda::current_stream()) != cudaSuccess) cudaGetLastError();
   }
   void copy_to_host(void* host_destination, const void* source, size_t bytes, int index) override {
     DeviceGuard guard(index);
@@ -124,6 +130,10 @@ class CudaServices final : public DeviceServices {
     return attributes.type == cudaMemoryTypeHost;
   }
   std::unique_ptr<CopyStream> make_copy_stream(int index) override { return cuda::make_copy_stream(index); }
+  std::unique_ptr<CapturedGraph> capture_graph(const std::function<void()>& work, int index) override {
+    configure_pool(index);
+    return cuda::capture_graph(index, work);
+  }
 
  private:
   void configure_pool(int index) {

@@ -144,12 +144,18 @@ void launch_nll_loss_backward(float uniform_grad, float target_grad, const int64
                               int64_t classes);
 
 // ---- embedding and index checks (embedding.cu) ----
-void launch_embedding_forward(const float* table, const int64_t* indices, float* out, int64_t count, int64_t width);
-// grad_weight[indices[i], :] += grad_out[i, :] with atomics (duplicates accumulate, order unspecified).
+// out[i, :] = table[indices[i], :]; an index outside [0, table_rows) gives a NaN row.
+void launch_embedding_forward(const float* table, const int64_t* indices, float* out, int64_t count, int64_t width,
+                              int64_t table_rows);
+// grad_weight[indices[i], :] += grad_out[i, :] with atomics (duplicates accumulate, order unspecified);
+// an index outside [0, table_rows) adds nothing.
 void launch_embedding_backward(const float* grad_out, const int64_t* indices, float* grad_weight, int64_t count,
-                               int64_t width);
+                               int64_t width, int64_t table_rows);
 // *first_bad = the smallest position i with values[i] outside [0, limit), or UINT64_MAX when none.
 void launch_find_out_of_range(const int64_t* values, int64_t count, int64_t limit, unsigned long long* first_bad);
+// record = {*first_bad, values[*first_bad]} when *first_bad names a position and record[0] is UINT64_MAX
+// (a captured graph's check keeps the first failure of any replay).
+void launch_commit_out_of_range(const int64_t* values, const unsigned long long* first_bad, unsigned long long* record);
 
 // ---- dot interaction over x [batch, features, width] (interaction.cu) ----
 // out [batch, features (features - 1) / 2]: the dot products of the pairs j < i, row by row; grad_x gets

@@ -51,7 +51,10 @@ __global__ void nll_loss_forward_kernel(const float* log_probs, const int64_t* t
   double total = 0.0;
   for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) {
     const float* row = log_probs + i * classes;
-    double loss = -target_weight * static_cast<double>(row[target[i]]);
+    // A target outside [0, classes) reaches a kernel only from a replayed graph, whose check reports it
+    // afterwards (ops.cpp): its row's loss is NaN rather than a read outside the row.
+    const int64_t t = target[i];
+    double loss = t >= 0 && t < classes ? -target_weight * static_cast<double>(row[t]) : NAN;
     if (uniform_weight != 0.0) {
       double row_sum = 0.0;
       for (int64_t k = 0; k < classes; ++k) row_sum += static_cast<double>(row[k]);
@@ -67,8 +70,8 @@ __global__ void nll_loss_backward_kernel(float uniform_grad, float target_grad, 
                                          int64_t rows, int64_t classes) {
   const int64_t total = rows * classes;
   for (int64_t e = global_thread_index(); e < total; e += global_thread_count()) {
-    const int64_t i = e / classes, k = e - i * classes;
-    grad[e] = k == target[i] ? uniform_grad + target_grad : uniform_grad;
+    const int64_t i = e / classes, k = e - i * classes, t = target[i];
+    grad[e] = t < 0 || t >= classes ? NAN : k == t ? uniform_grad + target_grad : uniform_grad;  // NaN: as forward
   }
 }
 

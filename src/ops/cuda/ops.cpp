@@ -11,7 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "core/cuda/capture.h"
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/current_stream.h"
 #include "core/cuda/device_guard.h"
 #include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/device_context.h"
@@ -105,16 +107,26 @@ void check_pool_pair(const Tensor& input_side, const Tensor& output_side, const 
 }
 
 // Throws ShapeError with message(position, value) for the first entry of `values` (i64, contiguous)
-// outside [0, limit). Reads one word back, so it synchronizes with the device.
+// outside [0, limit). Reads one word back, so it synchronizes with the device; during a graph capture,
+// which cannot read back, the search and its report are recorded into the graph (core/cuda/capture.h)
+// and a replay reports the failure later, the kernels reading the values guarding against it meanwhile.
 void check_index_range(const Tensor& values, int64_t limit,
-                       const std::function<std::string(int64_t position, int64_t value)>& message) {
+                       std::function<std::string(int64_t position, int64_t value)> message) {
   const Device device = values.device();
   Storage flag(sizeof(unsigned long long), device);
-  cuda::launch_find_out_of_range(values.data<int64_t>(), values.numel(), limit,
-                                 static_cast<unsigned long long*>(flag.data()));
+  auto* found = static_cast<unsigned long long*>(flag.data());
+  cuda::launch_find_out_of_range(values.data<int64_t>(), values.numel(), limit, found);
   check_launch();
+  if (cuda::GraphCapture* capture = cuda::active_capture()) {
+    const cuda::GraphCapture::Slot slot = capture->add_check(std::move(message));
+    cuda::launch_commit_out_of_range(values.data<int64_t>(), found, slot.device_words);
+    check_launch();
+    OPSNN_CUDA_CHECK(cudaMemcpyAsync(slot.host_words, slot.device_words, 2 * sizeof(unsigned long long),
+                                     cudaMemcpyDeviceToHost, cuda::current_stream()));
+    return;
+  }
   unsigned long long first_bad = 0;
-  OPSNN_CUDA_CHECK(cudaMemcpy(&first_bad, flag.data(), sizeof(first_bad), cudaMemcpyDeviceToHost));
+  OPSNN_CUDA_CHECK(cudaMemcpy(&first_bad, found, sizeof(first_bad), cudaMemcpyDeviceToHost));
   if (first_bad == ~0ULL) return;
   int64_t value = 0;
   OPSNN_CUDA_CHECK(cudaMemcpy(&value, values.data<int64_t>() + first_bad, sizeof(value), cudaMemcpyDeviceToHost));
@@ -139,7 +151,7 @@ void check_targets(const Tensor& target, int64_t rows, int64_t classes, Device d
   check_index_tensor(target, DType::i64, device, kernel);
   OPSNN_CHECK_AS(ShapeError, target.dim() == 1 && target.size(0) == rows, "CUDA ", kernel, ": targets ",
                  shape_str(target.shape()), " do not match ", rows, " rows");
-  check_index_range(target, classes, [&](int64_t row, int64_t value) {
+  check_index_range(target, classes, [classes](int64_t row, int64_t value) {
     return detail::concat(
         "nll_loss: target ", value, " (row ", row, ") is out of range for ", classes, " classes ",
         classes == 0 ? std::string("(no class is valid)") : detail::concat("(valid: 0 to ", classes - 1, ")"));
@@ -156,7 +168,7 @@ void check_embedding_operands(const Tensor& rows, const Tensor& indices, const T
   require_dense(rows, table.device(), kernel);
   check_index_tensor(indices, DType::i64, table.device(), kernel);
   const int64_t table_rows = table.size(0);
-  check_index_range(indices, table_rows, [&](int64_t position, int64_t value) {
+  check_index_range(indices, table_rows, [table_rows](int64_t position, int64_t value) {
     return detail::concat("embedding: index ", value, " (position ", position, ") is out of range for a table of ",
                           table_rows, " rows ",
                           table_rows == 0 ? std::string("(an empty table has no valid index)")
@@ -506,7 +518,7 @@ void CudaBackend::embedding_forward(const Tensor& weight, const Tensor& indices,
   cuda::DeviceGuard guard(weight.device().index);
   check_embedding_operands(out, indices, weight, "embedding_forward");
   cuda::launch_embedding_forward(weight.data<float>(), indices.data<int64_t>(), out.data<float>(), indices.numel(),
-                                 weight.size(1));
+                                 weight.size(1), weight.size(0));
   check_launch();
 }
 
@@ -514,7 +526,7 @@ void CudaBackend::embedding_backward_dense(const Tensor& grad_out, const Tensor&
   cuda::DeviceGuard guard(grad_weight.device().index);
   check_embedding_operands(grad_out, indices, grad_weight, "embedding_backward_dense");
   cuda::launch_embedding_backward(grad_out.data<float>(), indices.data<int64_t>(), grad_weight.data<float>(),
-                                  indices.numel(), grad_weight.size(1));
+                                  indices.numel(), grad_weight.size(1), grad_weight.size(0));
   check_launch();
 }
 
