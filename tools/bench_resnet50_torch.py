@@ -11,7 +11,9 @@ torch.cuda.max_memory_allocated over the timed steps. With --opsnn PATH it then 
 so opsnn is compared with PyTorch's best; cudnn.benchmark is on for every PyTorch run. --compile-log FILE
 sends what the first steps print (max-autotune's benchmark tables: hundreds of lines) to FILE instead;
 --inductor-cache DIR keeps Inductor's caches (compiled kernels, autotuning results) in DIR, so a later
-run given the same DIR compiles from them instead of benchmarking again.
+run given the same DIR compiles from them instead of benchmarking again. --opsnn-graph runs opsnn with its
+whole step captured in a CUDA graph (opsnn-bench --cuda-graph); the fair baseline beside it then includes
+torch.compile's own CUDA-graph mode: --compile default,reduce-overhead,max-autotune-no-cudagraphs.
 --profile then runs one more step of each PyTorch run under torch.profiler and prints its GPU kernel time by
 category (convolutions and GEMMs, Triton's fused reductions and element-wise kernels, ATen's own kernels),
 with the sum of kernel time beside the step's time: where PyTorch's step spends what opsnn's ncu profile
@@ -153,6 +155,9 @@ def main(argv):
     parser.add_argument("--opsnn-precision", help="opsnn's --precision (default: tf32 for fp32, bf16 for bf16)")
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--opsnn", help="path of opsnn-bench, to run it in the same call and compare")
+    parser.add_argument("--opsnn-graph", action="store_true",
+                        help="opsnn replays its whole step as a captured CUDA graph (opsnn-bench --cuda-graph); "
+                             "compare it with torch.compile's CUDA-graph mode too (--compile ...,reduce-overhead)")
     parser.add_argument("--compile", nargs="?", const="default,max-autotune-no-cudagraphs", default="",
                         metavar="MODES",
                         help="also torch.compile, in each comma-separated mode (default: default and "
@@ -179,7 +184,7 @@ def main(argv):
             command = [args.opsnn, "resnet50", "--batch", str(args.batch), "--steps", str(args.steps), "--warmup",
                        str(args.warmup), "--precision",
                        args.opsnn_precision or ("tf32" if args.precision == "fp32" else "bf16"), "--image-size", str(args.image_size),
-                       "--json", path]
+                       "--json", path] + (["--cuda-graph"] if args.opsnn_graph else [])
             print("$ " + " ".join(command), flush=True)
             subprocess.run(command, check=True)
             with open(path) as f:

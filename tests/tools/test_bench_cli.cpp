@@ -196,6 +196,9 @@ TEST_CASE("opsnn-bench: the GPU kernel benchmarks check their options before loo
       {{"optim", "--device", "cuda", "--variants", "adamw,,lamb"}, "--variants: empty entry in 'adamw,,lamb'"},
       {{"resnet50", "--channels-last", "sometimes"}, "--channels-last: expected auto, on or off, got 'sometimes'"},
       {{"resnet50", "--conv-deterministic", "maybe"}, "--conv-deterministic: expected on or off, got 'maybe'"},
+      {{"resnet50", "--cuda-graph", "--distributed"}, "--cuda-graph: not with --distributed"},
+      {{"resnet50", "--cuda-graph", "--precision", "fp16"}, "--cuda-graph: not with --precision fp16"},
+      {{"resnet50", "--cuda-graph", "yes"}, "unexpected argument 'yes'"},
       {{"optim", "--device", "cuda", "--variants", "adamw,adamax"},
        "--variants: unknown variant 'adamax' (known: adamw, adamw graph"}};
   for (const auto& [arguments, message] : cases) {

@@ -3,11 +3,13 @@
 // the same measurement tools/bench_resnet50_torch.py makes with torchvision's model so the two run side
 // by side. Every step is forward + cross-entropy + backward + optimizer step; the first steps (cuDNN
 // algorithm search per shape) are warm-up. --channels-last picks the residual stages' layout (auto: NHWC
-// for bf16/fp16, as the trainer's model.channels_last).
+// for bf16/fp16, as the trainer's model.channels_last). --cuda-graph captures one whole step (zero_grad,
+// forward, loss, backward, optimizer step) after the warm-up and times replays of it.
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -17,6 +19,7 @@
 #include "bench/bench.h"
 #include "bench/cuda/cuda_bench.h"
 #include "opsnn/core/error.h"
+#include "opsnn/core/graph.h"
 #include "opsnn/dist/data_parallel.h"
 #include "opsnn/dist/dist.h"
 #include "opsnn/models/models.h"
@@ -33,10 +36,12 @@ int run(const std::vector<std::string>& args) {
       std::printf(
           "usage: opsnn-bench resnet50 [--batch 256] [--steps 20] [--warmup 5] [--precision fp32|tf32|bf16|fp16] "
           "[--channels-last auto|on|off] [--depth 50] [--image-size 224] [--conv-deterministic on|off] "
-          "[--json FILE] [--profile] [--distributed [--zero-stage 0|1]]\n"
+          "[--json FILE] [--profile] [--cuda-graph] [--distributed [--zero-stage 0|1]]\n"
           "  --conv-deterministic off: cuDNN may pick algorithms that accumulate with atomics\n"
           "  --profile: one more step after the timed ones between cudaProfilerStart/Stop, for\n"
           "             ncu --profile-from-start off / nsys --capture-range=cudaProfilerApi\n"
+          "  --cuda-graph: the whole step captured in a CUDA graph after the warm-up, replayed (not with\n"
+          "             --distributed, nor fp16, whose loss scale the host reads each step)\n"
           "  --distributed: data-parallel over the world mpirun or RANK/WORLD_SIZE describe (NCCL; world 1\n"
           "             without a launcher), images/s of this rank; also the gradient all-reduce's cost\n"
           "             alone and how much of it backward hides; --zero-stage 1 shards the optimizer states\n");
@@ -45,7 +50,7 @@ int run(const std::vector<std::string>& args) {
   check_options(args,
                 {"--batch", "--steps", "--warmup", "--depth", "--image-size", "--precision", "--json",
                  "--channels-last", "--conv-deterministic", "--zero-stage"},
-                {"--profile", "--distributed"});
+                {"--profile", "--distributed", "--cuda-graph"});
   const int batch = parse_positive(args, "--batch", 256);
   const int steps = parse_positive(args, "--steps", 20);
   const int warmup = parse_positive(args, "--warmup", 5);
@@ -55,6 +60,7 @@ int run(const std::vector<std::string>& args) {
   const std::string json_path = option(args, "--json", "");
   const bool profile = std::find(args.begin(), args.end(), "--profile") != args.end();
   const bool distributed = std::find(args.begin(), args.end(), "--distributed") != args.end();
+  const bool cuda_graph = std::find(args.begin(), args.end(), "--cuda-graph") != args.end();
   const std::string zero_stage = option(args, "--zero-stage", "0");
   OPSNN_CHECK_AS(ConfigError, zero_stage == "0" || zero_stage == "1", "--zero-stage: expected 0 or 1, got '",
                  zero_stage, "'");
@@ -67,6 +73,10 @@ int run(const std::vector<std::string>& args) {
                  "--channels-last: expected auto, on or off, got '", channels_last_choice, "'");
   OPSNN_CHECK_AS(ConfigError, deterministic == "on" || deterministic == "off",
                  "--conv-deterministic: expected on or off, got '", deterministic, "'");
+  OPSNN_CHECK_AS(ConfigError, !cuda_graph || !distributed,
+                 "--cuda-graph: not with --distributed (the gradient reductions run on a stream of their own)");
+  OPSNN_CHECK_AS(ConfigError, !cuda_graph || precision != "fp16",
+                 "--cuda-graph: not with --precision fp16 (loss scaling reads the scale on the host each step)");
   int device_count = 0;
   if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
     std::fprintf(stderr, "opsnn-bench resnet50: no CUDA device\n");
@@ -146,11 +156,23 @@ int run(const std::vector<std::string>& args) {
     return loss;
   };
   for (int i = 0; i < warmup; ++i) last_loss = train_step().item();
+  Tensor loss;  // the last timed step's
+  std::unique_ptr<CapturedGraph> graph;
+  double capture_ms = 0.0;
+  if (cuda_graph) {  // captured after the warm-up (the searches are done), then replayed once untimed
+    loss = Tensor::zeros({}, DType::f32, gpu);  // where the replays leave their loss
+    const auto begin = std::chrono::steady_clock::now();
+    graph = capture_graph(gpu, [&] { loss.copy_(train_step()); });
+    capture_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count();
+    graph->replay();
+    graph->synchronize();
+  }
   BENCH_CUDA_CHECK(cudaDeviceSynchronize());
   cudaMemPool_t pool;
   BENCH_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, 0));
   uint64_t zero = 0;
   BENCH_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
+  BENCH_CUDA_CHECK(cudaDeviceSetGraphMemAttribute(gpu.index, cudaGraphMemAttrUsedMemHigh, &zero));
   cudaEvent_t start, stop;
   BENCH_CUDA_CHECK(cudaEventCreate(&start));
   BENCH_CUDA_CHECK(cudaEventCreate(&stop));
@@ -168,34 +190,46 @@ int run(const std::vector<std::string>& args) {
     use_parallel = true;
     for (int i = 0; i < warmup; ++i) train_step();
   }
+  // A replay's graph runs on a blocking stream, so events on the legacy stream enclose it.
+  const auto timed_step = [&] {
+    if (graph)
+      graph->replay();
+    else
+      loss = train_step();
+  };
   BENCH_CUDA_CHECK(cudaEventRecord(start, nullptr));
-  Tensor loss;
-  for (int i = 0; i < steps; ++i) loss = train_step();
+  for (int i = 0; i < steps; ++i) timed_step();
   BENCH_CUDA_CHECK(cudaEventRecord(stop, nullptr));
   BENCH_CUDA_CHECK(cudaEventSynchronize(stop));
+  if (graph) graph->synchronize();
   last_loss = loss.item();
   if (profile) {  // one more step, the only one a profiler started with profiling off sees
     BENCH_CUDA_CHECK(cudaProfilerStart());
-    train_step();
+    timed_step();
     BENCH_CUDA_CHECK(cudaDeviceSynchronize());
     BENCH_CUDA_CHECK(cudaProfilerStop());
   }
   optimizer->sync_state();
   float ms = 0.0f;
   BENCH_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  uint64_t peak = 0;
+  // The graph's temporaries come from the graph memory pool, beside the default pool's persistent buffers.
+  uint64_t peak = 0, graph_peak = 0;
   BENCH_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &peak));
+  BENCH_CUDA_CHECK(cudaDeviceGetGraphMemAttribute(gpu.index, cudaGraphMemAttrUsedMemHigh, &graph_peak));
+  peak += graph_peak;
   cudaDeviceProp properties{};
   BENCH_CUDA_CHECK(cudaGetDeviceProperties(&properties, 0));
   const double images_per_second = static_cast<double>(batch) * steps / (ms * 1e-3);
   std::printf(
       "opsnn-bench resnet%d: %s, batch %d, %dx%d, %s, channels_last %s (%s), %s conv algorithms, %d steps "
-      "after %d warm-up\n",
+      "after %d warm-up%s\n",
       depth, properties.name, batch, image_size, image_size, precision.c_str(), channels_last ? "on" : "off",
       channels_last_choice == "auto" ? "auto" : "as given", deterministic == "on" ? "deterministic" : "any", steps,
-      warmup);
-  std::printf("  %.1f images/s, %.1f ms/step, peak GPU memory %.2f GiB (pool high-water mark), last loss %.3f\n",
-              images_per_second, ms / steps, static_cast<double>(peak) / (1u << 30), last_loss);
+      warmup, graph ? ", replays of a captured CUDA graph" : "");
+  std::printf("  %.1f images/s, %.1f ms/step, peak GPU memory %.2f GiB (pool high-water mark%s), last loss %.3f\n",
+              images_per_second, ms / steps, static_cast<double>(peak) / (1u << 30),
+              graph ? " plus the graph pool's" : "", last_loss);
+  if (graph) std::printf("  capture and instantiation %.1f ms (once)\n", capture_ms);
   double exposed_ms = 0.0, alone_ms = 0.0;
   if (comm) {
     // What data parallelism added to a step, against the all-reduce of the whole gradient arena on its
@@ -223,6 +257,8 @@ int run(const std::vector<std::string>& args) {
                           {"channels_last", channels_last},
                           {"world_size", comm ? comm->size() : 0},
                           {"zero_stage", zero_stage == "1" ? 1 : 0},
+                          {"cuda_graph", cuda_graph},
+                          {"capture_ms", capture_ms},
                           {"allreduce_alone_ms", alone_ms},
                           {"exposed_comm_ms", exposed_ms},
                           {"ms_per_step_without_wrapper", comm ? plain_ms / steps : 0.0}}
