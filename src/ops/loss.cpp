@@ -37,7 +37,7 @@ class NllLossNode final : public autograd::Node {
   std::string name() const override { return "NllLossBackward"; }
   std::vector<Tensor> backward(const Tensor& grad_output) override {
     Tensor grad_log_probs = Tensor::empty(shape_, dtype_, device_);
-    backend_for(device_).nll_loss_backward(grad_output.item(), target_, label_smoothing_, grad_log_probs);
+    backend_for(device_).nll_loss_backward(grad_output, target_, label_smoothing_, grad_log_probs);
     return {grad_log_probs};
   }
   void release() override { target_ = Tensor(); }

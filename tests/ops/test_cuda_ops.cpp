@@ -408,6 +408,24 @@ TEST_CASE("CUDA log_softmax, nll_loss and cross_entropy match the CPU", "[cuda][
   }
 }
 
+TEST_CASE("CUDA nll_loss's backward reads the loss gradient on the device and gives the CPU's bits", "[cuda][ops]") {
+  if (gpu_missing()) return;
+  Generator generator(23);
+  const Tensor values = Tensor::normal({5, 7}, 0.0, 2.0, generator);
+  const Tensor target = Tensor::from_vector<int64_t>({6, 0, 3, 3, 1}, {5});
+  for (double smoothing : {0.0, 0.1})
+    for (double scale : {1.0, 1024.0, -3.7}) {  // the upstream gradient as the loss scaler leaves it
+      INFO("smoothing " << smoothing << ", loss scaled by " << scale);
+      std::vector<std::vector<float>> grads;
+      for (Device device : {kCPU, kGpu}) {
+        Tensor log_probs = values.to(device).detach().set_requires_grad(true);
+        ops::scale(ops::nll_loss(log_probs, target.to(device), smoothing), scale).backward();
+        grads.push_back(log_probs.grad().to(kCPU).to_vector<float>());
+      }
+      REQUIRE(grads[1] == grads[0]);
+    }
+}
+
 TEST_CASE("CUDA embedding matches the CPU, duplicate indices accumulate", "[cuda][ops]") {
   if (gpu_missing()) return;
   Generator generator(18);

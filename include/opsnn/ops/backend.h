@@ -126,7 +126,9 @@ class Backend {
   // Mean over N of the smoothed negative log-likelihood: target i64 [N]; out is a 1-element tensor.
   // loss_i = -(1 - s) * logp[i, t_i] - s / K * sum_k logp[i, k]
   virtual void nll_loss_forward(const Tensor& log_probs, const Tensor& target, double label_smoothing, Tensor& out) = 0;
-  virtual void nll_loss_backward(double grad_scale, const Tensor& target, double label_smoothing,
+  // grad_output: the loss's gradient, a 1-element tensor on this device (read there, not by the host); the
+  // targets are the forward's, already checked (an index outside [0, K) gives a NaN row on the GPU).
+  virtual void nll_loss_backward(const Tensor& grad_output, const Tensor& target, double label_smoothing,
                                  Tensor& grad_log_probs) = 0;
 
   // ---- embedding ----

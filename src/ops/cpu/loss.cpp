@@ -116,9 +116,12 @@ void CpuBackend::nll_loss_forward(const Tensor& log_probs, const Tensor& target,
   });
 }
 
-void CpuBackend::nll_loss_backward(double grad_scale, const Tensor& target, double label_smoothing,
+void CpuBackend::nll_loss_backward(const Tensor& grad_output, const Tensor& target, double label_smoothing,
                                    Tensor& grad_log_probs) {
   check_rows(grad_log_probs, "nll_loss_backward");
+  OPSNN_CHECK_AS(ShapeError, grad_output.numel() == 1,
+                 "nll_loss_backward: the loss gradient must hold one element, got ", shape_str(grad_output.shape()));
+  const double grad_scale = grad_output.item();
   const int64_t rows = grad_log_probs.size(0), classes = grad_log_probs.size(1);
   check_targets(target, rows, classes, "nll_loss_backward");
   cpu::visit_floating(grad_log_probs.dtype(), "nll_loss_backward", [&](auto tag) {

@@ -54,7 +54,7 @@ class CudaBackend final : public Backend {
   void log_softmax_forward(const Tensor& logits, Tensor& out) override;
   void log_softmax_backward(const Tensor& grad_out, const Tensor& out, Tensor& grad_logits) override;
   void nll_loss_forward(const Tensor& log_probs, const Tensor& target, double label_smoothing, Tensor& out) override;
-  void nll_loss_backward(double grad_scale, const Tensor& target, double label_smoothing,
+  void nll_loss_backward(const Tensor& grad_output, const Tensor& target, double label_smoothing,
                          Tensor& grad_log_probs) override;
   void embedding_forward(const Tensor& weight, const Tensor& indices, Tensor& out) override;
   void embedding_backward_dense(const Tensor& grad_out, const Tensor& indices, Tensor& grad_weight) override;

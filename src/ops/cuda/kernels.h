@@ -139,9 +139,10 @@ void launch_log_softmax_backward(const float* grad_out, const float* out, float*
 // out[0] = mean over rows of -(1 - s) logp[i, t_i] - s / K sum_k logp[i, k], summed in a fixed order.
 void launch_nll_loss_forward(const float* log_probs, const int64_t* target, double label_smoothing, float* out,
                              int64_t rows, int64_t classes);
-// grad[i, k] = uniform_grad + (k == t_i ? target_grad : 0)
-void launch_nll_loss_backward(float uniform_grad, float target_grad, const int64_t* target, float* grad, int64_t rows,
-                              int64_t classes);
+// grad[i, k] = uniform + (k == t_i ? target : 0), from g = *grad_output (read on the device): with
+// r = g / N, uniform = -r s / K and target = -r (1 - s), in double, rounded to f32 (the CPU twin's bits).
+void launch_nll_loss_backward(const float* grad_output, double label_smoothing, const int64_t* target, float* grad,
+                              int64_t rows, int64_t classes);
 
 // ---- embedding and index checks (embedding.cu) ----
 // out[i, :] = table[indices[i], :]; an index outside [0, table_rows) gives a NaN row.

@@ -66,8 +66,12 @@ __global__ void nll_loss_forward_kernel(const float* log_probs, const int64_t* t
   if (threadIdx.x == 0) out[0] = static_cast<float>(total / static_cast<double>(rows));
 }
 
-__global__ void nll_loss_backward_kernel(float uniform_grad, float target_grad, const int64_t* target, float* grad,
-                                         int64_t rows, int64_t classes) {
+__global__ void nll_loss_backward_kernel(const float* grad_output, double label_smoothing, const int64_t* target,
+                                         float* grad, int64_t rows, int64_t classes) {
+  // The gradient of the mean: every row carries 1/N of the upstream gradient.
+  const double row_scale = static_cast<double>(*grad_output) / static_cast<double>(rows);
+  const float uniform_grad = static_cast<float>(-row_scale * label_smoothing / static_cast<double>(classes));
+  const float target_grad = static_cast<float>(-row_scale * (1.0 - label_smoothing));
   const int64_t total = rows * classes;
   for (int64_t e = global_thread_index(); e < total; e += global_thread_count()) {
     const int64_t i = e / classes, k = e - i * classes, t = target[i];
@@ -98,11 +102,11 @@ void launch_nll_loss_forward(const float* log_probs, const int64_t* target, doub
       log_probs, target, 1.0 - label_smoothing, label_smoothing / static_cast<double>(classes), out, rows, classes);
 }
 
-void launch_nll_loss_backward(float uniform_grad, float target_grad, const int64_t* target, float* grad, int64_t rows,
-                              int64_t classes) {
+void launch_nll_loss_backward(const float* grad_output, double label_smoothing, const int64_t* target, float* grad,
+                              int64_t rows, int64_t classes) {
   const int64_t total = rows * classes;
   if (total == 0) return;
-  nll_loss_backward_kernel<<<blocks_for(total), kThreadsPerBlock, 0, current_stream()>>>(uniform_grad, target_grad,
+  nll_loss_backward_kernel<<<blocks_for(total), kThreadsPerBlock, 0, current_stream()>>>(grad_output, label_smoothing,
                                                                                          target, grad, rows, classes);
 }
 

@@ -147,10 +147,14 @@ void check_rows(const Tensor& t, Device device, const char* kernel) {
   require_dense(t, device, kernel);
 }
 
-void check_targets(const Tensor& target, int64_t rows, int64_t classes, Device device, const char* kernel) {
+void check_target_shape(const Tensor& target, int64_t rows, Device device, const char* kernel) {
   check_index_tensor(target, DType::i64, device, kernel);
   OPSNN_CHECK_AS(ShapeError, target.dim() == 1 && target.size(0) == rows, "CUDA ", kernel, ": targets ",
                  shape_str(target.shape()), " do not match ", rows, " rows");
+}
+
+void check_targets(const Tensor& target, int64_t rows, int64_t classes, Device device, const char* kernel) {
+  check_target_shape(target, rows, device, kernel);
   check_index_range(target, classes, [classes](int64_t row, int64_t value) {
     return detail::concat(
         "nll_loss: target ", value, " (row ", row, ") is out of range for ", classes, " classes ",
@@ -496,19 +500,21 @@ void CudaBackend::nll_loss_forward(const Tensor& log_probs, const Tensor& target
   check_launch();
 }
 
-void CudaBackend::nll_loss_backward(double grad_scale, const Tensor& target, double label_smoothing,
+// The loss gradient is read on the device and the targets' range is not checked again (the forward did,
+// on the private copy the node keeps): no host synchronisation in the middle of backward.
+void CudaBackend::nll_loss_backward(const Tensor& grad_output, const Tensor& target, double label_smoothing,
                                     Tensor& grad_log_probs) {
   const Device device = grad_log_probs.device();
   check_rows(grad_log_probs, device, "nll_loss_backward");
   const int64_t rows = grad_log_probs.size(0), classes = grad_log_probs.size(1);
+  require_dense(grad_output, device, "nll_loss_backward");
+  OPSNN_CHECK_AS(ShapeError, grad_output.numel() == 1,
+                 "CUDA nll_loss_backward: the loss gradient must hold one element, got ",
+                 shape_str(grad_output.shape()));
+  check_target_shape(target, rows, device, "nll_loss_backward");
   cuda::DeviceGuard guard(device.index);
-  check_targets(target, rows, classes, device, "nll_loss_backward");
-  // The gradient of the mean: every row carries 1/N of the upstream gradient.
-  const double row_scale = grad_scale / static_cast<double>(rows);
-  const float uniform_grad = static_cast<float>(-row_scale * label_smoothing / static_cast<double>(classes));
-  const float target_grad = static_cast<float>(-row_scale * (1.0 - label_smoothing));
-  cuda::launch_nll_loss_backward(uniform_grad, target_grad, target.data<int64_t>(), grad_log_probs.data<float>(), rows,
-                                 classes);
+  cuda::launch_nll_loss_backward(grad_output.data<float>(), label_smoothing, target.data<int64_t>(),
+                                 grad_log_probs.data<float>(), rows, classes);
   check_launch();
 }
 
