@@ -488,7 +488,27 @@ const StepState& Optimizer::device_step() {
       throw;
     }
   }
+  std::function<void()> host_sparse_update;  // an applied step's, before the parameter check
+  if (sparse && !sparse_on_device) host_sparse_update = [&] { update_sparse(state_.clip_factor); };
+  monitor_device_step(before, report, host_sparse_update);
+  return state_;
+}
 
+const StepState& Optimizer::complete_step() {
+  OPSNN_CHECK_AS(UsageError, stepper_ != nullptr, "complete_step: the ", name_, " optimizer's step runs on ",
+                 arena_->device().str(), ", not on a GPU, so step() already completed it");
+  const StepState before = state_;
+  DeviceStepReport report;
+  stepper_->read(state_, report);
+  state_stale_ = false;
+  segment_norms_stale_ = true;
+  monitor_device_step(before, report);
+  return state_;
+}
+
+void Optimizer::monitor_device_step(const StepState& before, const DeviceStepReport& report,
+                                    const std::function<void()>& before_parameter_check) {
+  const std::vector<ArenaSegment>& segments = arena_->segments();
   auto name_of = [&](int32_t segment) {
     return segment >= 0 ? segments[static_cast<size_t>(segment)].name : std::string();
   };
@@ -498,10 +518,9 @@ const StepState& Optimizer::device_step() {
   view.grad_norm = state_.grad_norm;
   monitor_.check_gradients(view, report.bad_grad_segment, name_of(report.bad_grad_segment), scaler_.enabled());
   if ((state_.monitor_flags & kStepSkipped) == 0) {
-    if (sparse && !sparse_on_device) update_sparse(state_.clip_factor);
+    if (before_parameter_check) before_parameter_check();
     monitor_.check_parameters(view, report.bad_param_segment, name_of(report.bad_param_segment));
   }
-  return state_;
 }
 
 std::optional<TopKStepReport> Optimizer::sparsify_gradients() {

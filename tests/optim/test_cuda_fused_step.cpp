@@ -455,7 +455,20 @@ TEST_CASE("cuda fused step: misuse is a clear error", "[cuda][optim]") {
   auto on_cpu = make_optimizer("adam", cpu);
   REQUIRE_THROWS_AS(on_cpu->capture_step(), UsageError);
   REQUIRE_THROWS_WITH(on_cpu->capture_step(), Catch::Contains("needs them on a GPU"));
+  REQUIRE_THROWS_WITH(on_cpu->complete_step(), Catch::Contains("step() already completed it"));
   if (!have_gpu()) return;
+  {  // complete_step runs the monitor's host side, as step() does: here on_nonfinite stop
+    NamedParameters stopping = copy_to(cpu, kGpu);
+    auto guarded = make_optimizer("adam", stopping,
+                                  OptimizerOptions(1e-3).monitor(MonitorOptions().on_nonfinite(NonFiniteAction::stop)));
+    testing::write_grads(stopping, {{1.0, 2.0, 3.0, 4.0}});
+    guarded->step_async();
+    REQUIRE(guarded->complete_step().step == 1);
+    testing::write_grads(stopping, {{1.0, INFINITY, 3.0, 4.0}});
+    guarded->step_async();
+    REQUIRE_THROWS_AS(guarded->complete_step(), RuntimeFailure);
+    REQUIRE(guarded->step_state().step == 1);  // the step was not applied
+  }
   NamedParameters gpu = copy_to(cpu, kGpu);
   auto optimizer = make_optimizer("adam", gpu);
   DeviceArena buffers = optimizer->device_arena();

@@ -123,6 +123,11 @@ class Optimizer {
   void step_async();
   // Waits for enqueued steps and refreshes step_state() from the device.
   const StepState& sync_state();
+  // Finishes one step_async() (or one replay of a graph that captured it) as step() finishes its device
+  // step: waits for it, refreshes step_state() and runs the monitor's host side (its messages, and the
+  // RuntimeFailure of on_nonfinite: stop). Call it after every such step, so that the host's copy of the
+  // state names the step it began as. UsageError without a device step.
+  const StepState& complete_step();
   // Captures one step into a CUDA graph; replay() then enqueues it with a single launch, reading every
   // scalar from the device step state. UsageError on the CPU and with row-sparse segments. Gradients must
   // stay in the arena (they do unless .grad is replaced), and the optimizer must outlive the graph.
@@ -255,6 +260,10 @@ class Optimizer {
   void update_sparse_segments(const AdamScalars& adam, const SgdScalars& sgd, float clip_factor,
                               bool on_device = false);
   const StepState& device_step();
+  // The monitor's host side for a device step that began from `before` and left `report`; an applied
+  // step runs before_parameter_check (the host's sparse update) before the parameter check.
+  void monitor_device_step(const StepState& before, const DeviceStepReport& report,
+                           const std::function<void()>& before_parameter_check = {});
   bool has_sparse_segments() const;
   // (Re)creates the device stepper over device_arena() and hands it the current step state.
   void build_stepper();
