@@ -29,6 +29,19 @@ void validate_config(const TrainConfig& config) {
   if (!(distributed.timeout_s > 0.0 && distributed.timeout_s <= 1e6))
     throw ConfigError(detail::concat(config.source, ": key 'distributed.timeout_s': ", distributed.timeout_s,
                                      " must be a number of seconds in (0, 1e6]"));
+  if (config.train.cuda_graph && config.train.grad_accumulation > 1)
+    throw ConfigError(detail::concat(config.source,
+                                     ": key 'train.cuda_graph': true needs train.grad_accumulation 1 "
+                                     "(a captured step is one batch), got ",
+                                     config.train.grad_accumulation));
+  if (config.train.cuda_graph && config.loss_scaling_enabled())
+    throw ConfigError(detail::concat(config.source,
+                                     ": key 'train.cuda_graph': true does not go with loss scaling (on with "
+                                     "train.precision fp16: the host reads the scale each step); use bf16"));
+  if (config.train.cuda_graph && config.optimizer.settings.sparsification.method != "none")
+    throw ConfigError(detail::concat(config.source,
+                                     ": key 'train.cuda_graph': true does not go with optimizer.settings."
+                                     "sparsification (top-k selects on the host each step)"));
   if (distributed.check_every_steps < 0)
     throw ConfigError(detail::concat(config.source, ": key 'distributed.check_every_steps': ",
                                      distributed.check_every_steps, " must be >= 0 (0 = off)"));
@@ -50,6 +63,9 @@ TrainingDevice check_device(const TrainConfig& config, int cuda_device_count) {
   if (config.train.precision != "fp32" && device.is_cpu())
     throw ConfigError(detail::concat(config.source, ": key 'train.precision': ", config.train.precision,
                                      " needs a CUDA device (train.device: cuda); the CPU trains in fp32"));
+  if (config.train.cuda_graph && device.is_cpu())
+    throw ConfigError(detail::concat(config.source, ": key 'train.cuda_graph': true needs a CUDA device ",
+                                     "(train.device: cuda); graphs record GPU work"));
   resolved.pin_memory = config.data.pin_memory.value_or(device.is_cuda());
   if (resolved.pin_memory && device.is_cpu())
     throw ConfigError(detail::concat(config.source, ": key 'data.pin_memory': true needs a CUDA device ",

@@ -595,6 +595,7 @@ std::vector<KeySpec> build_schema() {
       integer_key("train.grad_accumulation", OPSNN_FIELD(train.grad_accumulation), Range::closed(1, 65536)),
       integer_key("train.eval_every_steps", OPSNN_FIELD(train.eval_every_steps), non_negative),
       number_key("train.label_smoothing", OPSNN_FIELD(train.label_smoothing), Range::half_open(0, 1)),
+      bool_key("train.cuda_graph", OPSNN_FIELD(train.cuda_graph)),
 
       choice_key("optimizer.name", OPSNN_FIELD(optimizer.name), optimizers),
       number_key("optimizer.lr", OPSNN_FIELD(optimizer.lr), float_positive),

@@ -20,6 +20,7 @@
 #include "core/json_reader.h"
 #include "ops/cpu/onednn.h"
 #include "opsnn/autograd/node.h"
+#include "opsnn/core/graph.h"
 #include "opsnn/core/storage.h"
 #include "opsnn/data/device_loader.h"
 #include "opsnn/data/loader.h"
@@ -87,6 +88,11 @@ struct Trainer::State {
   Clock::time_point interval_start = Clock::now();
   Clock::time_point run_start = Clock::now();
   int64_t run_start_step = 0;
+  // train.cuda_graph: the captured step, the tensors it reads (a batch's inputs and targets) and writes
+  // (its loss), and the full-batch steps run eagerly before capturing. Last: destroyed first.
+  int64_t eager_full_steps = 0;
+  Tensor graph_inputs, graph_targets, graph_loss;
+  std::unique_ptr<CapturedGraph> graph;
 
   ~State() {
     // Library code logs through the default logger; hand it back so it does not outlive the run folder.
@@ -123,6 +129,10 @@ Tensor class_targets(const Tensor& labels) {
   // CTR labels arrive as f32 0/1; the two-logit model trains with class indices.
   return labels.dtype() == DType::i64 ? labels : labels.to(DType::i64);
 }
+
+// train.cuda_graph: full-batch steps run eagerly before the capture (convolution searches, the
+// optimizer's states and other lazily made state happen outside the graph).
+constexpr int64_t kEagerStepsBeforeCapture = 2;
 
 std::string run_name_of(const TrainConfig& config) { return config.run.name.empty() ? "run" : config.run.name; }
 
@@ -557,6 +567,22 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : state_(std::make_
               : "top-k across ranks: a dense all-reduce of the sparsified gradients (density >= 1 / world size: "
                 "the pairs would send more than the dense gradient)");
   }
+  if (c.train.cuda_graph) {
+    // What check_device and validate_config could not know: the world, and the optimizer's step.
+    OPSNN_CHECK_AS(ConfigError, s.data_parallel == nullptr, c.source,
+                   ": key 'train.cuda_graph': true does not go with data parallelism (its reductions run on a stream "
+                   "of their own)");
+    const auto& segments = s.optimizer->arena().segments();
+    OPSNN_CHECK_AS(
+        ConfigError,
+        s.optimizer->uses_device_step() &&
+            std::none_of(segments.begin(), segments.end(), [](const auto& segment) { return segment.sparse; }),
+        c.source,
+        ": key 'train.cuda_graph': true needs the optimizer's fused device step over dense "
+        "gradients (row-sparse embedding gradients and optimizers registered from outside update on the host)");
+    s.logger->info("train.cuda_graph: after {} eager steps, every full batch of {} replays one captured CUDA graph",
+                   kEagerStepsBeforeCapture, c.data.batch_size);
+  }
   s.progress = ProgressBar(c.logging.progress, s.options.show_progress && s.primary);
   s.run_start_step = s.step;
 }
@@ -705,13 +731,47 @@ double Trainer::train_steps(int64_t count) {
   State& s = *state_;
   OPSNN_CHECK_AS(UsageError, !s.options.eval_only, "train_steps: this Trainer only evaluates (eval_only)");
   const TrainConfig& c = s.config;
+  // train.cuda_graph: replays the captured step on `batch` (capturing it first, once enough full batches
+  // ran eagerly), its optimizer step enqueued; false for a batch it cannot take (a short last batch) and
+  // before the capture: the caller then steps eagerly.
+  auto replay_graph_step = [&](const data::Batch& batch) {
+    if (batch.size() != c.data.batch_size) return false;
+    if (!s.graph && s.eager_full_steps < kEagerStepsBeforeCapture) {
+      ++s.eager_full_steps;
+      return false;
+    }
+    const Tensor targets = class_targets(batch.labels);
+    if (!s.graph) {
+      s.graph_inputs = batch.inputs.clone();
+      s.graph_targets = targets.clone();
+      s.graph_loss = Tensor::zeros({}, DType::f32, s.device);
+      try {
+        s.graph = capture_graph(s.device, [&] {
+          s.optimizer->zero_grad();
+          Tensor loss = ops::cross_entropy(s.model->forward(s.graph_inputs), s.graph_targets, c.train.label_smoothing);
+          loss.backward();
+          s.optimizer->step_async();
+          s.graph_loss.copy_(loss);
+        });
+      } catch (const UsageError& failure) {
+        throw ConfigError(detail::concat(c.source, ": key 'train.cuda_graph': this model's training step cannot be ",
+                                         "captured: ", failure.what()));
+      }
+      s.logger->info("train.cuda_graph: the step captured at step {}", s.step + 1);
+    } else {
+      s.graph_inputs.copy_(batch.inputs);
+      s.graph_targets.copy_(targets);
+    }
+    s.graph->replay();
+    return true;
+  };
   double loss_total = 0.0;
   int64_t steps_run = 0;
   while (steps_run < count && !s.finished() && !s.stop_requested()) {
     // One optimizer step over up to grad_accumulation micro-batches; an epoch end cuts the step short.
     double step_loss = 0.0;
     int64_t micro_batches = 0, step_samples = 0;
-    bool epoch_ended = false;
+    bool epoch_ended = false, replayed = false;
     while (micro_batches < c.train.grad_accumulation) {
       const Clock::time_point wait_start = Clock::now();
       std::optional<data::Batch> batch = s.loader->next();
@@ -719,6 +779,13 @@ double Trainer::train_steps(int64_t count) {
       if (!batch) {
         epoch_ended = true;
         break;
+      }
+      if (c.train.cuda_graph && replay_graph_step(*batch)) {  // grad_accumulation is 1: the whole step
+        step_loss += s.graph_loss.item();
+        step_samples += batch->size();
+        ++micro_batches;
+        replayed = true;
+        continue;
       }
       Tensor logits = s.model->forward(batch->inputs);
       Tensor loss = ops::cross_entropy(logits, class_targets(batch->labels), c.train.label_smoothing);
@@ -738,7 +805,9 @@ double Trainer::train_steps(int64_t count) {
     if (micro_batches > 0) {
       optim::StepState step_state;
       try {
-        step_state = s.data_parallel ? s.data_parallel->step() : s.optimizer->step();
+        step_state = replayed          ? s.optimizer->complete_step()
+                     : s.data_parallel ? s.data_parallel->step()
+                                       : s.optimizer->step();
       } catch (const RuntimeFailure& failure) {  // the monitor stopped the run (on_nonfinite: stop)
         s.progress.clear();
         s.write_metrics({{"event", "warn"}, {"step", s.step + 1}, {"epoch", s.epoch + 1}, {"message", failure.what()}});

@@ -115,6 +115,34 @@ TEST_CASE("check_device: low precision and pinned batches need a CUDA device", "
   CHECK(check_device(config, 1).pin_memory);
 }
 
+TEST_CASE("train.cuda_graph: a boolean, off by default, refused where a captured step cannot hold", "[config]") {
+  REQUIRE_FALSE(load_config_text("", "t.yaml").train.cuda_graph);
+  const TrainConfig graphed = load_config_text("train:\n  cuda_graph: true\n  precision: bf16\n", "t.yaml");
+  REQUIRE(graphed.train.cuda_graph);
+  REQUIRE(load_config_text(emit_config(graphed), "emitted.yaml") == graphed);
+  CHECK_THROWS_MATCHES(
+      load_config_text("train:\n  cuda_graph: often\n", "t.yaml"), ConfigError,
+      Catch::Matchers::Message("t.yaml:2:15: key 'train.cuda_graph': expected true or false, got often"));
+  CHECK_THROWS_MATCHES(load_config_text("train:\n  cuda_graph: true\n  grad_accumulation: 2\n", "t.yaml"), ConfigError,
+                       Catch::Matchers::Message("t.yaml: key 'train.cuda_graph': true needs train.grad_accumulation 1 "
+                                                "(a captured step is one batch), got 2"));
+  for (const char* overrides : {"train.precision=fp16", "optimizer.settings.loss_scaling.enabled=true"}) {
+    INFO(overrides);
+    CHECK_THROWS_WITH(load_config_text("train:\n  cuda_graph: true\n", "t.yaml", {overrides}),
+                      Catch::Contains("key 'train.cuda_graph': true does not go with loss scaling"));
+  }
+  CHECK_THROWS_WITH(
+      load_config_text("train:\n  cuda_graph: true\n", "t.yaml", {"optimizer.settings.sparsification.method=topk"}),
+      Catch::Contains("key 'train.cuda_graph': true does not go with optimizer.settings.sparsification"));
+  TrainConfig config = code_config();
+  config.train.cuda_graph = true;
+  config.train.device = "auto";
+  CHECK_THROWS_MATCHES(check_device(config, 0), ConfigError,
+                       Catch::Matchers::Message("code: key 'train.cuda_graph': true needs a CUDA device "
+                                                "(train.device: cuda); graphs record GPU work"));
+  CHECK(check_device(config, 1).device.is_cuda());
+}
+
 TEST_CASE("check_batch_size: drop_last with a batch larger than the training set leaves no batch", "[config]") {
   TrainConfig config = code_config();
   config.data.batch_size = 97;

@@ -140,6 +140,10 @@ struct TrainLoopConfig {
   int64_t grad_accumulation = 1;  // micro-batches per optimizer step
   int64_t eval_every_steps = 0;   // 0 = evaluate at the end of each epoch only
   double label_smoothing = 0.0;
+  // GPU: after two eager steps, each full batch's step (forward, loss, backward, optimizer step) replays one
+  // captured CUDA graph (opsnn/core/graph.h); not with fp16, grad_accumulation > 1, several ranks, top-k or
+  // row-sparse gradients
+  bool cuda_graph = false;
   bool operator==(const TrainLoopConfig&) const = default;
 };
 
