@@ -35,16 +35,13 @@ class CudaCapturedGraph final : public CapturedGraph {
   }
   // Never throws: waits for the replays, then releases the graph and the buffers it kept.
   ~CudaCapturedGraph() override {
-    int previous = 0;
-    const bool switched =
-        cudaGetDevice(&previous) == cudaSuccess && previous != device_ && cudaSetDevice(device_) == cudaSuccess;
+    QuietDeviceGuard guard(device_);
     cudaStreamSynchronize(stream_);
     for (void* pointer : kept_) cudaFreeAsync(pointer, nullptr);
     cudaEventDestroy(done_);
     cudaGraphExecDestroy(exec_);
     cudaGraphDestroy(graph_);
     cudaStreamDestroy(stream_);
-    if (switched) cudaSetDevice(previous);
   }
 
   void replay() override {

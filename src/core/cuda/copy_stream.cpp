@@ -56,12 +56,9 @@ class CudaCopyStream final : public CopyStream {
   }
   ~CudaCopyStream() override {
     // Never throws: a failed wait still destroys the stream (CUDA finishes its work first).
-    int previous = 0;
-    cudaGetDevice(&previous);
-    cudaSetDevice(device_index_);
+    QuietDeviceGuard guard(device_index_);
     cudaStreamSynchronize(stream_);
     cudaStreamDestroy(stream_);
-    cudaSetDevice(previous);
   }
   CudaCopyStream(const CudaCopyStream&) = delete;
   CudaCopyStream& operator=(const CudaCopyStream&) = delete;

@@ -58,16 +58,13 @@ class CudaCapturedStep final : public CapturedStep {
   }
   // Never throws (a destructor): errors while releasing are ignored, the previous device is restored.
   ~CudaCapturedStep() override {
-    int previous = 0;
-    bool switched =
-        cudaGetDevice(&previous) == cudaSuccess && previous != device_ && cudaSetDevice(device_) == cudaSuccess;
+    ::opsnn::cuda::QuietDeviceGuard guard(device_);
     cudaStreamSynchronize(stream_);
     cudaEventDestroy(before_);
     cudaEventDestroy(after_);
     cudaGraphExecDestroy(exec_);
     cudaGraphDestroy(graph_);
     cudaStreamDestroy(stream_);
-    if (switched) cudaSetDevice(previous);
   }
 
   // The graph runs on its own (non-blocking) stream, fenced by events on both sides against the legacy
