@@ -18,6 +18,14 @@ struct HandleRegistry {
   std::vector<std::unique_ptr<LibraryHandles>> by_device;
 };
 
+// Binds both handles to `stream`; cuBLAS's workspace is given again, as cublasSetStream resets it.
+void bind(LibraryHandles& library, cudaStream_t stream) {
+  OPSNN_CUBLAS_CHECK(cublasSetStream(library.cublas, stream));
+  OPSNN_CUBLAS_CHECK(cublasSetWorkspace(library.cublas, library.cublas_workspace, library.cublas_workspace_bytes));
+  OPSNN_CUDNN_CHECK(cudnnSetStream(library.cudnn, stream));
+  library.stream = stream;
+}
+
 HandleRegistry& registry() {
   // Never destroyed: handles outlive every static tensor, and destroying them after the CUDA runtime
   // has shut down at exit would fail.
@@ -36,31 +44,22 @@ LibraryHandles& handles_for(int index) {
     auto created = std::make_unique<LibraryHandles>();
     OPSNN_CUBLAS_CHECK(cublasCreate(&created->cublas));
     // cuBLAS's own workspace pool may allocate inside a graph capture; a buffer of the size cuBLAS
-    // recommends (32 MiB from Hopper on, 4 MiB before) is given instead, once, and again after every
-    // stream change (cublasSetStream resets it). Never freed, like the handles.
+    // recommends (32 MiB from Hopper on, 4 MiB before) is given instead (bind). Never freed, like the
+    // handles.
     int major = 0;
     OPSNN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index));
     created->cublas_workspace_bytes = (major >= 9 ? size_t{32} : size_t{4}) << 20;
     OPSNN_CUDA_CHECK(cudaMalloc(&created->cublas_workspace, created->cublas_workspace_bytes));
-    OPSNN_CUBLAS_CHECK(cublasSetStream(created->cublas, nullptr));
-    OPSNN_CUBLAS_CHECK(cublasSetWorkspace(created->cublas, created->cublas_workspace, created->cublas_workspace_bytes));
     // Default math: no TF32 tensor ops for f32 GEMMs through cublasSgemm, so they keep full f32 products
     // and match the CPU to rounding; the tf32 setting asks for TF32 per call (gemm.cpp).
     OPSNN_CUBLAS_CHECK(cublasSetMathMode(created->cublas, CUBLAS_DEFAULT_MATH));
     OPSNN_CUBLAS_CHECK(cublasSetPointerMode(created->cublas, CUBLAS_POINTER_MODE_HOST));
     OPSNN_CUDNN_CHECK(cudnnCreate(&created->cudnn));
-    OPSNN_CUDNN_CHECK(cudnnSetStream(created->cudnn, nullptr));
+    bind(*created, current_stream());
     slot = std::move(created);
   }
-  LibraryHandles& library = *slot;
-  const cudaStream_t stream = current_stream();
-  if (library.stream != stream) {  // a capture began or ended on this thread
-    OPSNN_CUBLAS_CHECK(cublasSetStream(library.cublas, stream));
-    OPSNN_CUBLAS_CHECK(cublasSetWorkspace(library.cublas, library.cublas_workspace, library.cublas_workspace_bytes));
-    OPSNN_CUDNN_CHECK(cudnnSetStream(library.cudnn, stream));
-    library.stream = stream;
-  }
-  return library;
+  if (slot->stream != current_stream()) bind(*slot, current_stream());  // a capture began or ended here
+  return *slot;
 }
 
 void require_f32(const Tensor& t, const char* kernel) {
