@@ -6,7 +6,6 @@
 // host read, a nested capture) is refused with a clear error, the device still usable after. [cuda] cases
 // skip without a GPU.
 #include <cmath>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,11 +14,13 @@
 #include "opsnn/models/models.h"
 #include "opsnn/ops/ops.h"
 #include "opsnn/optim/optimizer.h"
+#include "support/bit_patterns.h"
 #include "support/catch.h"
 #include "support/cuda_test_support.h"
 
 using namespace opsnn;
 using testing::kGpu;
+using testing::require_same_bits;
 
 namespace {
 
@@ -60,16 +61,6 @@ struct Run {
     return loss;
   }
 };
-
-void require_same_bits(const Tensor& actual, const Tensor& expected, const std::string& what) {
-  const std::vector<float> a = actual.to(kCPU).to_vector<float>(), e = expected.to(kCPU).to_vector<float>();
-  REQUIRE(a.size() == e.size());
-  size_t differing = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (std::memcmp(&a[i], &e[i], sizeof(float)) != 0) ++differing;
-  INFO(what << ": " << differing << " of " << a.size() << " values differ");
-  REQUIRE(differing == 0);
-}
 
 }  // namespace
 
