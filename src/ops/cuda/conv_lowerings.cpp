@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/current_stream.h"
 #include "core/cuda/multiprocessors.h"
 #include "ops/cuda/conv_algorithms.h"
 #include "ops/cuda/device_context.h"
@@ -133,9 +134,9 @@ Tensor padded_weight(const Tensor& weight, const GemmPlan& plan) {
   auto* base = static_cast<char*>(padded.data_ptr());
   const auto filters = static_cast<size_t>(plan.filters);
   if (padded_row > row)
-    OPSNN_CUDA_CHECK(cudaMemset2DAsync(base + row, padded_row, 0, padded_row - row, filters, nullptr));
-  OPSNN_CUDA_CHECK(
-      cudaMemcpy2DAsync(base, padded_row, weight.data_ptr(), row, row, filters, cudaMemcpyDeviceToDevice, nullptr));
+    OPSNN_CUDA_CHECK(cudaMemset2DAsync(base + row, padded_row, 0, padded_row - row, filters, cuda::current_stream()));
+  OPSNN_CUDA_CHECK(cudaMemcpy2DAsync(base, padded_row, weight.data_ptr(), row, row, filters, cudaMemcpyDeviceToDevice,
+                                     cuda::current_stream()));
   return padded;
 }
 

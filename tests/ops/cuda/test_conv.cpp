@@ -7,9 +7,11 @@
 //     a multiple of 8, an im2col copy with padding rows otherwise), also on 37 images (the per-image
 //     weight-gradient partials summed in groups of 16 and a tail);
 //   - the subsampled lowering of strided 1x1 convolutions (odd sizes, unequal strides);
-//   - shapes no lowering applies to never try one.
+//   - shapes no lowering applies to never try one;
+//   - both GEMM lowerings captured in a CUDA graph replay the eager bits.
 // The cached choice says what ran. Compiled in CUDA builds only (it reads the CUDA backend's algorithm
 // cache); tagged [cuda]: skipped without a GPU.
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -17,8 +19,10 @@
 #include "ops/cuda/conv_algorithms.h"
 #include "ops/op_test_helpers.h"
 #include "opsnn/core/error.h"
+#include "opsnn/core/graph.h"
 #include "opsnn/core/rng.h"
 #include "opsnn/ops/ops.h"
+#include "support/bit_patterns.h"
 #include "support/catch.h"
 #include "support/cuda_test_support.h"
 
@@ -387,5 +391,50 @@ TEST_CASE("CUDA conv2d choices saved as JSON are used where they are loaded, ent
     } catch (const DataError& error) {
       CHECK_THAT(std::string(error.what()), Catch::Matchers::StartsWith("bad.json: ") && Catch::Contains(b.expected));
     }
+  }
+}
+
+// The lowerings' own copies (the padded weight, the columns) must go to the current stream: a capture
+// refuses a call on the legacy stream, so a missed one fails here instead of escaping the graph.
+TEST_CASE("CUDA conv2d lowered to GEMMs replays in a captured graph bit for bit", "[cuda][ops][graph]") {
+  if (gpu_missing()) return;
+  SettingsReset reset;
+  ops::set_conv_lowering_policy(ops::ConvLoweringPolicy::always);
+  Generator generator(53);
+  const std::pair<ConvCase, const char*> cases[] = {
+      {conv_case({2, 3, 15, 13}, {8, 3, 7, 7}, geometry_of(2, 2, 3), DType::bf16, generator), "stem"},
+      {conv_case({2, 16, 9, 9}, {8, 16, 1, 1}, geometry_of(1, 1, 0), DType::bf16, generator), "1x1"}};
+  for (const auto& [c, label] : cases) {
+    INFO(label);
+    REQUIRE(ops::applicable_lowering(c.input.shape(), c.weight.shape(), c.geometry, DType::bf16) ==
+            ops::ConvLowering::gemm);
+    Tensor input = c.input.to(DType::bf16).to(kGpu).detach(), weight = c.weight.to(DType::bf16).to(kGpu).detach();
+    const Tensor upstream = c.upstream.to(DType::bf16).to(kGpu);
+    input.set_requires_grad(true);
+    weight.set_requires_grad(true);
+    input.set_grad(Tensor::zeros(input.shape(), DType::bf16, kGpu));
+    weight.set_grad(Tensor::zeros(weight.shape(), DType::bf16, kGpu));
+    auto step = [&] {  // the gradients accumulate into the zeroed buffers, which outlive a capture
+      input.grad().zero_();
+      weight.grad().zero_();
+      const Tensor out = ops::conv2d(input, weight, Tensor(), c.geometry);
+      out.backward(upstream);
+      return out;
+    };
+    const Tensor eager_out = step().clone(), eager_grad_input = input.grad().clone(),
+                 eager_grad_weight = weight.grad().clone();
+    Tensor out = Tensor::zeros(eager_out.shape(), DType::bf16, kGpu),
+           grad_input = Tensor::zeros(input.shape(), DType::bf16, kGpu),
+           grad_weight = Tensor::zeros(weight.shape(), DType::bf16, kGpu);
+    std::unique_ptr<CapturedGraph> graph = capture_graph(kGpu, [&] {
+      out.copy_(step());
+      grad_input.copy_(input.grad());
+      grad_weight.copy_(weight.grad());
+    });
+    graph->replay();
+    graph->synchronize();
+    require_same_bits(out, eager_out, std::string(label) + " forward");
+    require_same_bits(grad_input, eager_grad_input, std::string(label) + " grad input");
+    require_same_bits(grad_weight, eager_grad_weight, std::string(label) + " grad weight");
   }
 }
