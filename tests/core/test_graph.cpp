@@ -181,7 +181,13 @@ TEST_CASE("CUDA graph: what a graph cannot hold is refused, and the device works
   Tensor kept;
   REQUIRE_THROWS_WITH(capture_graph(kGpu, [&] { kept = ops::add(x, x); }),
                       Catch::Contains("1 buffer(s) the work allocated outlive it"));
+  // The kept tensor's allocation went with the discarded graph: a buffer made before it is destroyed (which
+  // may take its address) must survive its destruction and the allocations after.
+  const Tensor before = Tensor::full({256}, 3.0, DType::f32, kGpu);
   kept = Tensor();
+  const Tensor after = Tensor::full({256}, 5.0, DType::f32, kGpu);
+  for (float value : before.to_vector<float>()) REQUIRE(value == 3.0f);
+  for (float value : after.to_vector<float>()) REQUIRE(value == 5.0f);
   REQUIRE_THROWS_WITH(capture_graph(kGpu, [&] { (void)ops::add(x, x).to(kCPU); }),
                       Catch::Contains("a call that a CUDA graph cannot record"));
   REQUIRE_THROWS_WITH(capture_graph(kGpu, [&] { (void)capture_graph(kGpu, [] {}); }),

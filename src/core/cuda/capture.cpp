@@ -5,9 +5,12 @@
 // to the same stream, which orders them with the legacy stream's work on both sides.
 #include "core/cuda/capture.h"
 
+#include <atomic>
 #include <cstring>
 #include <exception>
+#include <mutex>
 #include <string>
+#include <unordered_set>
 #include <utility>
 
 #include "core/cuda/cuda_check.h"
@@ -95,8 +98,14 @@ class CudaCapturedGraph final : public CapturedGraph {
   bool replayed_ = false;
 };
 
-// Destroys what a failed capture recorded and frees the buffers it kept, ignoring errors.
+std::mutex g_disowned_mutex;
+std::unordered_set<void*> g_disowned;
+std::atomic<bool> g_any_disowned{false};
+
+// Destroys what a failed capture recorded and frees the buffers it kept, ignoring errors; the buffers the
+// work allocated and left alive are disowned (their allocations went with the graph).
 void discard(cudaStream_t stream, cudaGraph_t graph, GraphCapture& capture) {
+  disown(capture.take_live());
   if (graph) cudaGraphDestroy(graph);
   for (void* pointer : capture.take_kept()) cudaFreeAsync(pointer, nullptr);
   cudaStreamDestroy(stream);
@@ -132,6 +141,21 @@ GraphCapture::Slot GraphCapture::add_check(DeferredChecks::Message message) {
                  DeferredChecks::kMaxChecks, " index range checks (cross_entropy targets, embedding lookups)");
   checks_->messages.push_back(std::move(message));
   return {checks_->device_words + 2 * slot, checks_->host_words + 2 * slot};
+}
+
+void disown(std::unordered_set<void*> pointers) {
+  if (pointers.empty()) return;
+  const std::lock_guard<std::mutex> lock(g_disowned_mutex);
+  g_disowned.merge(pointers);
+  g_any_disowned.store(true, std::memory_order_release);
+}
+
+bool disowned(void* pointer) {
+  if (!g_any_disowned.load(std::memory_order_acquire)) return false;
+  const std::lock_guard<std::mutex> lock(g_disowned_mutex);
+  const bool found = g_disowned.erase(pointer) > 0;
+  if (g_disowned.empty()) g_any_disowned.store(false, std::memory_order_release);
+  return found;
 }
 
 GraphCapture* active_capture() { return t_active_capture; }

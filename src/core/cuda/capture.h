@@ -46,6 +46,8 @@ class GraphCapture {
   // Whether the work allocated `pointer` (then its free is recorded); otherwise the graph keeps it.
   bool release(void* pointer);
   size_t live_count() const { return live_.size(); }
+  // The buffers the work allocated that are still alive: a failed capture's, given to disown().
+  std::unordered_set<void*> take_live() { return std::move(live_); }
   std::vector<void*> take_kept() { return std::move(kept_); }
 
   // A slot for one deferred check: its device words (position, value) and host mirror; UsageError when
@@ -63,6 +65,13 @@ class GraphCapture {
   std::vector<void*> kept_;
   std::shared_ptr<DeferredChecks> checks_;
 };
+
+// The buffers a failed capture allocated and its work left alive (tensors it kept, or tensors being
+// destroyed while it unwinds). The graph that held them is gone and its allocations with it, so freeing one
+// would at best fail and at worst free another buffer that took its address since: the services ask
+// disowned() before each free and skip those.
+void disown(std::unordered_set<void*> pointers);
+bool disowned(void* pointer);  // true once per pointer given to disown(), which it then forgets
 
 // The capture in progress on this thread, or nullptr.
 GraphCapture* active_capture();

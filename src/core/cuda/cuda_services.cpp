@@ -47,8 +47,10 @@ class CudaServices final : public DeviceServices {
   void deallocate(void* pointer, size_t, int index) override {
     DeviceGuard guard(index);
     if (cuda::GraphCapture* capture = cuda::active_capture(); capture != nullptr && !capture->release(pointer)) return;
-    // Cannot fail for a buffer of ours, except one of a failed capture's graph (never launched): the error
-    // is cleared so that no later launch check reports it.
+    if (cuda::disowned(pointer)) return;  // a failed capture's, gone with its graph
+    // Cannot fail for a buffer of ours, except one freed while a failed capture unwinds (its stream is
+    // invalidated; the graph and its allocations are discarded after): the error is cleared so that no later
+    // launch check reports it.
     if (cudaFreeAsync(pointer, cuda::current_stream()) != cudaSuccess) cudaGetLastError();
   }
   void copy_to_host(void* host_destination, const void* source, size_t bytes, int index) override {
