@@ -38,7 +38,7 @@ class CudaCapturedGraph final : public CapturedGraph {
   }
   // Never throws: waits for the replays, then releases the graph and the buffers it kept.
   ~CudaCapturedGraph() override {
-    QuietDeviceGuard guard(device_);
+    DeviceGuard guard(device_, std::nothrow);
     cudaStreamSynchronize(stream_);
     for (void* pointer : kept_) cudaFreeAsync(pointer, nullptr);
     cudaEventDestroy(done_);

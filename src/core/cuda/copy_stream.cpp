@@ -56,7 +56,7 @@ class CudaCopyStream final : public CopyStream {
   }
   ~CudaCopyStream() override {
     // Never throws: a failed wait still destroys the stream (CUDA finishes its work first).
-    QuietDeviceGuard guard(device_index_);
+    DeviceGuard guard(device_index_, std::nothrow);
     cudaStreamSynchronize(stream_);
     cudaStreamDestroy(stream_);
   }

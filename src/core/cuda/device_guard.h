@@ -1,9 +1,11 @@
 // DeviceGuard: makes a CUDA device current for a scope and restores the previous one on exit, so the
-// services and kernels of one tensor's device never disturb the caller's current device. QuietDeviceGuard
-// is the same for destructors: it never throws, and a failed query or switch leaves the device as it is.
+// services and kernels of one tensor's device never disturb the caller's current device. Destructors take
+// the std::nothrow form.
 #pragma once
 
 #include <cuda_runtime.h>
+
+#include <new>
 
 #include "core/cuda/cuda_check.h"
 
@@ -16,6 +18,10 @@ class DeviceGuard {
     changed_ = previous_ != index;
     if (changed_) OPSNN_CUDA_CHECK(cudaSetDevice(index));
   }
+  // For destructors: never throws; a failed query or switch leaves the current device as it is.
+  DeviceGuard(int index, std::nothrow_t) noexcept {
+    changed_ = cudaGetDevice(&previous_) == cudaSuccess && previous_ != index && cudaSetDevice(index) == cudaSuccess;
+  }
   ~DeviceGuard() {
     if (changed_) cudaSetDevice(previous_);
   }
@@ -25,22 +31,6 @@ class DeviceGuard {
  private:
   int previous_ = 0;
   bool changed_ = false;
-};
-
-class QuietDeviceGuard {
- public:
-  explicit QuietDeviceGuard(int index) noexcept {
-    switched_ = cudaGetDevice(&previous_) == cudaSuccess && previous_ != index && cudaSetDevice(index) == cudaSuccess;
-  }
-  ~QuietDeviceGuard() {
-    if (switched_) cudaSetDevice(previous_);
-  }
-  QuietDeviceGuard(const QuietDeviceGuard&) = delete;
-  QuietDeviceGuard& operator=(const QuietDeviceGuard&) = delete;
-
- private:
-  int previous_ = 0;
-  bool switched_ = false;
 };
 
 }  // namespace opsnn::cuda

@@ -58,7 +58,7 @@ class CudaCapturedStep final : public CapturedStep {
   }
   // Never throws (a destructor): errors while releasing are ignored, the previous device is restored.
   ~CudaCapturedStep() override {
-    ::opsnn::cuda::QuietDeviceGuard guard(device_);
+    ::opsnn::cuda::DeviceGuard guard(device_, std::nothrow);
     cudaStreamSynchronize(stream_);
     cudaEventDestroy(before_);
     cudaEventDestroy(after_);
