@@ -5,8 +5,9 @@ torchvision's resnet50 (channels_last), synthetic 224x224 images, cross-entropy,
 (fused=True); precision fp32 (TF32 convolutions, PyTorch's default for cuDNN) or bf16 (autocast).
 Images per second over --steps steps after --warmup, CUDA-event timed; peak memory is
 torch.cuda.max_memory_allocated over every step after the first (the first compiles or searches;
-reduce-overhead records its CUDA graphs, whose private pool holds the step's memory, during the warm-up). With --opsnn PATH it then runs
-`PATH resnet50` with the same batch, steps and precision and prints both with their ratio.
+reduce-overhead records its CUDA graphs, whose private pool holds the step's memory, during the
+warm-up). With --opsnn PATH it then runs `PATH resnet50` with the same batch, steps and precision and
+prints both with their ratio.
 --compile [MODES] also runs torch.compile of the model in its default mode and in max-autotune-no-cudagraphs
 (or the comma-separated MODES; a fresh model each; compile time, the first step, reported apart, not timed),
 so opsnn is compared with PyTorch's best; cudnn.benchmark is on for every PyTorch run. --compile-log FILE
@@ -191,7 +192,8 @@ def main(argv):
             subprocess.run(command, check=True)
             with open(path) as f:
                 ours = json.load(f)
-    runs = ([] if args.no_eager else [("eager", None)]) + [("compile " + mode, mode) for mode in args.compile.split(",") if mode]
+    runs = [] if args.no_eager else [("eager", None)]
+    runs += [("compile " + mode, mode) for mode in args.compile.split(",") if mode]
     if not runs:
         print("bench_resnet50_torch: --no-eager needs --compile", file=sys.stderr)
         return 2

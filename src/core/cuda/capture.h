@@ -66,9 +66,9 @@ class GraphCapture {
   std::shared_ptr<DeferredChecks> checks_;
 };
 
-// The buffers a failed capture allocated and its work left alive (tensors it kept, or tensors being
-// destroyed while it unwinds). The graph that held them is gone and its allocations with it, so freeing one
-// would at best fail and at worst free another buffer that took its address since: the services ask
+// The buffers a failed capture allocated that outlive its work (tensors the work kept; those destroyed as it
+// unwinds were released while the capture was active). The graph that held them is gone and its allocations with it, so
+// freeing one would at best fail and at worst free another buffer that took its address since: the services ask
 // disowned() before each free and skip those.
 void disown(std::unordered_set<void*> pointers);
 bool disowned(void* pointer);  // true once per pointer given to disown(), which it then forgets
