@@ -4,7 +4,8 @@
 // (3x3/1 conv, no pool) for small images. ResNet-50 with the imagenet stem and 1000 classes has exactly
 // 25,557,032 parameters. Every relu is fused into what precedes it: batch norm (BatchNorm2d::forward_relu), or
 // a block's last batch norm and its residual add together (BatchNorm2d::forward_add_relu), with a projection
-// shortcut's batch norm in that same pass; modules and parameter names are those of the unfused network.
+// shortcut's batch norm in that same pass; the imagenet stem's batch norm, relu and max pool are one op
+// (BatchNorm2d::forward_relu_max_pool). Modules and parameter names are those of the unfused network.
 // With channels_last the residual stages run on NHWC activations (their convolutions and batch norms
 // channels-last, the weights unchanged): the stem's output is permuted to NHWC before layer1, and the global
 // average pool reads layer4's NHWC output where it lies (the same sums as over NCHW planes), so the outputs
@@ -151,8 +152,8 @@ class ResNet : public nn::Module {
 
   ResNet() : Module("ResNet") {}
   Tensor forward(const Tensor& input) override {
-    Tensor x = bn1_->forward_relu(stem_->forward(input));
-    if (pool_) x = pool_->forward(x);
+    const Tensor stem = stem_->forward(input);
+    Tensor x = pool_ ? bn1_->forward_relu_max_pool(stem, *pool_) : bn1_->forward_relu(stem);
     if (channels_last_) x = ops::permute(x, {0, 2, 3, 1});
     for (const auto& stage : stages_) x = stage->forward(x);
     return fc_->forward(channels_last_ ? ops::global_avg_pool2d_nhwc(x) : ops::global_avg_pool2d(x));

@@ -173,6 +173,14 @@ Tensor BatchNorm2d::forward_add_relu(const Tensor& input, BatchNorm2d& shortcut_
                                        options_.channels_last());
 }
 
+Tensor BatchNorm2d::forward_relu_max_pool(const Tensor& input, const MaxPool2d& pool) {
+  if (options_.channels_last() || (reducer_ && is_training()))
+    return ops::max_pool2d(forward_relu(input), pool.geometry());
+  check_input(input);
+  return ops::batch_norm_relu_max_pool2d(input, weight_, bias_, running_mean_, running_var_, is_training(),
+                                         options_.momentum(), options_.eps(), pool.geometry());
+}
+
 void BatchNorm2d::set_reducer(std::shared_ptr<BatchStatisticsReducer> reducer, std::string name) {
   reducer_ = std::move(reducer);
   reducer_name_ = std::move(name);
@@ -231,9 +239,10 @@ MaxPool2d::MaxPool2d(const MaxPool2dOptions& options) : Module("MaxPool2d"), opt
   pool_geometry(options.kernel_size(), options.stride(), options.padding(), "MaxPool2d");
 }
 
-Tensor MaxPool2d::forward(const Tensor& input) {
-  return ops::max_pool2d(input,
-                         pool_geometry(options_.kernel_size(), options_.stride(), options_.padding(), "MaxPool2d"));
+Tensor MaxPool2d::forward(const Tensor& input) { return ops::max_pool2d(input, geometry()); }
+
+ops::Pool2dGeometry MaxPool2d::geometry() const {
+  return pool_geometry(options_.kernel_size(), options_.stride(), options_.padding(), "MaxPool2d");
 }
 
 std::string MaxPool2d::extra_repr() const {

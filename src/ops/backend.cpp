@@ -1,6 +1,6 @@
 // The compute-backend registry that the functional ops dispatch through (the CPU kernels are built in;
 // the composition root, src/register_builtins.cpp, registers the CUDA ones) and the process-wide f32 math
-// and convolution settings.
+// and convolution settings; the base class's optional fused kernels.
 #include "opsnn/ops/backend.h"
 
 #include <array>
@@ -33,6 +33,24 @@ Backend& backend_for(Device device) {
   Backend* backend = backends()[static_cast<size_t>(device.type)].get();
   OPSNN_CHECK_AS(DeviceError, backend != nullptr, "no compute kernels are registered for ", device.str());
   return *backend;
+}
+
+bool Backend::fuses_batch_norm_relu_max_pool2d(const Tensor&, const Pool2dGeometry&) const { return false; }
+
+void Backend::batch_norm_relu_max_pool2d_forward_train(const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&,
+                                                       double, double, const Pool2dGeometry&, Tensor&, Tensor&, Tensor&,
+                                                       Tensor&) {
+  throw UsageError(
+      "batch_norm_relu_max_pool2d_forward_train: this backend does not fuse it (ask "
+      "fuses_batch_norm_relu_max_pool2d first)");
+}
+
+void Backend::batch_norm_relu_max_pool2d_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                                  const Tensor&, const Tensor&, const Tensor&, const Pool2dGeometry&,
+                                                  Tensor&, Tensor&, Tensor&, bool) {
+  throw UsageError(
+      "batch_norm_relu_max_pool2d_backward: this backend does not fuse it (ask "
+      "fuses_batch_norm_relu_max_pool2d first)");
 }
 
 void check_batch_norm_residual(const Tensor& input, bool relu, const Tensor& residual, const char* what,

@@ -2,8 +2,10 @@
 // update) and eval (running statistics) forward on the device's kernels, and both backwards for autograd.
 // batch_norm_relu is relu(batch_norm) with the relu fused into the kernels: the forward writes only the
 // relu output, and the training backward recomputes its mask from the input (the backends repeat the
-// forward's arithmetic from the saved statistics, gamma and beta), so it keeps no relu output: the stem of
-// a ResNet, whose relu output only max pooling reads, frees it after the forward.
+// forward's arithmetic from the saved statistics, gamma and beta), so it keeps no relu output.
+// batch_norm_relu_max_pool2d goes further on a backend that fuses it (a ResNet stem): the forward writes only
+// the pooled output, and the backward reads the pooled gradient, so neither the relu output nor its
+// gradient exists at full size.
 // batch_norm_add_relu is relu(batch_norm + residual) the same way: one pass writes it, and the backward
 // masks the upstream gradient once (by the kept output), into the tensor that is the residual's gradient
 // and batch norm's input.
@@ -60,17 +62,25 @@ struct SavedBatchNorm {
 // into the parameters' own gradients in place where the engine offers both accumulators (one kernel flag:
 // both or neither), else written to temporaries the engine then adds. relu_output, beta and masked as
 // Backend::batch_norm_backward takes them.
-void batch_norm_backward_into(const autograd::Node& node, const Tensor& grad_out, const Tensor& relu_output,
-                              const Tensor& beta, const SavedBatchNorm& saved, size_t first,
-                              const std::vector<Tensor>& accumulators, Tensor& masked, std::vector<Tensor>& grads) {
+// Sets grads[first + 1] and grads[first + 2] (gamma's and beta's, where needed) to the engine's
+// accumulators when both needed ones can take the sums in place (returns true), else to temporaries.
+bool parameter_grads(const autograd::Node& node, const Tensor& gamma, size_t first,
+                     const std::vector<Tensor>& accumulators, std::vector<Tensor>& grads) {
   const size_t g = first + 1, b = first + 2;
-  const auto usable = [&](size_t i) { return internal::usable_accumulator(accumulators, i, saved.gamma); };
+  const auto usable = [&](size_t i) { return internal::usable_accumulator(accumulators, i, gamma); };
   const bool in_place = (node.needs_grad(g) || node.needs_grad(b)) && (!node.needs_grad(g) || usable(g)) &&
                         (!node.needs_grad(b) || usable(b));
   for (size_t i : {g, b})
     if (node.needs_grad(i))
-      grads[i] =
-          in_place ? accumulators[i] : Tensor::empty(saved.gamma.shape(), saved.gamma.dtype(), saved.gamma.device());
+      grads[i] = in_place ? accumulators[i] : Tensor::empty(gamma.shape(), gamma.dtype(), gamma.device());
+  return in_place;
+}
+
+void batch_norm_backward_into(const autograd::Node& node, const Tensor& grad_out, const Tensor& relu_output,
+                              const Tensor& beta, const SavedBatchNorm& saved, size_t first,
+                              const std::vector<Tensor>& accumulators, Tensor& masked, std::vector<Tensor>& grads) {
+  const size_t g = first + 1, b = first + 2;
+  const bool in_place = parameter_grads(node, saved.gamma, first, accumulators, grads);
   // The kernels always write the input gradient; the per-channel sums are cheap next to it.
   Tensor grad_input = Tensor::empty(saved.input.shape(), saved.input.dtype(), saved.input.device());
   backend_for(grad_out.device())
@@ -152,6 +162,40 @@ class DualBatchNormAddReluBackward final : public autograd::Node {
  private:
   SavedBatchNorm main_, shortcut_;
   Tensor relu_output_;
+};
+
+// batch_norm_relu_max_pool2d in training on a fusing backend. Inputs: input, gamma, beta. Saves the
+// input, its statistics and each window's choice (one byte per pooled output), not the relu output.
+class BatchNormReluMaxPoolBackward final : public autograd::Node {
+ public:
+  BatchNormReluMaxPoolBackward(SavedBatchNorm saved, Tensor beta, Tensor offsets, const Pool2dGeometry& pool)
+      : saved_(std::move(saved)), beta_(std::move(beta)), offsets_(std::move(offsets)), pool_(pool) {}
+  std::string name() const override { return "BatchNormReluMaxPoolBackward"; }
+
+  std::vector<Tensor> backward(const Tensor& grad_output) override { return backward_into(grad_output, {}); }
+
+  bool accepts_accumulator(size_t input) const override { return input == 1 || input == 2; }
+
+  std::vector<Tensor> backward_into(const Tensor& grad_output, const std::vector<Tensor>& accumulators) override {
+    const Tensor grad_out = internal::contiguous_grad(grad_output, saved_.input.dtype());
+    std::vector<Tensor> grads(3);
+    const bool in_place = parameter_grads(*this, saved_.gamma, 0, accumulators, grads);
+    Tensor grad_input = Tensor::empty(saved_.input.shape(), saved_.input.dtype(), saved_.input.device());
+    backend_for(grad_out.device())
+        .batch_norm_relu_max_pool2d_backward(grad_out, offsets_, saved_.input, saved_.gamma, beta_, saved_.save_mean,
+                                             saved_.save_invstd, pool_, grad_input, grads[1], grads[2], in_place);
+    if (needs_grad(0)) grads[0] = grad_input;
+    return grads;
+  }
+  void release() override {
+    saved_ = SavedBatchNorm{};
+    beta_ = offsets_ = Tensor();
+  }
+
+ private:
+  SavedBatchNorm saved_;
+  Tensor beta_, offsets_;
+  Pool2dGeometry pool_;
 };
 
 // Eval mode: out = (x - running_mean) * invstd * gamma + beta with invstd = 1 / sqrt(running_var + eps)
@@ -414,6 +458,25 @@ Tensor batch_norm_add_relu(const Tensor& input, const Tensor& residual, const Te
   OPSNN_CHECK(residual.defined(), "batch_norm_add_relu: the residual is undefined");
   return batch_norm_in_layout(input, gamma, beta, running_mean, running_var, training, momentum, eps, true, residual,
                               channels_last);
+}
+
+Tensor batch_norm_relu_max_pool2d(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
+                                  Tensor& running_var, bool training, double momentum, double eps,
+                                  const Pool2dGeometry& pool) {
+  const Shape out_shape = internal::checked_pool_shape("batch_norm_relu_max_pool2d", input, pool);
+  Backend& backend = backend_for(input.device());
+  if (!training || !backend.fuses_batch_norm_relu_max_pool2d(input, pool))
+    return max_pool2d(batch_norm_relu(input, gamma, beta, running_mean, running_var, training, momentum, eps), pool);
+  Operands norm = checked_operands(input, gamma, beta, running_mean, running_var, true, momentum, eps);
+  Tensor out = Tensor::empty(out_shape, input.dtype(), input.device());
+  Tensor offsets = Tensor::empty(out_shape, DType::u8, input.device());
+  backend.batch_norm_relu_max_pool2d_forward_train(norm.input, norm.gamma, norm.beta, norm.mean_buffer, norm.var_buffer,
+                                                   momentum, eps, pool, out, offsets, norm.save_mean, norm.save_invstd);
+  const std::vector<Tensor> inputs{input, gamma, beta};
+  if (!autograd::any_requires_grad(inputs)) return out;
+  auto node = std::make_shared<BatchNormReluMaxPoolBackward>(
+      SavedBatchNorm{norm.input, norm.gamma, norm.save_mean, norm.save_invstd}, norm.beta, offsets, pool);
+  return autograd::record(out, std::move(node), inputs);
 }
 
 Tensor batch_norm_invstd(const Tensor& var, double eps) {

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "opsnn/core/tensor.h"
+#include "opsnn/ops/backend.h"
 
 namespace opsnn::ops::internal {
 
@@ -26,6 +27,10 @@ Tensor contiguous_grad(const Tensor& grad_output, DType dtype);
 // Whether accumulators[i] (Node::backward_into's offers) is there to add a gradient like `like` into in
 // place: defined, of like's dtype, shape and device, and contiguous.
 bool usable_accumulator(const std::vector<Tensor>& accumulators, size_t i, const Tensor& like);
+
+// Validates a pooling's input ([N, C, H, W]) and geometry (what PyTorch accepts without ceil_mode) and returns
+// the output shape: floor((H + 2 pad - kernel) / stride) + 1 per axis. Throws ShapeError naming `op`.
+Shape checked_pool_shape(const char* op, const Tensor& input, const Pool2dGeometry& g);
 
 // Throws naming `op` and both sides when a and b differ in dtype or device.
 void check_same_dtype_and_device(const Tensor& a, const Tensor& b, const char* op);

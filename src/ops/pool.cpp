@@ -8,10 +8,8 @@
 #include "opsnn/ops/ops.h"
 
 namespace opsnn::ops {
-namespace {
 
-// Validates input and geometry (what PyTorch accepts without ceil_mode) and returns the output shape:
-// floor((H + 2 pad - kernel) / stride) + 1 per axis.
+namespace internal {
 Shape checked_pool_shape(const char* op, const Tensor& input, const Pool2dGeometry& g) {
   OPSNN_CHECK_AS(ShapeError, input.dim() == 4, op, ": input must be 4-D [N, C, H, W], got ", input.str());
   OPSNN_CHECK_AS(ShapeError, g.kernel_h >= 1 && g.kernel_w >= 1, op, ": kernel ", g.kernel_h, "x", g.kernel_w,
@@ -29,6 +27,12 @@ Shape checked_pool_shape(const char* op, const Tensor& input, const Pool2dGeomet
   return {input.size(0), input.size(1), (padded_h - g.kernel_h) / g.stride_h + 1,
           (padded_w - g.kernel_w) / g.stride_w + 1};
 }
+
+}  // namespace internal
+
+namespace {
+
+using internal::checked_pool_shape;
 
 class MaxPool2dBackward final : public autograd::Node {
  public:

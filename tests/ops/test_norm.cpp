@@ -2,8 +2,10 @@
 // src/ops/cpu/norm.cpp): training and eval values, running-statistic updates, finite-difference gradients,
 // f32 precision, argument errors, the fused relu equal bit for bit to batch_norm followed by relu, and the
 // fused residual add + relu equal bit for bit to batch_norm followed by add_relu (both layouts);
-// batch_norm_invstd's values, gradient and errors.
+// batch_norm_relu_max_pool2d's finite-difference gradients and argument errors (its fused CUDA kernels:
+// tests/ops/test_cuda_norm.cpp); batch_norm_invstd's values, gradient and errors.
 #include <cmath>
+#include <tuple>
 #include <vector>
 
 #include "ops/op_test_helpers.h"
@@ -293,6 +295,63 @@ TEST_CASE("batch_norm_relu and batch_norm_add_relu gradients match finite differ
   }
 }
 
+TEST_CASE("batch_norm_relu_max_pool2d gradients match finite differences, training and eval", "[ops]") {
+  for (const auto& [shape, kernel, pad] :
+       {std::tuple{Shape{3, 2, 7, 6}, int64_t{3}, int64_t{1}}, std::tuple{Shape{2, 3, 6, 5}, int64_t{2}, int64_t{0}}})
+    for (bool training : {true, false}) {
+      INFO("input " << shape_str(shape) << ", pool " << kernel << "/2 pad " << pad
+                    << (training ? " training" : " eval"));
+      Generator generator(14);
+      const int64_t C = shape[1];
+      ops::Pool2dGeometry pool;
+      pool.kernel_h = pool.kernel_w = kernel;
+      pool.pad_h = pool.pad_w = pad;
+      Tensor running_mean = Tensor::uniform({C}, -0.5, 0.5, generator, DType::f64);
+      Tensor running_var = Tensor::uniform({C}, 0.5, 1.5, generator, DType::f64);
+      require_gradcheck(
+          [&](const std::vector<Tensor>& in) {
+            return ops::batch_norm_relu_max_pool2d(in[0], in[1], in[2], running_mean, running_var, training, 0.1, 1e-5,
+                                                   pool);
+          },
+          {random_leaf(shape, generator, -2, 2), random_leaf({C}, generator, 0.5, 1.5),
+           random_leaf({C}, generator, -0.5, 0.5)});
+    }
+}
+
+TEST_CASE("batch_norm_relu_max_pool2d rejects what batch_norm or max_pool2d would, naming the op", "[ops]") {
+  Tensor mean = Tensor::zeros({3}), var = Tensor::ones({3});
+  ops::Pool2dGeometry pool;
+  pool.kernel_h = pool.kernel_w = 3;
+  pool.pad_h = pool.pad_w = 1;
+  CHECK_THAT(
+      require_throws<ShapeError>([&] {
+        ops::batch_norm_relu_max_pool2d(Tensor::zeros({4, 3, 6}), Tensor(), Tensor(), mean, var, true, 0.1, 1e-5, pool);
+      }),
+      Catch::Contains("batch_norm_relu_max_pool2d") && Catch::Contains("4-D"));
+  ops::Pool2dGeometry wide = pool;
+  wide.pad_h = 2;
+  CHECK_THAT(require_throws<ShapeError>([&] {
+               ops::batch_norm_relu_max_pool2d(Tensor::zeros({4, 3, 6, 6}), Tensor(), Tensor(), mean, var, true, 0.1,
+                                               1e-5, wide);
+             }),
+             Catch::Contains("batch_norm_relu_max_pool2d") && Catch::Contains("padding 2x1"));
+  CHECK_THAT(require_throws<ShapeError>([&] {
+               ops::batch_norm_relu_max_pool2d(Tensor::zeros({4, 3, 6, 6}), Tensor::ones({5}), Tensor(), mean, var,
+                                               true, 0.1, 1e-5, pool);
+             }),
+             Catch::Contains("gamma [5]"));
+  // The CPU composes the ops; only a backend that says it fuses the pair is asked to run it.
+  ops::Backend& cpu = ops::backend_for(kCPU);
+  const Tensor input = Tensor::zeros({4, 3, 6, 6});
+  CHECK_FALSE(cpu.fuses_batch_norm_relu_max_pool2d(input, pool));
+  Tensor out, offsets, save_mean, save_invstd;
+  CHECK_THAT(require_throws<UsageError>([&] {
+               cpu.batch_norm_relu_max_pool2d_forward_train(input, var, mean, mean, var, 0.1, 1e-5, pool, out, offsets,
+                                                            save_mean, save_invstd);
+             }),
+             Catch::Contains("does not fuse"));
+}
+
 TEST_CASE("batch_norm_relu equals batch_norm followed by relu bit for bit, forward and backward", "[ops]") {
   // Shapes past the OpenMP threshold ([8, 16, 17, 17]), 2-D, inner 1 and odd; f32 and f64; with and
   // without gamma; training and eval (where pre-relu values of exactly 0 hit the kink).
@@ -457,8 +516,13 @@ void check_parameter_grads_added_in_place(Device device) {
   const Tensor g = Tensor::uniform({4, 3, 5, 5}, -1.0, 1.0, generator).to(device);
   const Tensor prior_gamma = Tensor::uniform({3}, -1.0, 1.0, generator).to(device);
   const Tensor prior_beta = Tensor::uniform({3}, -1.0, 1.0, generator).to(device);
-  for (int kind = 0; kind < 3; ++kind) {  // plain, relu, residual add and relu
-    INFO(device.str() << (kind == 0 ? " batch_norm" : kind == 1 ? " batch_norm_relu" : " batch_norm_add_relu"));
+  ops::Pool2dGeometry pool;  // ResNet's stem pooling: 3x3, stride 2, padding 1 (5x5 planes -> 3x3)
+  pool.kernel_h = pool.kernel_w = 3;
+  pool.pad_h = pool.pad_w = 1;
+  const Tensor pooled_g = Tensor::uniform({4, 3, 3, 3}, -1.0, 1.0, generator).to(device);
+  const char* names[] = {" batch_norm", " batch_norm_relu", " batch_norm_add_relu", " batch_norm_relu_max_pool2d"};
+  for (int kind = 0; kind < 4; ++kind) {  // plain, relu, residual add and relu, relu and max pooling
+    INFO(device.str() << names[kind]);
     auto run = [&](bool with_prior) {
       Tensor gamma = Tensor::full({3}, 1.5, DType::f32, device), beta = Tensor::full({3}, 0.25, DType::f32, device);
       gamma.set_requires_grad(true);
@@ -470,9 +534,11 @@ void check_parameter_grads_added_in_place(Device device) {
       Tensor mean = Tensor::zeros({3}, DType::f32, device), var = Tensor::ones({3}, DType::f32, device);
       const Tensor out = kind == 0   ? ops::batch_norm(x, gamma, beta, mean, var, true)
                          : kind == 1 ? ops::batch_norm_relu(x, gamma, beta, mean, var, true)
-                                     : ops::batch_norm_add_relu(x, shortcut, gamma, beta, mean, var, true);
+                         : kind == 2
+                             ? ops::batch_norm_add_relu(x, shortcut, gamma, beta, mean, var, true)
+                             : ops::batch_norm_relu_max_pool2d(x, gamma, beta, mean, var, true, 0.1, 1e-5, pool);
       const TensorImpl* gamma_buffer = with_prior ? gamma.grad().impl() : nullptr;
-      out.backward(g);
+      out.backward(kind == 3 ? pooled_g : g);
       if (with_prior) CHECK(gamma.grad().impl() == gamma_buffer);
       return std::make_pair(gamma.grad(), beta.grad());
     };

@@ -84,6 +84,8 @@ struct BatchNorm2dOptions {
   OPSNN_ARG(bool, channels_last) = false;
 };
 
+class MaxPool2d;
+
 class BatchNorm2d : public Module {
  public:
   // weight 1, bias 0, running_mean 0, running_var 1. No Generator: nothing random.
@@ -98,6 +100,10 @@ class BatchNorm2d : public Module {
   // same pass (ops::dual_batch_norm_add_relu): a ResNet block's end with a downsampling shortcut. The two
   // computed apart where the layers differ in mode or layout or synchronise their statistics.
   Tensor forward_add_relu(const Tensor& input, BatchNorm2d& shortcut_norm, const Tensor& shortcut);
+  // pool.forward(forward_relu(input)) for NCHW input, fused in training where the backend fuses it
+  // (ops::batch_norm_relu_max_pool2d: a ResNet stem); computed apart with channels_last or synchronised
+  // statistics.
+  Tensor forward_relu_max_pool(const Tensor& input, const MaxPool2d& pool);
   void reset_parameters();
   std::string extra_repr() const override;
   const BatchNorm2dOptions& options() const { return options_; }
@@ -166,6 +172,7 @@ class MaxPool2d : public Module {
   Tensor forward(const Tensor& input) override;
   std::string extra_repr() const override;
   const MaxPool2dOptions& options() const { return options_; }
+  ops::Pool2dGeometry geometry() const;
 
  private:
   MaxPool2dOptions options_;

@@ -120,6 +120,27 @@ class Backend {
   virtual void avg_pool2d_forward(const Tensor& input, Tensor& out, const Pool2dGeometry& geometry) = 0;
   virtual void avg_pool2d_backward(const Tensor& grad_out, Tensor& grad_input, const Pool2dGeometry& geometry) = 0;
 
+  // ---- training batch_norm_relu followed by max pooling, fused (a ResNet stem's tail) ----
+  // Whether this backend runs a training batch_norm_relu of an [N, C, H, W] input like this one (the calls
+  // take it contiguous) followed by max pooling of `geometry` in the two calls below;
+  // ops::batch_norm_relu_max_pool2d composes the unfused ops where not (the base class fuses nothing). The
+  // forward updates the running stats and writes the saved statistics as batch_norm_forward_train does,
+  // and out as max_pool2d_forward of batch_norm_relu's output does, bit for bit; offsets (u8, out's shape)
+  // receives each window's choice as dh * kernel_w + dw within the window. The backward takes the pooled
+  // output's gradient and writes batch norm's input gradient; grad_gamma / grad_beta as
+  // batch_norm_backward's (with accumulate_parameter_grads added into). Neither keeps a relu output or its
+  // gradient of the input's size.
+  virtual bool fuses_batch_norm_relu_max_pool2d(const Tensor& input, const Pool2dGeometry& geometry) const;
+  virtual void batch_norm_relu_max_pool2d_forward_train(const Tensor& input, const Tensor& gamma, const Tensor& beta,
+                                                        Tensor& running_mean, Tensor& running_var, double momentum,
+                                                        double eps, const Pool2dGeometry& geometry, Tensor& out,
+                                                        Tensor& offsets, Tensor& save_mean, Tensor& save_invstd);
+  virtual void batch_norm_relu_max_pool2d_backward(const Tensor& grad_out, const Tensor& offsets, const Tensor& input,
+                                                   const Tensor& gamma, const Tensor& beta, const Tensor& save_mean,
+                                                   const Tensor& save_invstd, const Pool2dGeometry& geometry,
+                                                   Tensor& grad_input, Tensor& grad_gamma, Tensor& grad_beta,
+                                                   bool accumulate_parameter_grads);
+
   // ---- softmax and loss (logits [N, K]) ----
   virtual void log_softmax_forward(const Tensor& logits, Tensor& out) = 0;
   virtual void log_softmax_backward(const Tensor& grad_out, const Tensor& out, Tensor& grad_logits) = 0;

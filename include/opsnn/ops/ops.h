@@ -97,6 +97,14 @@ Tensor dual_batch_norm_add_relu(const Tensor& input, const BatchNormArgs& norm, 
 // normalises with.
 Tensor batch_norm_invstd(const Tensor& var, double eps);
 Tensor max_pool2d(const Tensor& input, const Pool2dGeometry& geometry);
+// max_pool2d(batch_norm_relu(input, ...), pool) for an NCHW input [N, C, H, W] (a ResNet stem's tail). In
+// training on a backend that fuses the pair (CUDA: stride-2 windows up to 5 wide) the forward writes only
+// the pooled output (bit for bit the composition's), and neither direction stores the relu output or its
+// gradient: the backward's batch-norm sums run over the windows and its input gradient gathers them.
+// Elsewhere (eval, the CPU, other geometries) it is the composition.
+Tensor batch_norm_relu_max_pool2d(const Tensor& input, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
+                                  Tensor& running_var, bool training, double momentum, double eps,
+                                  const Pool2dGeometry& pool);
 Tensor avg_pool2d(const Tensor& input, const Pool2dGeometry& geometry);
 Tensor global_avg_pool2d(const Tensor& input);       // [N, C, H, W] -> [N, C]
 Tensor global_avg_pool2d_nhwc(const Tensor& input);  // [N, H, W, C] -> [N, C], the same sums

@@ -51,6 +51,16 @@ class CudaBackend final : public Backend {
                            const Pool2dGeometry& geometry) override;
   void avg_pool2d_forward(const Tensor& input, Tensor& out, const Pool2dGeometry& geometry) override;
   void avg_pool2d_backward(const Tensor& grad_out, Tensor& grad_input, const Pool2dGeometry& geometry) override;
+  bool fuses_batch_norm_relu_max_pool2d(const Tensor& input, const Pool2dGeometry& geometry) const override;
+  void batch_norm_relu_max_pool2d_forward_train(const Tensor& input, const Tensor& gamma, const Tensor& beta,
+                                                Tensor& running_mean, Tensor& running_var, double momentum, double eps,
+                                                const Pool2dGeometry& geometry, Tensor& out, Tensor& offsets,
+                                                Tensor& save_mean, Tensor& save_invstd) override;
+  void batch_norm_relu_max_pool2d_backward(const Tensor& grad_out, const Tensor& offsets, const Tensor& input,
+                                           const Tensor& gamma, const Tensor& beta, const Tensor& save_mean,
+                                           const Tensor& save_invstd, const Pool2dGeometry& geometry,
+                                           Tensor& grad_input, Tensor& grad_gamma, Tensor& grad_beta,
+                                           bool accumulate_parameter_grads) override;
   void log_softmax_forward(const Tensor& logits, Tensor& out) override;
   void log_softmax_backward(const Tensor& grad_out, const Tensor& out, Tensor& grad_logits) override;
   void nll_loss_forward(const Tensor& log_probs, const Tensor& target, double label_smoothing, Tensor& out) override;

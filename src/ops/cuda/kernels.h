@@ -107,6 +107,29 @@ void launch_avg_pool_forward(const T* x, T* out, const PoolLayout& layout);
 template <typename T>
 void launch_avg_pool_backward(const T* grad_out, T* grad_input, const PoolLayout& layout);
 
+// ---- training batch_norm_relu followed by max pooling, fused (norm_pool.cu): a ResNet stem's tail ----
+// Takes stride-2 pooling with windows up to 5 wide (and planes, and plane counts, below 2^31).
+bool batch_norm_relu_max_pool_fits(const PoolLayout& pool);
+size_t batch_norm_relu_max_pool_workspace_bytes(const ChannelLayout& layout);
+// Statistics, running stats and saved statistics as launch_batch_norm_forward_train's; out as
+// launch_max_pool_forward's of batch_norm_relu's output, bit for bit; offsets: each window's choice as
+// dh * kernel_w + dw within the window (its max_pool2d index is (oh * stride - pad + dh) * W + ow * stride
+// - pad + dw).
+template <typename T>
+void launch_batch_norm_relu_max_pool_forward_train(const T* x, const float* gamma, const float* beta,
+                                                   float* running_mean, float* running_var, double momentum, double eps,
+                                                   T* out, uint8_t* offsets, float* save_mean, float* save_invstd,
+                                                   const ChannelLayout& layout, const PoolLayout& pool,
+                                                   void* workspace);
+// grad_out: the pooled output's gradient. grad_gamma / grad_beta may be null; with
+// accumulate_parameter_grads they are added into.
+template <typename T>
+void launch_batch_norm_relu_max_pool_backward(const T* grad_out, const uint8_t* offsets, const T* x, const float* gamma,
+                                              const float* beta, const float* save_mean, const float* save_invstd,
+                                              T* grad_input, float* grad_gamma, float* grad_beta,
+                                              bool accumulate_parameter_grads, const ChannelLayout& layout,
+                                              const PoolLayout& pool, void* workspace);
+
 // ---- convolution lowerings (conv_lowering.cu) ----
 // images x [N, C, in_h, in_w] <-> columns [N, rows_padded, out_h * out_w] with row (c, r, s) of the
 // C * kernel_h * kernel_w real rows; rows_padded >= that (the extra rows are zero in im2col's output and

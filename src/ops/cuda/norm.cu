@@ -485,9 +485,10 @@ int64_t split_count(const ChannelLayout& layout) {
   return std::clamp<int64_t>(wanted, 1, most);
 }
 
-// The workspace: the elementwise pass's per-channel coefficients and a second set (the backward's mask
-// coefficients, or the forward's normalized residual's; float4 each, first, so every part stays 16-byte
-// aligned), then the partials of every (split, channel) block.
+// The workspace: the elementwise pass's per-channel coefficients (at the start: forward_coefficients reads
+// the training forward's there) and a second set (the backward's mask coefficients, or the forward's
+// normalized residual's; float4 each, first, so every part stays 16-byte aligned), then the partials of
+// every (split, channel) block.
 struct Workspace {
   float4 *coefficients, *second_coefficients;
   void* partials;
@@ -610,9 +611,9 @@ void launch_backward_passes(const T* grad_out, const T* relu_output, const T* x,
           grad_out, relu_output, x, forward, split_geometry(layout, V, splits), partials, masked_grad);
     });
   }
-  finalize_backward_kernel<<<finalize_blocks(layout.channels), kFinalizeThreads, 0, current_stream()>>>(
-      partials, splits, layout.channels, static_cast<double>(layout.batch * layout.inner), forward, grad_gamma,
-      grad_beta, accumulate, space.coefficients, M == Mask::recomputed ? space.second_coefficients : nullptr);
+  launch_backward_finalize(partials, splits, layout.channels, static_cast<double>(layout.batch * layout.inner), forward,
+                           grad_gamma, grad_beta, accumulate, space.coefficients,
+                           M == Mask::recomputed ? space.second_coefficients : nullptr);
   if constexpr (kStore)
     launch_backward_passes_input<T, Mask::none>(masked_grad, nullptr, x, grad_input, layout, space);
   else
@@ -620,6 +621,15 @@ void launch_backward_passes(const T* grad_out, const T* relu_output, const T* x,
 }
 
 }  // namespace
+
+namespace norm {
+void launch_backward_finalize(const double2* partials, int64_t splits, int64_t channels, double count,
+                              const NormalizeInputs& forward, float* grad_gamma, float* grad_beta, bool accumulate,
+                              float4* coefficients, float4* mask_coefficients) {
+  finalize_backward_kernel<<<finalize_blocks(channels), kFinalizeThreads, 0, current_stream()>>>(
+      partials, splits, channels, count, forward, grad_gamma, grad_beta, accumulate, coefficients, mask_coefficients);
+}
+}  // namespace norm
 
 size_t batch_norm_workspace_bytes(const ChannelLayout& layout) {
   if (layout.channels == 0) return 0;

@@ -268,4 +268,20 @@ void with_width(int width, Launch&& launch) {
     with_width<kWidest / 2>(width, launch);
 }
 
+// ---- norm.cu's passes that other files build on (norm_pool.cu) ----
+
+// The backward's finalize over per-(split, channel) sums {sum g, sum g * (x - mean)} at
+// partials[split * channels + channel], count values per channel: writes (with accumulate: adds into)
+// grad_gamma / grad_beta (either may be null) and the grad_input pass's coefficients {k, mean_grad, slope,
+// mean} (grad_input_value), and with a non-null mask_coefficients the forward's coefficients (forward.beta
+// given) for a recomputed relu mask.
+void launch_backward_finalize(const double2* partials, int64_t splits, int64_t channels, double count,
+                              const NormalizeInputs& forward, float* grad_gamma, float* grad_beta, bool accumulate,
+                              float4* coefficients, float4* mask_coefficients);
+
+// After launch_batch_norm_forward_train, the start of its workspace holds each channel's forward
+// coefficients {center, scale, shift, unused} (normalize_value), computed from the saved statistics, gamma
+// and beta.
+inline const float4* forward_coefficients(const void* workspace) { return static_cast<const float4*>(workspace); }
+
 }  // namespace opsnn::cuda::norm

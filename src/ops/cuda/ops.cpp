@@ -437,6 +437,77 @@ void CudaBackend::max_pool2d_backward(const Tensor& grad_out, const Tensor& indi
   check_launch();
 }
 
+// ---- training batch_norm_relu + max pooling, fused ----
+
+bool CudaBackend::fuses_batch_norm_relu_max_pool2d(const Tensor& input, const Pool2dGeometry& geometry) const {
+  if (input.dim() != 4 || !is_floating(input.dtype()) || input.dtype() == DType::f64) return false;
+  const Shape& in = input.shape();
+  const int64_t out_h = (in[2] + 2 * geometry.pad_h - geometry.kernel_h) / geometry.stride_h + 1;
+  const int64_t out_w = (in[3] + 2 * geometry.pad_w - geometry.kernel_w) / geometry.stride_w + 1;
+  return out_h > 0 && out_w > 0 &&
+         cuda::batch_norm_relu_max_pool_fits(pool_layout(in, {in[0], in[1], out_h, out_w}, geometry));
+}
+
+void CudaBackend::batch_norm_relu_max_pool2d_forward_train(const Tensor& input, const Tensor& gamma, const Tensor& beta,
+                                                           Tensor& running_mean, Tensor& running_var, double momentum,
+                                                           double eps, const Pool2dGeometry& geometry, Tensor& out,
+                                                           Tensor& offsets, Tensor& save_mean, Tensor& save_invstd) {
+  const char* kernel = "batch_norm_relu_max_pool2d_forward_train";
+  OPSNN_CHECK(fuses_batch_norm_relu_max_pool2d(input, geometry), "CUDA ", kernel, ": not fused for ", input.str());
+  check_pool_pair(input, out, kernel);
+  require_dense_as(input, input, input.device(), kernel);
+  require_dense_as(out, input, input.device(), kernel);
+  check_index_tensor(offsets, DType::u8, input.device(), kernel);
+  check_same_shape(out, offsets, "CUDA batch_norm_relu_max_pool2d_forward_train");
+  for (const Tensor* t :
+       std::initializer_list<const Tensor*>{&gamma, &beta, &running_mean, &running_var, &save_mean, &save_invstd})
+    check_channel_vector(*t, input, kernel);
+  cuda::DeviceGuard guard(input.device().index);
+  const cuda::ChannelLayout layout = channel_layout(input);
+  const Storage workspace(cuda::batch_norm_relu_max_pool_workspace_bytes(layout), input.device());
+  dispatch_floating(input.dtype(), kernel, [&](auto tag) {
+    using T = decltype(tag);
+    cuda::launch_batch_norm_relu_max_pool_forward_train(
+        input.data<T>(), gamma.data<float>(), beta.data<float>(), running_mean.data<float>(), running_var.data<float>(),
+        momentum, eps, out.data<T>(), offsets.data<uint8_t>(), save_mean.data<float>(), save_invstd.data<float>(),
+        layout, pool_layout(input.shape(), out.shape(), geometry), workspace.data());
+  });
+  check_launch();
+}
+
+void CudaBackend::batch_norm_relu_max_pool2d_backward(const Tensor& grad_out, const Tensor& offsets,
+                                                      const Tensor& input, const Tensor& gamma, const Tensor& beta,
+                                                      const Tensor& save_mean, const Tensor& save_invstd,
+                                                      const Pool2dGeometry& geometry, Tensor& grad_input,
+                                                      Tensor& grad_gamma, Tensor& grad_beta,
+                                                      bool accumulate_parameter_grads) {
+  const char* kernel = "batch_norm_relu_max_pool2d_backward";
+  OPSNN_CHECK(fuses_batch_norm_relu_max_pool2d(input, geometry), "CUDA ", kernel, ": not fused for ", input.str());
+  check_pool_pair(input, grad_out, kernel);
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&input, &grad_out, &grad_input})
+    require_dense_as(*t, input, input.device(), kernel);
+  check_same_shape(input, grad_input, "CUDA batch_norm_relu_max_pool2d_backward");
+  check_index_tensor(offsets, DType::u8, input.device(), kernel);
+  check_same_shape(grad_out, offsets, "CUDA batch_norm_relu_max_pool2d_backward");
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&gamma, &beta, &save_mean, &save_invstd})
+    check_channel_vector(*t, input, kernel);
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&grad_gamma, &grad_beta})
+    if (t->defined()) check_channel_vector(*t, input, kernel);
+  cuda::DeviceGuard guard(input.device().index);
+  const cuda::ChannelLayout layout = channel_layout(input);
+  const Storage workspace(cuda::batch_norm_relu_max_pool_workspace_bytes(layout), input.device());
+  dispatch_floating(input.dtype(), kernel, [&](auto tag) {
+    using T = decltype(tag);
+    cuda::launch_batch_norm_relu_max_pool_backward(
+        grad_out.data<T>(), offsets.data<uint8_t>(), input.data<T>(), gamma.data<float>(), beta.data<float>(),
+        save_mean.data<float>(), save_invstd.data<float>(), grad_input.data<T>(),
+        grad_gamma.defined() ? grad_gamma.data<float>() : nullptr,
+        grad_beta.defined() ? grad_beta.data<float>() : nullptr, accumulate_parameter_grads, layout,
+        pool_layout(input.shape(), grad_out.shape(), geometry), workspace.data());
+  });
+  check_launch();
+}
+
 void CudaBackend::avg_pool2d_forward(const Tensor& input, Tensor& out, const Pool2dGeometry& geometry) {
   const char* kernel = "avg_pool2d_forward";
   check_pool_pair(input, out, kernel);

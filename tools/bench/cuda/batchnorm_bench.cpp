@@ -3,7 +3,8 @@
 // twice, writes once), the backward (reads g and x twice, writes once) and the eval forward (reads
 // once, writes once), next to a device-to-device copy of the same tensor timed in the same run, the
 // bandwidth one streaming pass can reach. --channels-last lays each activation out as the channels-last
-// ResNets hand it to batch norm, [batch * H * W, channels] (norm_rows.cu's kernels).
+// ResNets hand it to batch norm, [batch * H * W, channels] (norm_rows.cu's kernels). In NCHW it then
+// times the stem's batch norm, relu and max pool, unfused and fused (norm_pool.cu).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -36,6 +37,62 @@ DType parse_dtype(const std::string& text) {
   if (text == "bf16") return DType::bf16;
   if (text == "f16") return DType::f16;
   throw ConfigError("--dtype: expected f32, bf16 or f16, got '" + text + "'");
+}
+
+// The stem's batch norm, relu and 3x3/2 max pool in training, forward and backward: the unfused kernels
+// (batch_norm_relu's, max pooling's) beside the fused pair of ops::batch_norm_relu_max_pool2d.
+void stem_tail(ops::Backend& backend, Device gpu, int batch, int repeats, DType dtype, Generator& generator) {
+  const int64_t channels = 64, side = 112, pooled = 56;
+  const Shape shape{batch, channels, side, side}, pooled_shape{batch, channels, pooled, pooled};
+  const Shape channel_shape{channels};
+  ops::Pool2dGeometry pool;
+  pool.kernel_h = pool.kernel_w = 3;
+  pool.pad_h = pool.pad_w = 1;
+  const Tensor x = Tensor::uniform(shape, -1.0, 1.0, generator, dtype, gpu);
+  const Tensor g = Tensor::uniform(pooled_shape, -1.0, 1.0, generator, dtype, gpu);
+  const Tensor gamma = Tensor::ones(channel_shape, DType::f32, gpu),
+               beta = Tensor::zeros(channel_shape, DType::f32, gpu);
+  Tensor running_mean = Tensor::zeros(channel_shape, DType::f32, gpu),
+         running_var = Tensor::ones(channel_shape, DType::f32, gpu);
+  Tensor save_mean = Tensor::empty(channel_shape, DType::f32, gpu),
+         save_invstd = Tensor::empty(channel_shape, DType::f32, gpu);
+  Tensor grad_gamma = Tensor::empty(channel_shape, DType::f32, gpu),
+         grad_beta = Tensor::empty(channel_shape, DType::f32, gpu);
+  Tensor relu_out = Tensor::empty(shape, dtype, gpu), relu_grad = Tensor::empty(shape, dtype, gpu);
+  Tensor grad_input = Tensor::empty(shape, dtype, gpu);
+  Tensor out = Tensor::empty(pooled_shape, dtype, gpu), indices = Tensor::empty(pooled_shape, DType::i32, gpu);
+  Tensor offsets = Tensor::empty(pooled_shape, DType::u8, gpu), no_masked_grad;
+  const double unfused_forward = mean_ms(
+      [&] {
+        backend.batch_norm_forward_train(x, gamma, beta, running_mean, running_var, 0.1, 1e-5, true, Tensor(), {},
+                                         relu_out, save_mean, save_invstd);
+        backend.max_pool2d_forward(relu_out, out, indices, pool);
+      },
+      repeats);
+  const double unfused_backward = mean_ms(
+      [&] {
+        backend.max_pool2d_backward(g, indices, relu_grad, pool);
+        backend.batch_norm_backward(relu_grad, Tensor(), x, gamma, beta, save_mean, save_invstd, grad_input, grad_gamma,
+                                    grad_beta, no_masked_grad, false);
+      },
+      repeats);
+  const double fused_forward = mean_ms(
+      [&] {
+        backend.batch_norm_relu_max_pool2d_forward_train(x, gamma, beta, running_mean, running_var, 0.1, 1e-5, pool,
+                                                         out, offsets, save_mean, save_invstd);
+      },
+      repeats);
+  const double fused_backward = mean_ms(
+      [&] {
+        backend.batch_norm_relu_max_pool2d_backward(g, offsets, x, gamma, beta, save_mean, save_invstd, pool,
+                                                    grad_input, grad_gamma, grad_beta, false);
+      },
+      repeats);
+  std::printf("stem tail (batch norm + relu + max pool 3x3/2, training) %s: ms\n", shape_str(shape).c_str());
+  std::printf("  %-10s %10s %10s %10s\n", "", "forward", "backward", "total");
+  std::printf("  %-10s %10.3f %10.3f %10.3f\n", "unfused", unfused_forward, unfused_backward,
+              unfused_forward + unfused_backward);
+  std::printf("  %-10s %10.3f %10.3f %10.3f\n", "fused", fused_forward, fused_backward, fused_forward + fused_backward);
 }
 
 int run(const std::vector<std::string>& args) {
@@ -108,6 +165,7 @@ int run(const std::vector<std::string>& args) {
                 train_ms, rate(3, train_ms), backward_ms, rate(5, backward_ms), eval_ms, rate(2, eval_ms),
                 rate(2, copy_ms));
   }
+  if (!channels_last) stem_tail(backend, gpu, batch, repeats, dtype, generator);
   return 0;
 }
 
