@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "core/cuda/cuda_check.h"
 #include "core/cuda/current_stream.h"
 #include "core/cuda/fast_divide.h"
 #include "core/cuda/vectorized.cuh"
@@ -55,6 +56,47 @@ __global__ void __launch_bounds__(kColumnThreads)
       }
     }
     store_vector<V>(columns + static_cast<int64_t>(image_row) * pixels + static_cast<int64_t>(oh) * l.out_w + ow0, out);
+  }
+}
+
+// im2col for a kernel kKw wide at column stride kSw fixed at compile time (ResNet's 7x7/2 stem): a thread
+// step takes one input row segment for V consecutive outputs of one output row, (V - 1) * kSw + kKw values
+// loaded once, and writes the kKw column rows (c, r, 0..kKw-1) from it: each input value is loaded once
+// per thread instead of once per column row, which made the general kernel's strided loads the bottleneck.
+// Steps are (n, c, r, oh, q) with q the vector of V outputs; the padding rows are zeroed apart.
+struct SpanDecode {
+  FastDivider vectors_per_out_row, out_h, channel_rows, kernel_h;
+};
+
+template <typename T, int V, int kKw, int kSw>
+__global__ void __launch_bounds__(kColumnThreads)
+    im2col_span_kernel(const T* x, T* columns, Im2colLayout l, SpanDecode d, uint32_t steps) {
+  constexpr int kSpan = (V - 1) * kSw + kKw;
+  const int64_t plane = l.in_h * l.in_w, pixels = l.out_h * l.out_w;
+  for (uint32_t step = blockIdx.x * kColumnThreads + threadIdx.x; step < steps; step += gridDim.x * kColumnThreads) {
+    const uint32_t row_step = d.vectors_per_out_row.divide(step), q = step - row_step * d.vectors_per_out_row.divisor;
+    const uint32_t kernel_row = d.out_h.divide(row_step), oh = row_step - kernel_row * d.out_h.divisor;
+    const uint32_t n = d.channel_rows.divide(kernel_row), cr = kernel_row - n * d.channel_rows.divisor;
+    const uint32_t c = d.kernel_h.divide(cr), r = cr - c * d.kernel_h.divisor;
+    const int64_t ih = static_cast<int64_t>(oh) * l.stride_h - l.pad_h + r;
+    const int64_t iw0 = static_cast<int64_t>(q) * V * kSw - l.pad_w;
+    T span[kSpan];
+    const bool row_inside = ih >= 0 && ih < l.in_h;
+    const T* source = x + (static_cast<int64_t>(n) * l.channels + c) * plane + (row_inside ? ih : 0) * l.in_w;
+#pragma unroll
+    for (int k = 0; k < kSpan; ++k) {
+      const int64_t iw = iw0 + k;
+      span[k] = row_inside && iw >= 0 && iw < l.in_w ? source[iw] : T(0.0f);
+    }
+    T* out = columns + (static_cast<int64_t>(n) * l.rows_padded + static_cast<int64_t>(cr) * kKw) * pixels +
+             static_cast<int64_t>(oh) * l.out_w + static_cast<int64_t>(q) * V;
+#pragma unroll
+    for (int s = 0; s < kKw; ++s) {
+      Vector<T, V> values;
+#pragma unroll
+      for (int j = 0; j < V; ++j) values.values[j] = span[j * kSw + s];
+      store_vector<V>(out + static_cast<int64_t>(s) * pixels, values);
+    }
   }
 }
 
@@ -215,6 +257,33 @@ void im2col_with(const T* x, T* columns, const Im2colLayout& layout) {
   }
 }
 
+// im2col_span_kernel over as many whole images as keep each launch below 2^31 steps, then the padding
+// rows (channels * kh * kw up to rows_padded) of every image zeroed in one strided memset.
+template <typename T, int V, int kKw, int kSw>
+void im2col_span_with(const T* x, T* columns, const Im2colLayout& layout) {
+  const int64_t pixels = layout.out_h * layout.out_w, rows = layout.channels * layout.kernel_h * layout.kernel_w;
+  const int64_t steps_per_image = layout.channels * layout.kernel_h * layout.out_h * (layout.out_w / V);
+  const int64_t images_per_launch = std::max<int64_t>(1, kMaxVectorsPerLaunch / steps_per_image);
+  SpanDecode decode;
+  decode.vectors_per_out_row = FastDivider(static_cast<uint32_t>(layout.out_w / V));
+  decode.out_h = FastDivider(static_cast<uint32_t>(layout.out_h));
+  decode.channel_rows = FastDivider(static_cast<uint32_t>(layout.channels * layout.kernel_h));
+  decode.kernel_h = FastDivider(static_cast<uint32_t>(layout.kernel_h));
+  for (int64_t first = 0; first < layout.images; first += images_per_launch) {
+    const int64_t images = std::min(images_per_launch, layout.images - first);
+    const auto steps = static_cast<uint32_t>(images * steps_per_image);
+    im2col_span_kernel<T, V, kKw, kSw><<<blocks_for_vectors(steps), kColumnThreads, 0, current_stream()>>>(
+        x + first * layout.channels * layout.in_h * layout.in_w, columns + first * layout.rows_padded * pixels, layout,
+        decode, steps);
+  }
+  if (layout.rows_padded > rows) {
+    const size_t image_bytes = static_cast<size_t>(layout.rows_padded * pixels) * sizeof(T);
+    OPSNN_CUDA_CHECK(cudaMemset2DAsync(columns + rows * pixels, image_bytes, 0,
+                                       static_cast<size_t>((layout.rows_padded - rows) * pixels) * sizeof(T),
+                                       static_cast<size_t>(layout.images), current_stream()));
+  }
+}
+
 // Launches over as many whole planes as keep each launch below 2^31 vectors.
 template <typename T, int V>
 void unsubsample_with(const T* columns, T* x, const Im2colLayout& layout) {
@@ -259,9 +328,15 @@ template <typename T>
 void launch_im2col(const T* x, T* columns, const Im2colLayout& layout) {
   const int64_t pixels = layout.out_h * layout.out_w;
   if (layout.images * layout.rows_padded == 0 || pixels == 0) return;
+  const bool stem = layout.kernel_w == 7 && layout.stride_w == 2;
   with_width(vector_width_for<T>(layout.out_w, columns), [&](auto width) {
     constexpr int V = decltype(width)::value;
-    if constexpr (V * sizeof(T) <= 16) im2col_with<T, V>(x, columns, layout);
+    if constexpr (V * sizeof(T) <= 16) {
+      if (stem)
+        im2col_span_with<T, V, 7, 2>(x, columns, layout);
+      else
+        im2col_with<T, V>(x, columns, layout);
+    }
   });
 }
 

@@ -164,12 +164,16 @@ TEST_CASE("CUDA stem-like conv2d through the im2col-GEMM lowering matches the CP
   if (gpu_missing()) return;
   SettingsReset reset;
   Generator generator(41);
+  // 19x22 planes give 10x11 outputs (single-value column stores); 16x32 ones 8x16 (16-byte stores: the
+  // widest of the 7x7/2 kernel's row spans).
   for (const Precision& precision : kPrecisions)
-    for (int64_t channels : {1, 3, 5}) {
-      const ConvCase c =
-          conv_case({3, channels, 19, 22}, {16, channels, 7, 7}, geometry_of(2, 2, 3), precision.dtype, generator);
-      check_policies(c, precision, ops::ConvLowering::gemm, "stem C=" + std::to_string(channels));
-    }
+    for (const Shape& plane : {Shape{19, 22}, Shape{16, 32}})
+      for (int64_t channels : {1, 3, 5}) {
+        const ConvCase c = conv_case({3, channels, plane[0], plane[1]}, {16, channels, 7, 7}, geometry_of(2, 2, 3),
+                                     precision.dtype, generator);
+        check_policies(c, precision, ops::ConvLowering::gemm,
+                       "stem C=" + std::to_string(channels) + " " + shape_str(plane));
+      }
 }
 
 TEST_CASE("CUDA 1x1 stride-1 conv2d through the GEMM lowering matches the CPU, forward and both gradients",
