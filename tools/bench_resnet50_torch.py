@@ -16,6 +16,8 @@ sends what the first steps print (max-autotune's benchmark tables: hundreds of l
 run given the same DIR compiles from them instead of benchmarking again. --opsnn-graph runs opsnn with its
 whole step captured in a CUDA graph (opsnn-bench --cuda-graph); the fair baseline beside it then includes
 torch.compile's own CUDA-graph mode: --compile default,reduce-overhead,max-autotune-no-cudagraphs.
+--opsnn-conv-deterministic on|off|both: opsnn's convolutions restricted to deterministic algorithms (on, its
+default), free to take any as cudnn.benchmark does for PyTorch (off), or one opsnn run of each.
 --profile then runs one more step of each PyTorch run under torch.profiler and prints its GPU kernel time by
 category (convolutions and GEMMs, Triton's fused reductions and element-wise kernels, ATen's own kernels),
 with the sum of kernel time beside the step's time: where PyTorch's step spends what opsnn's ncu profile
@@ -160,6 +162,9 @@ def main(argv):
     parser.add_argument("--opsnn-graph", action="store_true",
                         help="opsnn replays its whole step as a captured CUDA graph (opsnn-bench --cuda-graph); "
                              "compare it with torch.compile's CUDA-graph mode too (--compile ...,reduce-overhead)")
+    parser.add_argument("--opsnn-conv-deterministic", choices=["on", "off", "both"], default="on",
+                        help="opsnn's convolution algorithms: deterministic only (on, its default), any (off, as "
+                             "PyTorch's cudnn.benchmark picks), or one opsnn run of each")
     parser.add_argument("--compile", nargs="?", const="default,max-autotune-no-cudagraphs", default="",
                         metavar="MODES",
                         help="also torch.compile, in each comma-separated mode (default: default and "
@@ -180,18 +185,21 @@ def main(argv):
     if args.inductor_cache:  # read when Inductor first compiles, after this
         os.makedirs(args.inductor_cache, exist_ok=True)
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.abspath(args.inductor_cache)
-    ours = None
+    ours = []  # (convolution setting, opsnn-bench's JSON)
     if args.opsnn:  # opsnn first: both then run on a GPU that has done the same amount of work before
-        with tempfile.TemporaryDirectory() as folder:
-            path = os.path.join(folder, "opsnn.json")
-            command = [args.opsnn, "resnet50", "--batch", str(args.batch), "--steps", str(args.steps), "--warmup",
-                       str(args.warmup), "--precision",
-                       args.opsnn_precision or ("tf32" if args.precision == "fp32" else "bf16"), "--image-size", str(args.image_size),
-                       "--json", path] + (["--cuda-graph"] if args.opsnn_graph else [])
-            print("$ " + " ".join(command), flush=True)
-            subprocess.run(command, check=True)
-            with open(path) as f:
-                ours = json.load(f)
+        settings = ["on", "off"] if args.opsnn_conv_deterministic == "both" else [args.opsnn_conv_deterministic]
+        for setting in settings:
+            with tempfile.TemporaryDirectory() as folder:
+                path = os.path.join(folder, "opsnn.json")
+                command = [args.opsnn, "resnet50", "--batch", str(args.batch), "--steps", str(args.steps),
+                           "--warmup", str(args.warmup), "--precision",
+                           args.opsnn_precision or ("tf32" if args.precision == "fp32" else "bf16"),
+                           "--image-size", str(args.image_size), "--conv-deterministic", setting,
+                           "--json", path] + (["--cuda-graph"] if args.opsnn_graph else [])
+                print("$ " + " ".join(command), flush=True)
+                subprocess.run(command, check=True)
+                with open(path) as f:
+                    ours.append((setting, json.load(f)))
     runs = [] if args.no_eager else [("eager", None)]
     runs += [("compile " + mode, mode) for mode in args.compile.split(",") if mode]
     if not runs:
@@ -210,11 +218,14 @@ def main(argv):
             print_profile(label, theirs["profile"])
         if best is None or theirs["images_per_second"] > best[1]["images_per_second"]:
             best = (label, theirs)
-    if ours:
-        label, theirs = best
-        print(f"opsnn: {ours['images_per_second']:.0f} images/s, peak {ours['peak_bytes'] / 2**30:.2f} GiB")
-        print(f"opsnn / PyTorch's fastest ({label}): throughput {ours['images_per_second'] / theirs['images_per_second']:.2f}x, "
-              f"peak memory {ours['peak_bytes'] / theirs['peak_bytes']:.2f}x")
+    label, theirs = best
+    for setting, result in ours:
+        algorithms = "deterministic convolutions" if setting == "on" else "any convolution algorithm"
+        print(f"opsnn ({algorithms}): {result['images_per_second']:.0f} images/s, "
+              f"peak {result['peak_bytes'] / 2**30:.2f} GiB")
+        print(f"opsnn ({algorithms}) / PyTorch's fastest ({label}): throughput "
+              f"{result['images_per_second'] / theirs['images_per_second']:.2f}x, "
+              f"peak memory {result['peak_bytes'] / theirs['peak_bytes']:.2f}x")
     return 0
 
 
