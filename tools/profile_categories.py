@@ -23,6 +23,7 @@ CATEGORIES = [
     ("convolution weight gradient (cuDNN)", ["wgrad"]),
     ("GEMM (cuBLAS: 1x1 convolutions as GEMMs, fc)", ["nvjet", "gemm", "splitKreduce"]),
     ("lowering copies (im2col, subsampling)", ["im2col", "col2im", "subsample"]),
+    ("stem batch norm + relu + max pool (fused)", ["normalize_relu_max", "pooled_gradient_sums", "pooled_grad_input"]),
     ("batch norm forward statistics", ["moments", "finalize_forward"]),
     ("batch norm apply (+ReLU)", ["normalize"]),
     ("batch norm backward sums", ["gradient_sums", "finalize_backward"]),
