@@ -205,7 +205,7 @@ void launch_batch_norm_relu_max_pool_forward_train(const T* x, const float* gamm
                                                    void* workspace) {
   if (layout.channels == 0 || layout.batch * layout.inner == 0) return;
   OPSNN_CHECK(batch_norm_relu_max_pool_fits(pool), "CUDA batch_norm_relu_max_pool2d: unsupported pooling geometry");
-  launch_batch_norm_forward_train<T>(x, gamma, beta, running_mean, running_var, momentum, eps, true, nullptr, nullptr,
+  launch_batch_norm_forward_train<T>(x, gamma, beta, running_mean, running_var, momentum, eps, false, nullptr, nullptr,
                                      nullptr, save_mean, save_invstd, layout, workspace);
   const float4* coefficients = forward_coefficients(workspace);
   const int64_t in_plane = pool.in_h * pool.in_w, out_plane = pool.out_h * pool.out_w;
