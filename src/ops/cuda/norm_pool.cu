@@ -62,14 +62,13 @@ __global__ void __launch_bounds__(kPoolThreads)
     // values are never -inf, so some cell inside always does).
     float best = -INFINITY;
     int best_offset = 0;
-    visit_window<kWindow>(
-        x + static_cast<int64_t>(at.plane) * s.in_h * s.in_w, s, h_origin, w_origin, [&](float input, int dh, int dw) {
-          const float value = static_cast<float>(T(finish_normalized<T, true, false>(normalize_value(input, k), 0.0f)));
-          if (value > best || (isnan(value) && !isnan(best))) {
-            best = value;
-            best_offset = dh * s.kernel_w + dw;
-          }
-        });
+    visit_window<kWindow>(x + at.plane * s.in_plane(), s, h_origin, w_origin, [&](float input, int dh, int dw) {
+      const float value = static_cast<float>(T(finish_normalized<T, true, false>(normalize_value(input, k), 0.0f)));
+      if (value > best || (isnan(value) && !isnan(best))) {
+        best = value;
+        best_offset = dh * s.kernel_w + dw;
+      }
+    });
     out[o] = T(best);
     offsets[o] = static_cast<uint8_t>(best_offset);
   }
@@ -146,29 +145,24 @@ __global__ void __launch_bounds__(kPoolThreads)
                              const float4* coefficients, const float4* mask_coefficients, Geometry32 s,
                              FastDivider by_kernel_w, PositionDecoder decode, PlaneChannel channel_of,
                              uint32_t first_plane, uint32_t total) {
-  const int64_t out_plane = static_cast<int64_t>(s.out_h) * s.out_w;
-  const int64_t in_plane = static_cast<int64_t>(s.in_h) * s.in_w;
+  const int64_t out_plane = s.out_plane(), in_plane = s.in_plane();
   const uint32_t stride = gridDim.x * blockDim.x;
   for (uint32_t b = blockIdx.x * blockDim.x + threadIdx.x; b < total; b += stride) {
     const PositionDecoder::Position at = decode(b);
     const uint32_t channel = channel_of(first_plane + at.plane);
-    const int row = 2 * at.row, column = 2 * at.column;
-    const bool second_row = row + 1 < s.in_h, second_column = column + 1 < s.in_w;
-    const int64_t first = at.plane * in_plane + row * s.in_w + column;
-    float values[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    load_row_pair(x + first, second_column, values[0], values[1]);
-    if (second_row) load_row_pair(x + first + s.in_w, second_column, values[2], values[3]);
+    const Stride2Block block = stride2_block(at, s);
+    float values[4];
+    load_block(x + at.plane * in_plane, block, s, values);
     float sums[4];
     const ChosenCell chosen(offsets + at.plane * out_plane, by_kernel_w, s);
-    stride2_block_sums(grad_out + at.plane * out_plane, chosen, row, column, second_row, second_column, s, sums);
+    stride2_block_sums(grad_out + at.plane * out_plane, chosen, block, s, sums);
     const float4 k = coefficients[channel], mask_k = mask_coefficients[channel];
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       const float grad = relu_output_positive<T>(values[c], mask_k) ? sums[c] : 0.0f;
       sums[c] = grad_input_value(grad, values[c], k);
     }
-    store_row_pair(grad_input + first, sums[0], sums[1], second_column);
-    if (second_row) store_row_pair(grad_input + first + s.in_w, sums[2], sums[3], second_column);
+    store_block(grad_input + at.plane * in_plane, block, s, sums);
   }
 }
 

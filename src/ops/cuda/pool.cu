@@ -57,13 +57,12 @@ __global__ void __launch_bounds__(kPoolThreads)
     // (or of -inf only) reports its first cell inside the input, as the CPU twin does.
     float best = -INFINITY;
     int best_index = max(h_origin, 0) * s.in_w + max(w_origin, 0);
-    visit_window<kWindow>(x + static_cast<int64_t>(at.plane) * s.in_h * s.in_w, s, h_origin, w_origin,
-                          [&](float value, int dh, int dw) {
-                            if (value > best || (isnan(value) && !isnan(best))) {
-                              best = value;
-                              best_index = (h_origin + dh) * s.in_w + w_origin + dw;
-                            }
-                          });
+    visit_window<kWindow>(x + at.plane * s.in_plane(), s, h_origin, w_origin, [&](float value, int dh, int dw) {
+      if (value > best || (isnan(value) && !isnan(best))) {
+        best = value;
+        best_index = (h_origin + dh) * s.in_w + w_origin + dw;
+      }
+    });
     out[o] = T(best);
     indices[o] = best_index;
   }
@@ -75,7 +74,7 @@ __global__ void __launch_bounds__(kPoolThreads)
 template <typename T, typename Share>
 __global__ void __launch_bounds__(kPoolThreads)
     gather_backward_kernel(T* grad_input, Geometry32 s, PositionDecoder decode, uint32_t total, Share share) {
-  const int64_t out_plane = static_cast<int64_t>(s.out_h) * s.out_w;
+  const int64_t out_plane = s.out_plane();
   const uint32_t stride = gridDim.x * blockDim.x;
   for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
     const PositionDecoder::Position at = decode(i);
@@ -117,22 +116,16 @@ template <typename T>
 __global__ void __launch_bounds__(kPoolThreads)
     max_backward_stride2_kernel(const T* grad_out, const int32_t* indices, T* grad_input, Geometry32 s,
                                 PositionDecoder decode, uint32_t total) {
-  const int64_t out_plane = static_cast<int64_t>(s.out_h) * s.out_w;
-  const int64_t in_plane = static_cast<int64_t>(s.in_h) * s.in_w;
+  const int64_t out_plane = s.out_plane(), in_plane = s.in_plane();
   const uint32_t stride = gridDim.x * blockDim.x;
   for (uint32_t b = blockIdx.x * blockDim.x + threadIdx.x; b < total; b += stride) {
     const PositionDecoder::Position at = decode(b);
-    const int row = 2 * at.row, column = 2 * at.column;
-    const bool second_row = row + 1 < s.in_h, second_column = column + 1 < s.in_w;
-    const int first = row * s.in_w + column;
+    const Stride2Block block = stride2_block(at, s);
     float sums[4];
     const int32_t* plane_indices = indices + at.plane * out_plane;
     stride2_block_sums(
-        grad_out + at.plane * out_plane, [&](int o, int, int) { return plane_indices[o]; }, row, column, second_row,
-        second_column, s, sums);
-    T* plane_input = grad_input + at.plane * in_plane + first;
-    store_row_pair(plane_input, sums[0], sums[1], second_column);
-    if (second_row) store_row_pair(plane_input + s.in_w, sums[2], sums[3], second_column);
+        grad_out + at.plane * out_plane, [&](int o, int, int) { return plane_indices[o]; }, block, s, sums);
+    store_block(grad_input + at.plane * in_plane, block, s, sums);
   }
 }
 
@@ -143,7 +136,7 @@ __global__ void __launch_bounds__(kPoolThreads)
   for (uint32_t o = blockIdx.x * blockDim.x + threadIdx.x; o < total; o += stride) {
     const PositionDecoder::Position at = decode(o);
     const Window window = window_at(at.row, at.column, s);
-    const T* in = x + static_cast<int64_t>(at.plane) * s.in_h * s.in_w;
+    const T* in = x + at.plane * s.in_plane();
     float total_value = 0.0f;
     for (int ih = window.h_begin; ih < window.h_end; ++ih)
       for (int iw = window.w_begin; iw < window.w_end; ++iw) total_value += static_cast<float>(in[ih * s.in_w + iw]);

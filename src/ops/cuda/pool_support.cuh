@@ -36,6 +36,9 @@ struct Geometry32 {
         by_stride_h(static_cast<uint32_t>(s.stride_h)),
         by_stride_w(static_cast<uint32_t>(s.stride_w)),
         count_include_pad(s.count_include_pad) {}
+  // Cells per input and per output plane, as offsets of whole planes are counted.
+  __host__ __device__ int64_t in_plane() const { return static_cast<int64_t>(in_h) * in_w; }
+  __host__ __device__ int64_t out_plane() const { return static_cast<int64_t>(out_h) * out_w; }
 };
 
 // The windows covering input row (or column) i: those o with o * stride - pad <= i < o * stride - pad +
@@ -158,21 +161,50 @@ __device__ __forceinline__ void load_row_pair(const T* at, bool both, float& a, 
   b = both ? static_cast<float>(at[1]) : 0.0f;
 }
 
-// Max pooling's gradient at a 2x2 block of input cells of one plane, stride 2 (ResNet's 3x3/2 stem pool):
-// rows row..row + 1 and columns column..column + 1 (the second of each where second_row / second_column),
+// The 2x2 block of input cells that position `at` of a launch over stride-2 blocks names: rows row..row + 1
+// and columns column..column + 1 of its plane, the second of each only where the plane has it (an odd
+// extent's last block is one cell high or wide). first: the block's first cell, row * W + column.
+struct Stride2Block {
+  int row, column, first;
+  bool second_row, second_column;
+};
+__device__ __forceinline__ Stride2Block stride2_block(const PositionDecoder::Position& at, const Geometry32& s) {
+  const int row = 2 * at.row, column = 2 * at.column;
+  return {row, column, row * s.in_w + column, row + 1 < s.in_h, column + 1 < s.in_w};
+}
+
+// The block's cells of a plane as floats, in the order (row, column), (row, column + 1), (row + 1, column),
+// (row + 1, column + 1); cells the block lacks read as 0.
+template <typename T>
+__device__ __forceinline__ void load_block(const T* plane, const Stride2Block& block, const Geometry32& s,
+                                           float* values) {
+  values[2] = values[3] = 0.0f;
+  load_row_pair(plane + block.first, block.second_column, values[0], values[1]);
+  if (block.second_row) load_row_pair(plane + block.first + s.in_w, block.second_column, values[2], values[3]);
+}
+
+// Stores values[0..3] into the block's cells of a plane (load_block's order), those it has.
+template <typename T>
+__device__ __forceinline__ void store_block(T* plane, const Stride2Block& block, const Geometry32& s,
+                                            const float* values) {
+  store_row_pair(plane + block.first, values[0], values[1], block.second_column);
+  if (block.second_row) store_row_pair(plane + block.first + s.in_w, values[2], values[3], block.second_column);
+}
+
+// Max pooling's gradient at a 2x2 block of input cells of one plane, stride 2 (ResNet's 3x3/2 stem pool),
 // which the same few windows cover (kernel / 2 + 1 per axis, at most kMaxCovering). Each covering window's
 // choice is read once and compared with the block's four cells; sums[0..3] receive, in f32 and in window
 // order, the gradients of the windows whose argmax each cell is: (row, column), (row, column + 1),
 // (row + 1, column), (row + 1, column + 1). grads points at the plane's outputs; chosen(o, oh, ow) gives
 // the flat cell (h * W + w) that window o = oh * out_w + ow chose.
 template <typename T, typename Chosen>
-__device__ __forceinline__ void stride2_block_sums(const T* grads, const Chosen& chosen, int row, int column,
-                                                   bool second_row, bool second_column, const Geometry32& s,
-                                                   float* sums) {
-  const Covering rows = {rows_covering(row, s).begin, rows_covering(second_row ? row + 1 : row, s).end};
-  const Covering columns = {columns_covering(column, s).begin,
-                            columns_covering(second_column ? column + 1 : column, s).end};
-  const int first = row * s.in_w + column;
+__device__ __forceinline__ void stride2_block_sums(const T* grads, const Chosen& chosen, const Stride2Block& block,
+                                                   const Geometry32& s, float* sums) {
+  const bool second_row = block.second_row, second_column = block.second_column;
+  const Covering rows = {rows_covering(block.row, s).begin, rows_covering(block.row + second_row, s).end};
+  const Covering columns = {columns_covering(block.column, s).begin,
+                            columns_covering(block.column + second_column, s).end};
+  const int first = block.first;
   // Every covering window's choice and gradient loaded first (-1 for none: it names no cell), so the
   // loads are in flight together; then the sums in window order.
   int window_cell[kMaxCovering][kMaxCovering];
