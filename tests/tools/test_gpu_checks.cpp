@@ -2,6 +2,7 @@
 // opsnn-bench): the steps run in the given order with their arguments intact, the table gives each
 // one's exit code and result line, a failure or a step the budget leaves out makes the exit code 1, and a
 // bad command line is refused with exit 2 before anything runs.
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -56,6 +57,31 @@ TEST_CASE("gpu_checks.sh: steps in order, a table of results, failures and refus
   std::ifstream summary(folder.path / "logs" / "summary.md");
   const std::string table((std::istreambuf_iterator<char>(summary)), std::istreambuf_iterator<char>());
   CHECK(table.find("| step | exit | seconds | result |") == 0);
+
+  // The profile step: Nsight Compute (a stand-in first on PATH, printing a one-kernel CSV) on opsnn-bench,
+  // then profile_categories.py on the CSV it left in the logs.
+  if (std::system("python3 -c 'import csv' > /dev/null 2>&1") == 0) {
+    const std::filesystem::path tools = folder.path / "stand in tools";
+    write_program(tools / "ncu",
+                  "echo \"ncu: $*\" >> \"$(dirname \"$0\")/calls.txt\"\n"
+                  "printf '\"ID\",\"Kernel Name\",\"gpu__time_duration.sum\"\\n\"\",\"\",\"nsecond\"\\n'\n"
+                  "printf '\"0\",\"sm90_xmma_fprop_implicit_gemm_bf16bf16\",\"2,000\"\\n'\n");
+    opsnn::testing::Outcome profiled = opsnn::testing::run_program(
+        "env",
+        {"PATH=" + tools.string() + ":" + (std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin"), "bash", script,
+         "--build", build.string(), "--logs", logs, "profile-bf16"},
+        folder.path);
+    INFO(profiled.output);
+    CHECK(profiled.exit_code == 0);
+    CHECK(profiled.output.find("| profile-bf16 | 0 | ") != std::string::npos);
+    CHECK(profiled.output.find("\\| total \\| 1 \\| 0.00 \\| 100% \\|") != std::string::npos);
+    CHECK(std::filesystem::exists(folder.path / "logs" / "ncu-bf16.csv"));
+    std::ifstream calls(tools / "calls.txt");
+    std::string line;
+    std::getline(calls, line);
+    CHECK(line.find("--csv --page raw " + build.string() + "/opsnn-bench resnet50 --precision bf16 --steps 3") !=
+          std::string::npos);
+  }
 
   // No budget left: the step is skipped, said in the table, and the exit code is 1.
   opsnn::testing::Outcome skipped = opsnn::testing::run_program(

@@ -17,6 +17,9 @@
 #   torch-bf16, torch-tf32
 #                  tools/bench_resnet50_torch.py: torch.compile's default and reduce-overhead modes and
 #                  opsnn's graph step in the same call, with their ratio and peak memory
+#   profile-bf16, profile-tf32
+#                  one ResNet-50 step under Nsight Compute (no cache flush, clocks as they run), its
+#                  kernel time per op category (tools/profile_categories.py); the CSV stays in the logs
 # --budget: seconds for all the steps (540, a device call's 600 less the start); --build: the build
 # directory with tests/opsnn-tests and opsnn-bench (build-gpu, or build-dev after prebuilt.sh unpack);
 # --logs: where each step's log goes ($OUT when set, else gpu-checks-logs). The table is also written to
@@ -46,7 +49,7 @@ export OPSNN_BINARY_DIR=${OPSNN_BINARY_DIR:-$PWD/$build}
 
 # Each step: its log's name, time limit, command, and how its result line is found in the log.
 declare -A limit=([tests]=120 [cuda]=200 [memcheck]=150 [batchnorm]=40 [resnet-bf16]=60 [resnet-tf32]=80
-                  [torch-bf16]=260 [torch-tf32]=300)
+                  [torch-bf16]=260 [torch-tf32]=300 [profile-bf16]=300 [profile-tf32]=300)
 command_for() {  # step, argument: the command line, each word quoted for the shell
   local words
   case "$1" in
@@ -61,6 +64,12 @@ command_for() {  # step, argument: the command line, each word quoted for the sh
       [[ $1 == torch-tf32 ]] && precision=fp32
       words=(python3 "$root/tools/bench_resnet50_torch.py" --precision "$precision" --steps 30 --no-eager
              --compile default,reduce-overhead --opsnn-graph --opsnn "$bench") ;;
+    profile-bf16 | profile-tf32)
+      words=(bash -c 'ncu --profile-from-start off --cache-control none --clock-control none \
+                        --metrics gpu__time_duration.sum --csv --page raw \
+                        "$1" resnet50 --precision "$2" --steps 3 --warmup 3 --profile > "$3" &&
+                      python3 "$4" "$3"' profile "$bench" "${1#profile-}" "$logs/ncu-${1#profile-}.csv"
+             "$root/tools/profile_categories.py") ;;
   esac
   printf '%q ' "${words[@]}"
 }
@@ -71,6 +80,7 @@ result_of() {  # step, log: the line that says how it went
     batchnorm) grep -E "^  (unfused|fused) " "$2" | tr -s ' ' | paste -sd ';' ;;
     resnet-*) grep -i "images/s" "$2" | tail -1 ;;
     torch-*) grep -E "^opsnn .*/ PyTorch's fastest" "$2" | tail -1 ;;
+    profile-*) grep -E "^\| total \|" "$2" | tail -1 ;;
   esac
 }
 
