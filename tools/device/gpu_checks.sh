@@ -47,11 +47,10 @@ tests="$build/tests/opsnn-tests"
 bench="$build/opsnn-bench"
 export OPSNN_BINARY_DIR=${OPSNN_BINARY_DIR:-$PWD/$build}
 
-# Each step: its log's name, time limit, command, and how its result line is found in the log.
+# Each step's time limit, its command and how its result line is found in its log.
 declare -A limit=([tests]=120 [cuda]=200 [memcheck]=150 [batchnorm]=40 [resnet-bf16]=60 [resnet-tf32]=80
                   [torch-bf16]=260 [torch-tf32]=300 [profile-bf16]=300 [profile-tf32]=300)
-command_for() {  # step, argument: the command line, each word quoted for the shell
-  local words
+command_for() {  # step, argument: sets `words`, the step's command line
   case "$1" in
     tests) words=("$tests" "$2") ;;
     cuda) words=("$tests" "[cuda]") ;;
@@ -71,7 +70,6 @@ command_for() {  # step, argument: the command line, each word quoted for the sh
                       python3 "$4" "$3"' profile "$bench" "${1#profile-}" "$logs/ncu-${1#profile-}.csv"
              "$root/tools/profile_categories.py") ;;
   esac
-  printf '%q ' "${words[@]}"
 }
 result_of() {  # step, log: the line that says how it went
   case "$1" in
@@ -116,12 +114,13 @@ for step in "${steps[@]}"; do
   seconds=${limit[$name]}
   ((seconds > left)) && seconds=$left
   start=$(date +%s)
-  eval "timeout $seconds $(command_for "$name" "$argument")" > "$log" 2>&1
+  command_for "$name" "$argument"
+  timeout "$seconds" "${words[@]}" > "$log" 2>&1
   rc=$?
   ((rc == 0)) || status=1
   result=$(result_of "$name" "$log" | sed 's/^ *//')
   [[ -n $result ]] || result="no result; the log ends: $(tail -1 "$log")"
-  ((rc == 124)) && result="timed out after $seconds s${result:+; $result}"
+  ((rc == 124)) && result="timed out after $seconds s; $result"
   printf '| %s | %s | %s | %s |\n' "$step" "$rc" "$(($(date +%s) - start))" "${result//|/\\|}" >> "$summary"
 done
 cat "$summary"
