@@ -27,7 +27,7 @@ TEST_CASE("gpu_checks.sh: steps in order, a table of results, failures and refus
   // A build folder whose name has a space, as every path must survive the script's quoting.
   const std::filesystem::path build = folder.path / "stand in build";
   write_program(build / "tests" / "opsnn-tests",
-                "echo \"arguments: $# [$1]\" >> \"$(dirname \"$0\")/../calls.txt\"\n"
+                "echo \"arguments: $# [$1] in $OPSNN_BINARY_DIR\" >> \"$(dirname \"$0\")/../calls.txt\"\n"
                 "[[ $1 == '[ok]' ]] && { echo 'All tests passed (3 assertions in 1 test case)'; exit 0; }\n"
                 "echo 'test cases: 2 | 1 passed | 1 failed'; exit 1\n");
   write_program(build / "opsnn-bench",
@@ -35,10 +35,12 @@ TEST_CASE("gpu_checks.sh: steps in order, a table of results, failures and refus
                 "echo '  7400.0 images/s, 34.6 ms/step, peak GPU memory 10.40 GiB'\n");
   const std::string logs = (folder.path / "logs").string();
 
-  opsnn::testing::Outcome run = opsnn::testing::run_program(
-      "bash",
-      {script, "--build", build.string(), "--logs", logs, "tests=[ok]", "tests=a spec with spaces", "resnet-tf32"},
-      folder.path);
+  // The tests find the tools through OPSNN_BINARY_DIR, which the script sets to the build folder.
+  opsnn::testing::Outcome run =
+      opsnn::testing::run_program("env",
+                                  {"-u", "OPSNN_BINARY_DIR", "bash", script, "--build", build.string(), "--logs", logs,
+                                   "tests=[ok]", "tests=a spec with spaces", "resnet-tf32"},
+                                  folder.path);
   INFO(run.output);
   CHECK(run.exit_code == 1);  // the second step failed
   CHECK(run.output.find("| tests=[ok] | 0 | ") != std::string::npos);
@@ -50,9 +52,10 @@ TEST_CASE("gpu_checks.sh: steps in order, a table of results, failures and refus
   {
     std::ifstream calls(build / "calls.txt");
     const std::string text((std::istreambuf_iterator<char>(calls)), std::istreambuf_iterator<char>());
-    CHECK(text ==
-          "arguments: 1 [[ok]]\narguments: 1 [a spec with spaces]\n"
-          "bench: resnet50 --precision tf32 --steps 30 --warmup 5 --cuda-graph\n");
+    CHECK(text == "arguments: 1 [[ok]] in " + build.string() + "\narguments: 1 [a spec with spaces] in " +
+                      build.string() +
+                      "\n"
+                      "bench: resnet50 --precision tf32 --steps 30 --warmup 5 --cuda-graph\n");
   }
   std::ifstream summary(folder.path / "logs" / "summary.md");
   const std::string table((std::istreambuf_iterator<char>(summary)), std::istreambuf_iterator<char>());

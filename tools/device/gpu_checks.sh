@@ -43,9 +43,10 @@ done
 [[ "$budget" =~ ^[0-9]+$ ]] || { echo "gpu_checks.sh: --budget must be whole seconds, not '$budget'" >&2; exit 2; }
 ((${#steps[@]})) || { echo "gpu_checks.sh: name at least one step (see --help)" >&2; exit 2; }
 root=$(cd "$(dirname "$0")/../.." && pwd)  # the repository, for the Python tools
+[[ $build == /* ]] || build=$PWD/$build
 tests="$build/tests/opsnn-tests"
 bench="$build/opsnn-bench"
-export OPSNN_BINARY_DIR=${OPSNN_BINARY_DIR:-$PWD/$build}
+export OPSNN_BINARY_DIR=${OPSNN_BINARY_DIR:-$build}
 
 # Each step's time limit, its command and how its result line is found in its log.
 declare -A limit=([tests]=120 [cuda]=200 [memcheck]=150 [batchnorm]=40 [resnet-bf16]=60 [resnet-tf32]=80
