@@ -2,7 +2,8 @@
 """ResNet-50 training throughput in PyTorch, and opsnn's beside it in the same call.
 
 torchvision's resnet50 (channels_last), synthetic 224x224 images, cross-entropy, SGD with momentum
-(fused=True); precision fp32 (TF32 convolutions, PyTorch's default for cuDNN) or bf16 (autocast).
+(fused=True); precision fp32 (TF32 convolutions, PyTorch's default for cuDNN, and TF32 matrix products,
+which the script turns on as opsnn's tf32 has them) or bf16 (autocast).
 Images per second over --steps steps after --warmup, CUDA-event timed; peak memory is
 torch.cuda.max_memory_allocated over every step after the first (the first compiles or searches;
 reduce-overhead records its CUDA graphs, whose private pool holds the step's memory, during the
@@ -155,7 +156,7 @@ def main(argv):
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
-                        help="PyTorch side; fp32 uses TF32 convolutions (its default), so opsnn runs tf32 beside it")
+                        help="PyTorch side; fp32 uses TF32 convolutions and matrix products, so opsnn runs tf32 beside it")
     parser.add_argument("--opsnn-precision", help="opsnn's --precision (default: tf32 for fp32, bf16 for bf16)")
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--opsnn", help="path of opsnn-bench, to run it in the same call and compare")
@@ -182,6 +183,9 @@ def main(argv):
         print("bench_resnet50_torch: no CUDA device", file=sys.stderr)
         return 1
     torch.backends.cudnn.benchmark = True
+    # TF32 in matrix products too (the fc layer, and the GEMMs Inductor generates), as in opsnn's tf32 runs;
+    # PyTorch enables it by default only for convolutions.
+    torch.set_float32_matmul_precision("high")
     if args.inductor_cache:  # read when Inductor first compiles, after this
         os.makedirs(args.inductor_cache, exist_ok=True)
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.abspath(args.inductor_cache)
