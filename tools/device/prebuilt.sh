@@ -14,7 +14,8 @@
 #   there:  bash tools/device/prebuilt.sh unpack && source .device/env.sh   (carry [".device"])
 #           unpacks the staged Debian packages into /tmp/deps (runtime libraries, Fashion-MNIST), and
 #           the binaries into build-dev/ as the build left them: the tests find the tools through
-#           OPSNN_BINARY_DIR, which is this checkout's build-dev on both machines.
+#           OPSNN_BINARY_DIR, which is this checkout's build-dev on both machines. Every call that carries
+#           .device gets a fresh copy of it (without env.sh), so each such call unpacks again (seconds).
 set -euo pipefail
 binaries=(tests/opsnn-tests opsnn-bench opsnn-train)
 # The packages the binaries load at run time, and the quick start's data set.
